@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install what oopsd needs to build, test and run its demo — only what is
+# missing, from Debian's packages — then build it. Idempotent; safe to rerun.
+#   scripts/setup.sh            build into build/
+#   scripts/setup.sh --asan     also build build-asan/ (AddressSanitizer + UBSan)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config
+  liblua5.4-dev lua5.4 libuv1-dev libmariadb-dev libmariadb-dev-compat
+  libcmocka-dev lua-busted lua-cjson libcurl4-openssl-dev libmicrohttpd-dev
+  mariadb-server mariadb-client curl procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup: run as root (or install sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  # The Debian mariadb-server package tries to start a system service; a
+  # policy-rc.d refusal (containers) is harmless: oopsd's scripts start their own.
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build() { # dir, extra cmake args...
+  local dir=$1; shift
+  local log; log=$(mktemp)
+  if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" && cmake --build "$dir" -j"$(nproc)"; } >"$log" 2>&1; then
+    echo "setup: the build in $dir failed:" >&2; grep -E 'error|Error' "$log" | head -40 >&2; rm -f "$log"; exit 1
+  fi
+  rm -f "$log"
+}
+build build
+[[ "${1:-}" == "--asan" ]] && build build-asan -DOOPS_SANITIZE=ON
+echo "setup: built build/oopsd and build/oopsctl"

@@ -1,0 +1,135 @@
+/*
+ * db — connection settings, connections and prepared statements.
+ *
+ * Every statement oopsd sends goes through db_exec(): prepared, with bound
+ * parameters, never with a value pasted into SQL text. Results come back as
+ * text cells (the server's own formatting of numbers and DATETIME(6)), which
+ * is what both the C callers and the Lua bindings want.
+ *
+ * A db_conn never reconnects silently (MYSQL_OPT_RECONNECT is off): the lock
+ * session must see every loss. A work connection asks for reconnection
+ * explicitly with db_conn_ensure(), which opens a fresh session when the last
+ * statement found the connection gone.
+ */
+#ifndef OOPS_DB_H
+#define OOPS_DB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error numbers worth naming (MySQL/MariaDB server and client errors). */
+enum {
+    DB_ER_DUP_ENTRY = 1062,
+    DB_ER_LOCK_DEADLOCK = 1213,
+    DB_CR_CONNECTION_ERROR = 2002,
+    DB_CR_CONN_HOST_ERROR = 2003,
+    DB_CR_SERVER_GONE = 2006,
+    DB_CR_SERVER_LOST = 2013,
+};
+
+/* Connection settings. Strings are owned by the struct (db_config_free). */
+typedef struct db_config {
+    char *user;
+    char *password; /* never printed; db_config_where() leaves it out */
+    char *host;
+    char *database;
+    char *socket;   /* unix socket path, or NULL */
+    unsigned port;  /* 0 = 3306 */
+    unsigned connect_timeout_s;
+    unsigned read_timeout_s;
+    unsigned write_timeout_s;
+} db_config;
+
+/*
+ * Parse mysql://user[:password]@host[:port]/database[?socket=PATH].
+ * User and password may be percent-encoded. When the URL carries no password
+ * and env_password is non-NULL, it is used (OOPS_DB_PASSWORD). Returns 0, or
+ * -1 with a one-line message in err that never contains the password.
+ */
+int db_config_parse(db_config *cfg, const char *url, const char *env_password,
+                    char *err, size_t errlen);
+/*
+ * The URL from --db when given, else $OOPS_DB; the password from the URL,
+ * else $OOPS_DB_PASSWORD. Same return as db_config_parse.
+ */
+int db_config_resolve(db_config *cfg, const char *url_flag, char *err, size_t errlen);
+int db_config_copy(db_config *dst, const db_config *src);
+void db_config_free(db_config *cfg);
+/* "host:port" or "socket PATH" for messages; writes into buf and returns it. */
+const char *db_config_where(const db_config *cfg, char *buf, size_t n);
+
+/*
+ * Mask the password of a mysql:// URL in place (each character becomes 'x'),
+ * so that `ps` does not show it once the process has parsed its arguments.
+ */
+void db_mask_url_password(char *url);
+
+typedef struct db_conn db_conn;
+
+/* Open a connection. NULL with "cannot connect to database at WHERE: why" in err. */
+db_conn *db_open(const db_config *cfg, char *err, size_t errlen);
+void db_close(db_conn *c);
+/* The server's CONNECTION_ID() recorded when the session was opened. */
+uint64_t db_connection_id(const db_conn *c);
+/* False once a statement found the connection lost. */
+bool db_is_alive(const db_conn *c);
+/*
+ * For work connections only: when the connection was lost, open a new
+ * session (statement cache cleared). 0 when usable, else the error number
+ * with the reason in err.
+ */
+unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen);
+/* Statements executed on this connection since it was opened (bench). */
+uint64_t db_statement_count(const db_conn *c);
+/* True when this MySQL/MariaDB error number means "connection lost or unreachable". */
+bool db_errno_is_connection(unsigned code);
+
+typedef enum { DB_NULL, DB_INT, DB_TEXT, DB_DOUBLE } db_type;
+
+typedef struct db_value {
+    db_type type;
+    long long i;
+    double d;
+    const char *s; /* DB_TEXT: not copied; must live until db_exec returns */
+    size_t len;
+} db_value;
+
+db_value db_int(long long v);
+db_value db_text(const char *s); /* NULL → SQL NULL */
+db_value db_double(double v);
+db_value db_null(void);
+
+typedef struct db_cell {
+    char *s;       /* NUL-terminated text, NULL when SQL NULL */
+    size_t len;
+} db_cell;
+
+typedef struct db_result {
+    size_t ncols, nrows;
+    char **names;      /* column names */
+    db_type *types;    /* DB_INT for integer columns, DB_DOUBLE for float/decimal, else DB_TEXT */
+    db_cell *cells;    /* row-major, nrows * ncols */
+    uint64_t affected; /* rows changed by INSERT/UPDATE/DELETE */
+    uint64_t insert_id;
+} db_result;
+
+/*
+ * Prepare (cached per connection), bind params, execute, fetch everything.
+ * out may be NULL when the caller wants nothing back; otherwise *out is a new
+ * result the caller frees with db_result_free. Returns 0, or the MySQL error
+ * number with "what: why" in err (the statement's text is not included).
+ */
+unsigned db_exec(db_conn *c, const char *sql, const db_value *params, size_t nparams,
+                 db_result **out, char *err, size_t errlen);
+void db_result_free(db_result *r);
+/* Cell text or NULL; row/col out of range → NULL. */
+const char *db_get(const db_result *r, size_t row, size_t col);
+long long db_get_int(const db_result *r, size_t row, size_t col, long long dflt);
+
+/* Transactions on the work connection (prepared START TRANSACTION/COMMIT/ROLLBACK). */
+unsigned db_begin(db_conn *c, char *err, size_t errlen);
+unsigned db_commit(db_conn *c, char *err, size_t errlen);
+void db_rollback(db_conn *c);
+
+#endif

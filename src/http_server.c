@@ -1,0 +1,374 @@
+/* http_server: libmicrohttpd in "external epoll" mode, driven by libuv.
+ *
+ * MHD keeps all its sockets in one epoll set of its own. That epoll fd
+ * becomes readable whenever any of them is ready, so a single uv_poll_t
+ * on it tells us when to call MHD_run(). MHD_run() never blocks here; a
+ * uv_timer_t re-armed from MHD_get_timeout() after every run covers idle
+ * timeouts and work MHD left pending (its inner set is edge-triggered).
+ */
+#include "http_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Idle keep-alive connections are dropped after this many seconds. */
+#define HTTP_IDLE_TIMEOUT_S 30u
+/* Scrapers and probes need few sockets; cap them so a flood cannot
+ * exhaust the daemon's fds. */
+#define HTTP_MAX_CONNECTIONS 64u
+#define HTTP_BACKLOG 64
+#define HTTP_DEFAULT_CONTENT_TYPE "text/plain; charset=utf-8"
+
+struct http_server {
+    uv_poll_t poll;   /* watches MHD's epoll fd */
+    uv_timer_t timer; /* fires MHD_run when MHD_get_timeout says so */
+    struct MHD_Daemon *mhd;
+    http_handler handler;
+    void *ud;
+    int port;
+    int in_run;       /* MHD_run is on the stack: stopping MHD must wait */
+    int closing;      /* http_server_close was called */
+    int open_handles; /* uv handles not yet closed; free at 0 */
+};
+
+static void set_err(char *err, size_t errlen, const char *where,
+                    const char *why)
+{
+    if (err != NULL && errlen > 0)
+        snprintf(err, errlen, "cannot listen on %s: %s", where, why);
+}
+
+/* ---- listen address --------------------------------------------------- */
+
+static int parse_port(const char *s, in_port_t *port)
+{
+    char *end;
+    long v;
+
+    if (*s < '0' || *s > '9') /* strtol would accept " +7" */
+        return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > 65535)
+        return -1;
+    *port = htons((in_port_t)v);
+    return 0;
+}
+
+/* "HOST:PORT" -> sockaddr. "localhost" is mapped by hand: resolving it
+ * would be a blocking lookup that may also answer ::1. */
+static int parse_listen(const char *where, struct sockaddr_in *sa)
+{
+    const char *colon = strrchr(where, ':');
+    char host[INET_ADDRSTRLEN];
+    size_t hlen;
+
+    if (colon == NULL)
+        return -1;
+    hlen = (size_t)(colon - where);
+    if (hlen == 0 || hlen >= sizeof host)
+        return -1;
+    memcpy(host, where, hlen);
+    host[hlen] = '\0';
+    if (strcmp(host, "localhost") == 0)
+        strcpy(host, "127.0.0.1");
+
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return -1;
+    return parse_port(colon + 1, &sa->sin_port);
+}
+
+/* We bind the socket ourselves (instead of MHD_OPTION_SOCK_ADDR) because
+ * MHD_start_daemon only returns NULL: this way the caller gets the real
+ * errno. Returns the listening fd, or -errno. */
+static int open_listener(const struct sockaddr_in *sa, int *port)
+{
+    struct sockaddr_in bound;
+    socklen_t blen = sizeof bound;
+    int one = 1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -errno;
+    /* SO_REUSEADDR so a restarted daemon is not refused because of
+     * TIME_WAIT leftovers; a live listener still yields EADDRINUSE. */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (const struct sockaddr *)sa, sizeof *sa) != 0 ||
+        listen(fd, HTTP_BACKLOG) != 0 ||
+        getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    *port = ntohs(bound.sin_port);
+    return fd;
+}
+
+/* ---- responses --------------------------------------------------------- */
+
+/* Turns out->body into an MHD response and takes it over: whatever
+ * happens, out->body is owned by MHD or freed when this returns. */
+static struct MHD_Response *body_response(http_response *out)
+{
+    struct MHD_Response *r;
+    char *body = out->body;
+
+    out->body = NULL;
+    if (body == NULL || out->len == 0) {
+        free(body);
+        return MHD_create_response_from_buffer(0, (void *)"",
+                                               MHD_RESPMEM_PERSISTENT);
+    }
+    r = MHD_create_response_from_buffer(out->len, body, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL)
+        free(body); /* MHD takes ownership only on success */
+    return r;
+}
+
+/* Status defaults: 200 with a body, 404 without; nonsense becomes 500. */
+static unsigned int final_status(http_response *out)
+{
+    if (out->status == 0)
+        return out->body != NULL ? 200u : 404u;
+    if (out->status < 100 || out->status > 599) {
+        free(out->body);
+        out->body = NULL;
+        out->len = 0;
+        return 500u;
+    }
+    return (unsigned int)out->status;
+}
+
+static enum MHD_Result send_response(struct MHD_Connection *conn,
+                                     http_response *out)
+{
+    unsigned int status = final_status(out);
+    int has_body = out->body != NULL && out->len > 0;
+    struct MHD_Response *r = body_response(out);
+    enum MHD_Result ok;
+
+    if (r == NULL)
+        return MHD_NO; /* out of memory: MHD drops the connection */
+    if (has_body)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                out->content_type != NULL
+                                    ? out->content_type
+                                    : HTTP_DEFAULT_CONTENT_TYPE);
+    ok = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r); /* the queued connection holds its own ref */
+    return ok;
+}
+
+static enum MHD_Result send_empty(struct MHD_Connection *conn,
+                                  unsigned int status, const char *allow)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ok;
+
+    if (r == NULL)
+        return MHD_NO;
+    if (allow != NULL)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    ok = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* MHD calls this once after the headers, once per body chunk, and once
+ * more when the request is complete. We answer only on that last call so
+ * any body is consumed and the connection can stay alive. `url` is
+ * already the percent-decoded path without the query string. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_state)
+{
+    http_server *s = cls;
+    http_response out = {0};
+
+    (void)version;
+    (void)upload_data;
+    if (*req_state == NULL) {
+        *req_state = s; /* any non-NULL marker: "headers seen" */
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        *upload_data_size = 0; /* discard: we serve GET only */
+        return MHD_YES;
+    }
+    if (s->closing) /* closed from a handler earlier in this MHD_run */
+        return send_empty(conn, MHD_HTTP_SERVICE_UNAVAILABLE, NULL);
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0)
+        return send_empty(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+                          MHD_HTTP_METHOD_GET);
+    s->handler(s->ud, method, url, &out);
+    return send_response(conn, &out);
+}
+
+/* ---- loop integration -------------------------------------------------- */
+
+static void on_timer(uv_timer_t *t);
+static void teardown(http_server *s);
+
+/* MHD must run again within MHD_get_timeout() ms; MHD_NO means it has
+ * nothing pending and no connection timeouts to enforce. */
+static void arm_timer(http_server *s)
+{
+    MHD_UNSIGNED_LONG_LONG ms;
+
+    if (MHD_get_timeout(s->mhd, &ms) == MHD_YES)
+        uv_timer_start(&s->timer, on_timer, (uint64_t)ms, 0);
+    else
+        uv_timer_stop(&s->timer);
+}
+
+static void run_mhd(http_server *s)
+{
+    s->in_run = 1;
+    MHD_run(s->mhd);
+    s->in_run = 0;
+    if (s->closing)
+        teardown(s); /* http_server_close was called by a handler */
+    else
+        arm_timer(s);
+}
+
+static void on_poll(uv_poll_t *p, int status, int events)
+{
+    (void)status; /* even on error, MHD_run is the one to sort it out */
+    (void)events;
+    run_mhd(p->data);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    run_mhd(t->data);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    http_server *s = h->data;
+
+    if (--s->open_handles == 0)
+        free(s);
+}
+
+/* Order matters: closing the poll handle takes the epoll fd out of
+ * libuv's own epoll set synchronously; only then may MHD_stop_daemon
+ * close it (a reused fd number would otherwise confuse libuv). */
+static void teardown(http_server *s)
+{
+    uv_close((uv_handle_t *)&s->poll, on_handle_closed);
+    uv_close((uv_handle_t *)&s->timer, on_handle_closed);
+    MHD_stop_daemon(s->mhd); /* also closes the listening socket */
+    s->mhd = NULL;
+}
+
+static struct MHD_Daemon *start_mhd(http_server *s, int listen_fd)
+{
+    /* No MHD_USE_INTERNAL_POLLING_THREAD: MHD only does work inside
+     * MHD_run(), i.e. on the loop thread. */
+    return MHD_start_daemon(MHD_USE_EPOLL, 0, NULL, NULL, on_request, s,
+                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
+                            MHD_OPTION_CONNECTION_TIMEOUT,
+                            HTTP_IDLE_TIMEOUT_S,
+                            MHD_OPTION_CONNECTION_LIMIT, HTTP_MAX_CONNECTIONS,
+                            MHD_OPTION_END);
+}
+
+/* Hooks MHD's epoll fd into the loop. On failure s is released: at once
+ * when nothing was registered with the loop, else by the close callbacks
+ * (uv_poll_start cannot really fail in libuv 1.44; this is belt and braces). */
+static int attach_to_loop(http_server *s, uv_loop_t *loop)
+{
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    int rc = info != NULL ? uv_poll_init(loop, &s->poll, info->epoll_fd)
+                          : UV_EINVAL;
+
+    if (rc != 0) {
+        MHD_stop_daemon(s->mhd);
+        free(s);
+        return rc;
+    }
+    uv_timer_init(loop, &s->timer);
+    s->poll.data = s;
+    s->timer.data = s;
+    s->open_handles = 2;
+    rc = uv_poll_start(&s->poll, UV_READABLE, on_poll);
+    if (rc != 0)
+        teardown(s);
+    return rc;
+}
+
+http_server *http_server_start(uv_loop_t *loop, const char *where,
+                               http_handler handler, void *ud,
+                               char *err, size_t errlen)
+{
+    struct sockaddr_in sa;
+    http_server *s;
+    int fd, rc;
+
+    if (where == NULL)
+        where = "(null)";
+    if (loop == NULL || handler == NULL) {
+        set_err(err, errlen, where, "no loop or handler given");
+        return NULL;
+    }
+    if (parse_listen(where, &sa) != 0) {
+        set_err(err, errlen, where,
+                "invalid address (want IPV4:PORT or localhost:PORT)");
+        return NULL;
+    }
+    s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        set_err(err, errlen, where, strerror(ENOMEM));
+        return NULL;
+    }
+    s->handler = handler;
+    s->ud = ud;
+    fd = open_listener(&sa, &s->port);
+    if (fd < 0) {
+        set_err(err, errlen, where, strerror(-fd));
+        free(s);
+        return NULL;
+    }
+    s->mhd = start_mhd(s, fd);
+    if (s->mhd == NULL) {
+        close(fd); /* MHD leaves a passed-in socket open when it fails */
+        set_err(err, errlen, where, "cannot start HTTP daemon");
+        free(s);
+        return NULL;
+    }
+    rc = attach_to_loop(s, loop);
+    if (rc != 0) {
+        set_err(err, errlen, where, uv_strerror(rc));
+        return NULL;
+    }
+    arm_timer(s);
+    return s;
+}
+
+int http_server_port(const http_server *s)
+{
+    return s != NULL ? s->port : 0;
+}
+
+void http_server_close(http_server *s)
+{
+    if (s == NULL || s->closing)
+        return;
+    s->closing = 1;
+    if (!s->in_run)
+        teardown(s); /* else run_mhd tears down once MHD_run returns */
+}

@@ -1,0 +1,346 @@
+#include "lock_registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "strset.h"
+
+/* Names per GET_LOCK statement: 1,000 pipelines in one round trip. */
+#define ACQUIRE_BATCH 1000
+
+struct lock_registry {
+    db_config cfg;
+    lock_registry_options o;
+    db_conn *conn;          /* NULL when down */
+    uint64_t conn_id;
+    strset held;            /* logical names */
+    uint64_t last_checked_ms;
+    uint64_t next_attempt_ms;
+    unsigned backoff_ms;
+    bool ever_up;
+    uint64_t losses, reconnects, statements;
+};
+
+void lock_name_shorten(const char *name, char out[LOCK_NAME_MAX + 1])
+{
+    size_t n = strlen(name);
+    if (n <= LOCK_NAME_MAX) {
+        memcpy(out, name, n + 1);
+        return;
+    }
+    snprintf(out, LOCK_NAME_MAX + 1, "%.47s#%016llx", name,
+             (unsigned long long)strset_hash(name));
+}
+
+lock_registry *lock_registry_new(const db_config *cfg, const lock_registry_options *o)
+{
+    lock_registry *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    db_config_copy(&r->cfg, cfg);
+    if (o)
+        r->o = *o;
+    if (!r->o.validate_interval_ms)
+        r->o.validate_interval_ms = 30000;
+    if (!r->o.wait_timeout_s) {
+        unsigned w = 3 * r->o.validate_interval_ms / 1000;
+        r->o.wait_timeout_s = w < 10 ? 10 : w;
+    }
+    if (!r->o.backoff_initial_ms)
+        r->o.backoff_initial_ms = 500;
+    if (!r->o.backoff_max_ms)
+        r->o.backoff_max_ms = 30000;
+    r->backoff_ms = r->o.backoff_initial_ms;
+    return r;
+}
+
+/* Every error on the session means every lock is gone. */
+static void go_down(lock_registry *r)
+{
+    if (r->conn) {
+        db_close(r->conn);
+        r->conn = NULL;
+        r->losses++;
+    }
+    r->conn_id = 0;
+    strset_clear(&r->held);
+}
+
+void lock_registry_free(lock_registry *r)
+{
+    if (!r)
+        return;
+    if (r->conn) /* closing the session releases its locks */
+        db_close(r->conn);
+    strset_clear(&r->held);
+    db_config_free(&r->cfg);
+    free(r);
+}
+
+static unsigned q(lock_registry *r, const char *sql, const db_value *p, size_t n,
+                  db_result **out, char *err, size_t errlen)
+{
+    r->statements++;
+    return db_exec(r->conn, sql, p, n, out, err, errlen);
+}
+
+static int check_shared(lock_registry *r, char *err, size_t errlen)
+{
+    char e[256], where[300];
+    db_result *res = NULL;
+    db_config_where(&r->cfg, where, sizeof where);
+    if (q(r, "SELECT @@global.read_only", NULL, 0, &res, e, sizeof e)) {
+        snprintf(err, errlen, "lock session at %s: %s", where, e);
+        return LOCK_DOWN;
+    }
+    long long ro = db_get_int(res, 0, 0, 0);
+    db_result_free(res);
+    if (ro) {
+        snprintf(err, errlen,
+                 "database at %s is read-only (@@read_only = 1): its user-level locks are not "
+                 "the primary's; point --db at the primary",
+                 where);
+        return LOCK_REFUSED;
+    }
+    if (q(r, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'", NULL, 0, &res, e, sizeof e)) {
+        snprintf(err, errlen, "lock session at %s: %s", where, e);
+        return LOCK_DOWN;
+    }
+    const char *wsrep = db_get(res, 0, 1);
+    bool galera = wsrep && strcasecmp(wsrep, "ON") == 0;
+    db_result_free(res);
+    if (galera) {
+        snprintf(err, errlen,
+                 "database at %s runs Galera (wsrep_on = ON): user-level locks are not shared "
+                 "between its nodes, so they cannot coordinate servers",
+                 where);
+        return LOCK_REFUSED;
+    }
+    return 0;
+}
+
+int lock_registry_connect(lock_registry *r, char *err, size_t errlen)
+{
+    go_down(r);
+    r->conn = db_open(&r->cfg, err, errlen);
+    if (!r->conn)
+        return LOCK_DOWN;
+    int rc = check_shared(r, err, errlen);
+    if (rc == 0) {
+        /* The server reaps a vanished host's session, and frees its locks,
+         * within this bound; validation keeps a living one from being reaped. */
+        db_value p[] = {db_int(r->o.wait_timeout_s)};
+        char e[256];
+        if (q(r, "SET SESSION wait_timeout = ?", p, 1, NULL, e, sizeof e)) {
+            snprintf(err, errlen, "lock session: %s", e);
+            rc = LOCK_DOWN;
+        }
+    }
+    if (rc != 0) {
+        db_close(r->conn);
+        r->conn = NULL;
+        return rc;
+    }
+    r->conn_id = db_connection_id(r->conn);
+    if (r->ever_up)
+        r->reconnects++;
+    r->ever_up = true;
+    r->backoff_ms = r->o.backoff_initial_ms;
+    return 0;
+}
+
+bool lock_registry_is_up(const lock_registry *r) { return r && r->conn; }
+uint64_t lock_registry_connection_id(const lock_registry *r) { return r ? r->conn_id : 0; }
+uint64_t lock_registry_losses(const lock_registry *r) { return r->losses; }
+uint64_t lock_registry_reconnects(const lock_registry *r) { return r->reconnects; }
+uint64_t lock_registry_statements(const lock_registry *r) { return r->statements; }
+
+bool lock_registry_holds(const lock_registry *r, const char *name)
+{
+    return r->conn && strset_has(&r->held, name);
+}
+
+size_t lock_registry_held(const lock_registry *r, char ***names)
+{
+    return strset_items(&r->held, names);
+}
+
+void lock_names_free(char **names, size_t n)
+{
+    for (size_t i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int lock_registry_acquire(lock_registry *r, const char *name)
+{
+    bool got = false;
+    int n = lock_registry_acquire_many(r, &name, 1, &got);
+    if (n < 0)
+        return LOCK_DOWN;
+    return got ? 1 : 0;
+}
+
+/* One GET_LOCK per column: SELECT GET_LOCK(?,0), GET_LOCK(?,0), ... */
+static int acquire_batch(lock_registry *r, const char *const *names, const size_t *idx,
+                         size_t n, bool *got)
+{
+    size_t sqlcap = 16 + n * 18;
+    char *sql = malloc(sqlcap);
+    db_value *p = calloc(n, sizeof *p);
+    char (*shortn)[LOCK_NAME_MAX + 1] = calloc(n, sizeof *shortn);
+    int rc = 0;
+    if (!sql || !p || !shortn) {
+        rc = -1;
+        goto out;
+    }
+    size_t len = (size_t)snprintf(sql, sqlcap, "SELECT ");
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(sql + len, sqlcap - len, i ? ", GET_LOCK(?, 0)" : "GET_LOCK(?, 0)");
+        lock_name_shorten(names[idx[i]], shortn[i]);
+        p[i] = db_text(shortn[i]);
+    }
+    db_result *res = NULL;
+    char e[256];
+    if (q(r, sql, p, n, &res, e, sizeof e) || res->nrows != 1) {
+        db_result_free(res);
+        rc = -1;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *v = db_get(res, 0, i);
+        if (!v) { /* NULL: the session is in doubt */
+            rc = -1;
+            break;
+        }
+        if (strcmp(v, "1") == 0) {
+            strset_add(&r->held, names[idx[i]]);
+            got[idx[i]] = true;
+        }
+    }
+    db_result_free(res);
+out:
+    free(sql);
+    free(p);
+    free(shortn);
+    return rc;
+}
+
+int lock_registry_acquire_many(lock_registry *r, const char *const *names, size_t n, bool *got)
+{
+    for (size_t i = 0; i < n; i++)
+        got[i] = false;
+    if (!r->conn)
+        return LOCK_DOWN;
+    size_t *todo = calloc(n ? n : 1, sizeof *todo);
+    size_t nt = 0;
+    int held = 0;
+    strset seen = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (strset_has(&r->held, names[i]))
+            got[i] = true; /* never a second GET_LOCK on a name we hold */
+        else if (strset_add(&seen, names[i]))
+            todo[nt++] = i;
+    }
+    for (size_t off = 0; off < nt; off += ACQUIRE_BATCH) {
+        size_t k = nt - off < ACQUIRE_BATCH ? nt - off : ACQUIRE_BATCH;
+        if (acquire_batch(r, names, todo + off, k, got) != 0) {
+            go_down(r);
+            held = LOCK_DOWN;
+            break;
+        }
+    }
+    strset_clear(&seen);
+    free(todo);
+    if (held == LOCK_DOWN) {
+        for (size_t i = 0; i < n; i++)
+            got[i] = false;
+        return LOCK_DOWN;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!got[i] && strset_has(&r->held, names[i])) /* duplicate in the input */
+            got[i] = true;
+        held += got[i];
+    }
+    return held;
+}
+
+int lock_registry_release(lock_registry *r, const char *name)
+{
+    if (!r->conn)
+        return LOCK_DOWN;
+    if (!strset_has(&r->held, name))
+        return 0;
+    char shortn[LOCK_NAME_MAX + 1], e[256];
+    lock_name_shorten(name, shortn);
+    db_value p[] = {db_text(shortn)};
+    db_result *res = NULL;
+    if (q(r, "SELECT RELEASE_LOCK(?)", p, 1, &res, e, sizeof e)) {
+        go_down(r);
+        return LOCK_DOWN;
+    }
+    const char *v = db_get(res, 0, 0);
+    int released = v && strcmp(v, "1") == 0;
+    db_result_free(res);
+    strset_del(&r->held, name);
+    return released;
+}
+
+void lock_registry_release_all(lock_registry *r)
+{
+    if (!r->conn)
+        return;
+    char e[256];
+    if (q(r, "SELECT RELEASE_ALL_LOCKS()", NULL, 0, NULL, e, sizeof e))
+        go_down(r);
+    strset_clear(&r->held);
+}
+
+int lock_registry_validate(lock_registry *r)
+{
+    if (!r->conn)
+        return 0;
+    db_result *res = NULL;
+    char e[256];
+    if (q(r, "SELECT CONNECTION_ID()", NULL, 0, &res, e, sizeof e)) {
+        go_down(r);
+        return 0;
+    }
+    uint64_t id = (uint64_t)db_get_int(res, 0, 0, 0);
+    db_result_free(res);
+    if (id != r->conn_id) { /* a different session holds none of our locks */
+        go_down(r);
+        return 0;
+    }
+    return 1;
+}
+
+int lock_registry_tick(lock_registry *r, uint64_t now_ms, char *err, size_t errlen)
+{
+    int ev = 0;
+    if (r->conn) {
+        if (now_ms - r->last_checked_ms < r->o.validate_interval_ms)
+            return 0;
+        r->last_checked_ms = now_ms;
+        if (lock_registry_validate(r))
+            return 0;
+        snprintf(err, errlen, "lock session lost: every lock is released");
+        ev |= LOCK_EV_LOST;
+        r->next_attempt_ms = now_ms; /* first reconnect right away */
+        r->backoff_ms = r->o.backoff_initial_ms;
+    }
+    if (now_ms < r->next_attempt_ms)
+        return ev;
+    int rc = lock_registry_connect(r, err, errlen);
+    if (rc == LOCK_REFUSED)
+        return LOCK_REFUSED;
+    if (rc == 0) {
+        r->last_checked_ms = now_ms;
+        return ev | LOCK_EV_RECONNECTED;
+    }
+    r->next_attempt_ms = now_ms + r->backoff_ms;
+    r->backoff_ms = r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : r->backoff_ms * 2;
+    return ev;
+}

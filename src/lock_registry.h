@@ -1,0 +1,108 @@
+/*
+ * lock_registry — MySQL/MariaDB user-level locks on one dedicated session.
+ *
+ * A lock lives exactly as long as the session that took it: no lease, no
+ * client clock. The session is never reconnected behind our back
+ * (MYSQL_OPT_RECONNECT off, no mysql_reset_connection), because either would
+ * drop every lock silently. Any error on the session therefore means "every
+ * lock is gone": the held set is cleared and the registry is down until it
+ * has reconnected. While down, acquire fails (fail closed): pausing is
+ * recoverable, two servers driving one pipeline is not.
+ *
+ * Not thread-safe; the daemon drives it from its one loop thread.
+ */
+#ifndef OOPS_LOCK_REGISTRY_H
+#define OOPS_LOCK_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "db.h"
+
+#define LOCK_NAME_MAX 64
+
+enum {
+    LOCK_DOWN = -1,    /* session lost or unreachable: retry later */
+    LOCK_REFUSED = -2, /* the server cannot share user-level locks (Galera, read-only): fatal */
+};
+
+typedef struct lock_registry_options {
+    unsigned validate_interval_ms; /* idle-session check; default 30000 */
+    unsigned wait_timeout_s;       /* session wait_timeout; default 3 validation intervals, >= 10 */
+    unsigned backoff_initial_ms;   /* first reconnect delay; default 500 */
+    unsigned backoff_max_ms;       /* reconnect delay cap; default 30000 */
+} lock_registry_options;
+
+typedef struct lock_registry lock_registry;
+
+/* A registry not yet connected (down). cfg is copied. o may be NULL. */
+lock_registry *lock_registry_new(const db_config *cfg, const lock_registry_options *o);
+/* Releases every lock by closing the session, frees. Safe with NULL. */
+void lock_registry_free(lock_registry *r);
+
+/*
+ * Open the session: record CONNECTION_ID(), set the session wait_timeout and
+ * check the server shares locks. 0 up; LOCK_DOWN (unreachable, reason in
+ * err); LOCK_REFUSED (Galera or read-only, reason in err: do not retry).
+ */
+int lock_registry_connect(lock_registry *r, char *err, size_t errlen);
+
+bool lock_registry_is_up(const lock_registry *r);
+/* CONNECTION_ID() of the current session, 0 when down. */
+uint64_t lock_registry_connection_id(const lock_registry *r);
+/* Times the registry went down after having been up. */
+uint64_t lock_registry_losses(const lock_registry *r);
+/* Successful reconnects after a loss. */
+uint64_t lock_registry_reconnects(const lock_registry *r);
+/* Statements sent on the lock session (bench). */
+uint64_t lock_registry_statements(const lock_registry *r);
+
+/*
+ * GET_LOCK(name, 0). 1 held (a name already held is a no-op success, never a
+ * second GET_LOCK), 0 held by another session, LOCK_DOWN when the registry is
+ * down or the answer was NULL/an error (which also takes it down).
+ */
+int lock_registry_acquire(lock_registry *r, const char *name);
+
+/*
+ * The same contract for many names in one statement. got[i] is set true for
+ * each name held after the call. Returns how many are held (including those
+ * already held), or LOCK_DOWN (every got[i] false).
+ */
+int lock_registry_acquire_many(lock_registry *r, const char *const *names, size_t n, bool *got);
+
+/* RELEASE_LOCK. 1 released, 0 it was not held here, LOCK_DOWN. */
+int lock_registry_release(lock_registry *r, const char *name);
+/* Release every lock held; the session stays open. */
+void lock_registry_release_all(lock_registry *r);
+
+bool lock_registry_holds(const lock_registry *r, const char *name);
+/* A snapshot copy of the held names (as given to acquire). Free with lock_names_free. */
+size_t lock_registry_held(const lock_registry *r, char ***names);
+void lock_names_free(char **names, size_t n);
+
+/*
+ * Check the session now: SELECT CONNECTION_ID() compared with the id
+ * recorded at connect. 1 ok; 0 the session is gone or changed (now down,
+ * held set cleared).
+ */
+int lock_registry_validate(lock_registry *r);
+
+enum { LOCK_EV_LOST = 1, LOCK_EV_RECONNECTED = 2 };
+/*
+ * Drive the registry: validate when the interval has elapsed since the last
+ * use or check, reconnect with exponential backoff while down. now_ms is a
+ * monotonic clock. Returns LOCK_EV_* flags for what happened in this call;
+ * LOCK_REFUSED when a reconnect found a server that cannot share locks.
+ */
+int lock_registry_tick(lock_registry *r, uint64_t now_ms, char *err, size_t errlen);
+
+/*
+ * The name used on the server: names of at most 64 characters unchanged;
+ * longer ones become their first 47 characters, '#', and 16 hex digits of a
+ * 64-bit FNV-1a hash of the whole name — the same on every server.
+ */
+void lock_name_shorten(const char *name, char out[LOCK_NAME_MAX + 1]);
+
+#endif

@@ -1,0 +1,308 @@
+#include "pipeline_store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define PIPELINE_COLUMNS                                                                      \
+    "id, namespace, application, environment, status, deploy_mode, artifact, source, "       \
+    "message, trigger_type, deploy_requested_at, created_at, status_changed_at, driven_by, " \
+    "TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) / 1e6"
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+void pipeline_clear(pipeline *p)
+{
+    if (!p)
+        return;
+    free(p->namespace);
+    free(p->application);
+    free(p->environment);
+    free(p->artifact);
+    free(p->source);
+    free(p->message);
+    free(p->trigger_type);
+    free(p->deploy_requested_at);
+    free(p->created_at);
+    free(p->status_changed_at);
+    free(p->driven_by);
+    memset(p, 0, sizeof *p);
+}
+
+void pipeline_list_free(pipeline *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        pipeline_clear(&v[i]);
+    free(v);
+}
+
+void pipeline_events_free(pipeline_event_row *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++) {
+        free(v[i].event_type);
+        free(v[i].from_status);
+        free(v[i].to_status);
+        free(v[i].message);
+        free(v[i].server);
+        free(v[i].created_at);
+    }
+    free(v);
+}
+
+static void row_to_pipeline(const db_result *r, size_t row, pipeline *p)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->id, sizeof p->id, "%s", db_get(r, row, 0));
+    p->namespace = dup_or_null(db_get(r, row, 1));
+    p->application = dup_or_null(db_get(r, row, 2));
+    p->environment = dup_or_null(db_get(r, row, 3));
+    if (pipeline_status_parse(db_get(r, row, 4), &p->status) != 0)
+        p->status = PS_ERROR; /* the CHECK constraint makes this unreachable */
+    const char *mode = db_get(r, row, 5);
+    p->manual = mode && strcmp(mode, "manual") == 0;
+    p->artifact = dup_or_null(db_get(r, row, 6));
+    p->source = dup_or_null(db_get(r, row, 7));
+    p->message = dup_or_null(db_get(r, row, 8));
+    p->trigger_type = dup_or_null(db_get(r, row, 9));
+    p->deploy_requested_at = dup_or_null(db_get(r, row, 10));
+    p->created_at = dup_or_null(db_get(r, row, 11));
+    p->status_changed_at = dup_or_null(db_get(r, row, 12));
+    p->driven_by = dup_or_null(db_get(r, row, 13));
+    const char *age = db_get(r, row, 14);
+    p->status_age_s = age ? strtod(age, NULL) : 0;
+}
+
+void pipeline_new_id(char *out, size_t len)
+{
+    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[64];
+    if (len > sizeof rnd)
+        len = sizeof rnd;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = getrandom(rnd + got, len - got, 0);
+        if (n > 0)
+            got += (size_t)n;
+    }
+    /* 256 % 36 = 4: a bias of 1 in 64 on the first four letters, harmless for ids. */
+    for (size_t i = 0; i < len; i++)
+        out[i] = alphabet[rnd[i] % 36];
+    out[len] = '\0';
+}
+
+static int check_field(const char *what, const char *v, size_t max, char *err, size_t errlen)
+{
+    if (!v || !*v) {
+        snprintf(err, errlen, "%s is empty", what);
+        return -1;
+    }
+    if (strlen(v) > max) {
+        snprintf(err, errlen, "%s is longer than %zu characters", what, max);
+        return -1;
+    }
+    for (const char *s = v; *s; s++) {
+        if (*s == '/' || (unsigned char)*s < 0x20) {
+            snprintf(err, errlen, "%s \"%s\" holds a '/' or a control character", what, v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static unsigned insert_event(db_conn *c, const char *id, const char *from, pipeline_status to,
+                             const char *message, const char *actor, char *err, size_t errlen)
+{
+    db_value p[] = {db_text(id), db_text(pipeline_event_type(to)), db_text(from),
+                    db_text(pipeline_status_name(to)), db_text(message),
+                    db_text(actor ? actor : "unknown")};
+    return db_exec(c,
+                   "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, to_status, "
+                   "message, server, created_at) VALUES (?, ?, ?, ?, ?, ?, NOW(6))",
+                   p, 6, NULL, err, errlen);
+}
+
+int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], char *err,
+                          size_t errlen)
+{
+    if (check_field("namespace", n->namespace, 63, err, errlen) ||
+        check_field("application", n->application, 63, err, errlen) ||
+        check_field("environment", n->environment, 63, err, errlen))
+        return PSTORE_BAD;
+    if (n->artifact && strlen(n->artifact) > 255) {
+        snprintf(err, errlen, "artifact is longer than 255 characters");
+        return PSTORE_BAD;
+    }
+    const char *trigger = n->trigger ? n->trigger : "release";
+    if (strcmp(trigger, "release") && strcmp(trigger, "rollback")) {
+        snprintf(err, errlen, "trigger \"%s\" is not release or rollback", trigger);
+        return PSTORE_BAD;
+    }
+    char e[512];
+    pipeline_new_id(out_id, 12);
+    if (db_begin(c, err, errlen))
+        return PSTORE_DB;
+    db_value p[] = {db_text(out_id),      db_text(n->namespace), db_text(n->application),
+                    db_text(n->environment), db_text(n->manual ? "manual" : "auto"),
+                    db_text(n->artifact), db_text(n->source),    db_text(trigger),
+                    db_text("Pipeline created.")};
+    unsigned rc = db_exec(c,
+                          "INSERT INTO pipeline (id, namespace, application, environment, status, "
+                          "deploy_mode, artifact, source, trigger_type, message, created_at, "
+                          "status_changed_at) VALUES (?, ?, ?, ?, 'INITIALIZED', ?, ?, ?, ?, ?, "
+                          "NOW(6), NOW(6))",
+                          p, 9, NULL, e, sizeof e);
+    if (rc == 0)
+        rc = insert_event(c, out_id, NULL, PS_INITIALIZED, "Pipeline created.", n->actor, e,
+                          sizeof e);
+    if (rc == 0)
+        rc = db_commit(c, e, sizeof e);
+    if (rc == 0)
+        return 0;
+    db_rollback(c);
+    if (rc == DB_ER_DUP_ENTRY) {
+        snprintf(err, errlen, "an unfinished pipeline already exists for %s/%s in %s",
+                 n->namespace, n->application, n->environment);
+        return PSTORE_EXISTS;
+    }
+    if (rc == 4025 /* ER_CONSTRAINT_FAILED: only source can fail after the checks above */) {
+        snprintf(err, errlen, "source is not valid JSON");
+        return PSTORE_BAD;
+    }
+    snprintf(err, errlen, "%s", e);
+    return PSTORE_DB;
+}
+
+int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
+                              pipeline_status to, const char *message, const char *driver,
+                              const char *actor, char *err, size_t errlen)
+{
+    if (!pipeline_transition_allowed(from, to)) {
+        snprintf(err, errlen, "illegal transition %s -> %s",
+                 pipeline_status_name(from) ? pipeline_status_name(from) : "?",
+                 pipeline_status_name(to) ? pipeline_status_name(to) : "?");
+        return PSTORE_ILLEGAL;
+    }
+    char e[512];
+    if (db_begin(c, err, errlen))
+        return PSTORE_DB;
+    db_result *r = NULL;
+    db_value p[] = {db_text(pipeline_status_name(to)), db_text(message), db_text(driver),
+                    db_text(id), db_text(pipeline_status_name(from))};
+    unsigned rc = db_exec(c,
+                          "UPDATE pipeline SET status = ?, message = ?, status_changed_at = NOW(6), "
+                          "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ?",
+                          p, 5, &r, e, sizeof e);
+    int won = 0;
+    if (rc == 0) {
+        won = r->affected == 1;
+        db_result_free(r);
+        if (won)
+            rc = insert_event(c, id, pipeline_status_name(from), to, message,
+                              actor ? actor : driver, e, sizeof e);
+    }
+    if (rc == 0)
+        rc = db_commit(c, e, sizeof e);
+    if (rc == 0)
+        return won;
+    db_rollback(c);
+    if (rc == DB_ER_DUP_ENTRY) {
+        snprintf(err, errlen, "an unfinished pipeline already exists for this application and environment");
+        return PSTORE_EXISTS;
+    }
+    snprintf(err, errlen, "%s", e);
+    return PSTORE_DB;
+}
+
+int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen)
+{
+    db_result *r = NULL;
+    db_value p[] = {db_text(id)};
+    if (db_exec(c, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE id = ?", p, 1, &r, err,
+                errlen))
+        return PSTORE_DB;
+    int found = r->nrows == 1;
+    if (found)
+        row_to_pipeline(r, 0, out);
+    db_result_free(r);
+    return found;
+}
+
+int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,
+                        pipeline **out, size_t *n, char *err, size_t errlen)
+{
+    /* The status list is bound as parameters: one placeholder per status. */
+    char sql[1024];
+    db_value p[PS__COUNT + 2];
+    size_t np = 0;
+    int len = snprintf(sql, sizeof sql, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE 1 = 1");
+    if (status_mask) {
+        len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status IN (");
+        for (int s = 0; s < PS__COUNT; s++) {
+            if (!(status_mask & (1u << s)))
+                continue;
+            len += snprintf(sql + len, sizeof sql - (size_t)len, np ? ", ?" : "?");
+            p[np++] = db_text(pipeline_status_name((pipeline_status)s));
+        }
+        len += snprintf(sql + len, sizeof sql - (size_t)len, ")");
+    }
+    if (min_age_s > 0) {
+        len += snprintf(sql + len, sizeof sql - (size_t)len,
+                        " AND status_changed_at <= NOW(6) - INTERVAL ? MICROSECOND");
+        p[np++] = db_int((long long)(min_age_s * 1e6));
+    }
+    len += snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at, id");
+    if (limit) {
+        snprintf(sql + len, sizeof sql - (size_t)len, " LIMIT ?");
+        p[np++] = db_int((long long)limit);
+    }
+    db_result *r = NULL;
+    if (db_exec(c, sql, p, np, &r, err, errlen))
+        return PSTORE_DB;
+    *n = r->nrows;
+    *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
+    for (size_t i = 0; i < r->nrows; i++)
+        row_to_pipeline(r, i, &(*out)[i]);
+    db_result_free(r);
+    return 0;
+}
+
+int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,
+                          char *err, size_t errlen)
+{
+    db_result *r = NULL;
+    db_value p[] = {db_text(id)};
+    if (db_exec(c,
+                "SELECT id, event_type, from_status, to_status, message, server, created_at "
+                "FROM pipeline_event WHERE pipeline_id = ? ORDER BY id",
+                p, 1, &r, err, errlen))
+        return PSTORE_DB;
+    *n = r->nrows;
+    *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
+    for (size_t i = 0; i < r->nrows; i++) {
+        pipeline_event_row *e = &(*out)[i];
+        e->id = db_get_int(r, i, 0, 0);
+        e->event_type = dup_or_null(db_get(r, i, 1));
+        e->from_status = dup_or_null(db_get(r, i, 2));
+        e->to_status = dup_or_null(db_get(r, i, 3));
+        e->message = dup_or_null(db_get(r, i, 4));
+        e->server = dup_or_null(db_get(r, i, 5));
+        e->created_at = dup_or_null(db_get(r, i, 6));
+    }
+    db_result_free(r);
+    return 0;
+}
+
+int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t errlen)
+{
+    db_result *r = NULL;
+    db_value p[] = {db_text(id)};
+    if (db_exec(c,
+                "UPDATE pipeline SET deploy_requested_at = NOW(6) WHERE id = ? AND "
+                "status = 'BUILD_SUCCEEDED' AND deploy_requested_at IS NULL",
+                p, 1, &r, err, errlen))
+        return PSTORE_DB;
+    int done = r->affected == 1;
+    db_result_free(r);
+    return done;
+}

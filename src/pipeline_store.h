@@ -1,0 +1,102 @@
+/*
+ * pipeline_store — pipelines in the database.
+ *
+ * Every change of status is a conditional UPDATE from the status the caller
+ * read (rule 2 of DESIGN.md) and counts only when it changed one row. The
+ * change, status_changed_at = NOW(6) (the database's clock) and the
+ * pipeline_event row recording it are written in one transaction, so the
+ * event trail holds every transition that happened exactly once.
+ */
+#ifndef OOPS_PIPELINE_STORE_H
+#define OOPS_PIPELINE_STORE_H
+
+#include "db.h"
+#include "pipeline_state.h"
+
+/* Negative results of the store's calls. */
+enum {
+    PSTORE_ILLEGAL = -1, /* transition not in the table; no SQL was sent */
+    PSTORE_EXISTS = -2,  /* an unfinished pipeline already exists for that application/environment */
+    PSTORE_DB = -3,      /* database error; err says what (db_errno_is_connection tells if lost) */
+    PSTORE_BAD = -4,     /* bad input (empty field, too long) */
+};
+
+typedef struct pipeline {
+    char id[25];
+    char *namespace, *application, *environment;
+    pipeline_status status;
+    bool manual;           /* deploy_mode = 'manual' */
+    char *artifact;        /* may be NULL */
+    char *source;          /* JSON text, may be NULL */
+    char *message;         /* may be NULL */
+    char *trigger_type;    /* "release" | "rollback" */
+    char *deploy_requested_at; /* NULL unless a manual deploy was requested */
+    char *created_at, *status_changed_at; /* "YYYY-MM-DD HH:MM:SS.ffffff" UTC */
+    char *driven_by;       /* server that made the last transition, may be NULL */
+    double status_age_s;   /* seconds since status_changed_at, on the database's clock */
+} pipeline;
+
+typedef struct pipeline_event_row {
+    long long id;
+    char *event_type, *from_status, *to_status, *message, *server, *created_at;
+} pipeline_event_row;
+
+typedef struct pipeline_new {
+    const char *namespace, *application, *environment;
+    bool manual;
+    const char *artifact; /* may be NULL */
+    const char *source;   /* JSON text, may be NULL */
+    const char *trigger;  /* NULL = "release" */
+    const char *actor;    /* recorded as the CREATED event's server */
+} pipeline_new;
+
+void pipeline_clear(pipeline *p);        /* frees the fields, not p */
+void pipeline_list_free(pipeline *v, size_t n);
+void pipeline_events_free(pipeline_event_row *v, size_t n);
+
+/* Fill a new random id of `len` characters from [a-z0-9] (len < size). */
+void pipeline_new_id(char *out, size_t len);
+
+/*
+ * Insert an INITIALIZED pipeline and its CREATED event. 0 with out_id set;
+ * PSTORE_EXISTS when an unfinished one exists for the application and
+ * environment; PSTORE_BAD; PSTORE_DB.
+ */
+int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], char *err,
+                          size_t errlen);
+
+/*
+ * The conditional transition. 1 when this call made it, 0 when the pipeline
+ * was not in `from` any more (someone else won, or it does not exist).
+ * PSTORE_ILLEGAL ("illegal transition A -> B" in err, no SQL sent),
+ * PSTORE_EXISTS (moving to an unfinished status would make a second
+ * unfinished pipeline), PSTORE_DB. `driver` (may be NULL) becomes driven_by;
+ * `actor` is the event's server.
+ */
+int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
+                              pipeline_status to, const char *message, const char *driver,
+                              const char *actor, char *err, size_t errlen);
+
+/* 1 found (*out filled, pipeline_clear it), 0 not found, PSTORE_DB. */
+int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen);
+
+/*
+ * Pipelines whose status is in the mask (bit per pipeline_status; 0 = all),
+ * oldest first, at most `limit` (0 = no limit). When min_age_s > 0, only those
+ * that have been in their status for at least that many seconds, computed in
+ * SQL against NOW(6). 0 with out and n set, or PSTORE_DB.
+ */
+int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,
+                        pipeline **out, size_t *n, char *err, size_t errlen);
+
+/* The event trail of one pipeline, oldest first. */
+int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,
+                          char *err, size_t errlen);
+
+/*
+ * Mark a BUILD_SUCCEEDED manual pipeline as requested for deploy. 1 done,
+ * 0 when it was not BUILD_SUCCEEDED (stale read, or already requested), PSTORE_DB.
+ */
+int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,160 @@
+#include "schema.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct migration {
+    int version;
+    const char *what;
+    const char *const *statements; /* NULL-terminated */
+} migration;
+
+/* 1: the core — pipelines, their event trail, and the servers. */
+static const char *const v1[] = {
+    "CREATE TABLE IF NOT EXISTS pipeline ("
+    " id VARCHAR(24) NOT NULL PRIMARY KEY,"
+    " namespace VARCHAR(63) NOT NULL,"
+    " application VARCHAR(63) NOT NULL,"
+    " environment VARCHAR(63) NOT NULL,"
+    " status VARCHAR(16) NOT NULL,"
+    " deploy_mode VARCHAR(8) NOT NULL DEFAULT 'auto',"
+    " artifact VARCHAR(255) NULL,"
+    " source TEXT NULL,"
+    " message TEXT NULL,"
+    " trigger_type VARCHAR(8) NOT NULL DEFAULT 'release',"
+    " deploy_requested_at DATETIME(6) NULL,"
+    " created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " status_changed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " driven_by VARCHAR(64) NULL,"
+    /* Non-NULL only while unfinished: the UNIQUE index below then lets the
+     * database itself refuse a second unfinished pipeline for one
+     * application and environment, even for two creates racing. */
+    " unfinished_key VARCHAR(200) AS (CASE WHEN status IN"
+    "   ('INITIALIZED','RUNNING','DEPLOYING','ROLLING_OUT')"
+    "   THEN CONCAT(namespace, '/', application, '/', environment) END) STORED,"
+    " CONSTRAINT ck_pipeline_status CHECK (status IN ('INITIALIZED','RUNNING',"
+    "   'BUILD_SUCCEEDED','DEPLOYING','ROLLING_OUT','SUCCEEDED','ERROR','STOPPED')),"
+    " CONSTRAINT ck_pipeline_mode CHECK (deploy_mode IN ('auto','manual')),"
+    " CONSTRAINT ck_pipeline_source CHECK (source IS NULL OR JSON_VALID(source)),"
+    " CONSTRAINT ck_pipeline_trigger CHECK (trigger_type IN ('release','rollback')),"
+    " UNIQUE KEY uq_pipeline_unfinished (unfinished_key),"
+    " KEY ix_pipeline_status (status),"
+    " KEY ix_pipeline_app (namespace, application, environment, created_at)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    "CREATE TABLE IF NOT EXISTS pipeline_event ("
+    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " pipeline_id VARCHAR(24) NOT NULL,"
+    " event_type VARCHAR(24) NOT NULL,"
+    " from_status VARCHAR(16) NULL,"
+    " to_status VARCHAR(16) NOT NULL,"
+    " message TEXT NULL,"
+    " server VARCHAR(64) NOT NULL,"
+    " created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " KEY ix_event_pipeline (pipeline_id, id)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    "CREATE TABLE IF NOT EXISTS server ("
+    " name VARCHAR(64) NOT NULL PRIMARY KEY,"
+    " lock_connection_id BIGINT UNSIGNED NULL,"
+    " started_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " last_seen DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " host VARCHAR(255) NULL,"
+    " pid INT NULL,"
+    " KEY ix_server_conn (lock_connection_id)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+    NULL,
+};
+
+static const migration migrations[] = {
+    {1, "pipelines, events and servers", v1},
+};
+
+#define NMIGRATIONS (sizeof migrations / sizeof migrations[0])
+
+int schema_latest(void) { return migrations[NMIGRATIONS - 1].version; }
+
+static const char create_version_table[] =
+    "CREATE TABLE IF NOT EXISTS schema_version ("
+    " version INT NOT NULL PRIMARY KEY,"
+    " description VARCHAR(255) NOT NULL,"
+    " applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
+
+int schema_current(db_conn *c, char *err, size_t errlen)
+{
+    db_result *r = NULL;
+    if (db_exec(c, create_version_table, NULL, 0, NULL, err, errlen))
+        return -1;
+    if (db_exec(c, "SELECT COALESCE(MAX(version), 0) FROM schema_version", NULL, 0, &r, err,
+                errlen))
+        return -1;
+    int v = (int)db_get_int(r, 0, 0, 0);
+    db_result_free(r);
+    return v;
+}
+
+static unsigned apply(db_conn *c, const migration *m, char *err, size_t errlen)
+{
+    char e[512];
+    for (const char *const *s = m->statements; *s; s++) {
+        unsigned rc = db_exec(c, *s, NULL, 0, NULL, e, sizeof e);
+        if (rc) {
+            snprintf(err, errlen, "migration %d (%s): %s", m->version, m->what, e);
+            return rc;
+        }
+    }
+    db_value p[] = {db_int(m->version), db_text(m->what)};
+    unsigned rc = db_exec(c, "INSERT INTO schema_version (version, description) VALUES (?, ?)", p,
+                          2, NULL, e, sizeof e);
+    if (rc)
+        snprintf(err, errlen, "migration %d (%s): recording it: %s", m->version, m->what, e);
+    return rc;
+}
+
+unsigned schema_migrate(db_conn *c, int *applied, char *err, size_t errlen)
+{
+    char e[512];
+    db_result *r = NULL;
+    int n = 0;
+    if (applied)
+        *applied = 0;
+    /* Wait (bounded) for another runner rather than racing it. */
+    unsigned rc = db_exec(c, "SELECT GET_LOCK('oops:migrate', 60)", NULL, 0, &r, e, sizeof e);
+    if (rc) {
+        snprintf(err, errlen, "taking the migrate lock: %s", e);
+        return rc;
+    }
+    long long got = db_get_int(r, 0, 0, 0);
+    db_result_free(r);
+    if (got != 1) {
+        snprintf(err, errlen, "another runner held the migrate lock (oops:migrate) for 60s");
+        return 1205; /* ER_LOCK_WAIT_TIMEOUT */
+    }
+    int cur = schema_current(c, e, sizeof e);
+    if (cur < 0) {
+        snprintf(err, errlen, "reading schema_version: %s", e);
+        rc = 1;
+        goto out;
+    }
+    if (cur > schema_latest()) {
+        snprintf(err, errlen,
+                 "database schema is version %d, newer than this binary knows (%d): upgrade oopsd",
+                 cur, schema_latest());
+        rc = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < NMIGRATIONS; i++) {
+        if (migrations[i].version <= cur)
+            continue;
+        rc = apply(c, &migrations[i], err, errlen);
+        if (rc)
+            goto out;
+        n++;
+    }
+    if (applied)
+        *applied = n;
+out:
+    db_exec(c, "SELECT RELEASE_LOCK('oops:migrate')", NULL, 0, NULL, e, sizeof e);
+    return rc;
+}

@@ -1,0 +1,37 @@
+# A tiny TAP emitter for the integration tests (sourced).
+#   check DESC CMD...          ok when CMD succeeds
+#   is GOT WANT DESC           ok when GOT == WANT
+#   like GOT REGEX DESC        ok when GOT matches the extended regex
+#   unlike GOT REGEX DESC
+#   wait_for SECONDS DESC CMD...   polls CMD every 0.2 s until it succeeds (not a
+#                              timing assertion: the bound only stops a hung test)
+TAP_N=0
+TAP_FAILED=0
+_tap() { # status desc [diag]
+  TAP_N=$((TAP_N + 1))
+  if [[ $1 == 0 ]]; then echo "ok $TAP_N - $2"; else
+    echo "not ok $TAP_N - $2"; TAP_FAILED=$((TAP_FAILED + 1))
+    [[ -n "${3:-}" ]] && printf '%s\n' "$3" | sed 's/^/#   /'
+  fi
+  return 0
+}
+check() { local d=$1; shift; "$@" >/dev/null 2>&1; _tap $? "$d" "command: $*"; }
+is() { [[ "$1" == "$2" ]]; _tap $? "$3" "got:  '$1'
+want: '$2'"; }
+like() { [[ "$1" =~ $2 ]]; _tap $? "$3" "got:  '$1'
+want match: $2"; }
+unlike() { ! [[ "$1" =~ $2 ]]; _tap $? "$3" "got:  '$1'
+must not match: $2"; }
+wait_for() {
+  local limit=$1 d=$2; shift 2
+  local end=$((SECONDS + limit))
+  while ((SECONDS < end)); do "$@" >/dev/null 2>&1 && { _tap 0 "$d"; return 0; }; sleep 0.2; done
+  _tap 1 "$d" "still false after ${limit}s: $*"; return 1
+}
+done_testing() { echo "1..$TAP_N"; ((TAP_FAILED == 0)); }
+# SQL against the test database, as the test user: sql "SELECT ..." → tab-separated rows
+sql() {
+  local url=${OOPS_TEST_DB#mysql://}; local cred=${url%%@*}; local rest=${url#*@}
+  local hostport=${rest%%/*}; local db=${rest#*/}
+  mariadb --no-defaults -N -B -h"${hostport%%:*}" -P"${hostport##*:}" -u"${cred%%:*}" -p"${cred#*:}" "$db" -e "$1"
+}

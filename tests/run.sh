@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One pass of every suite against a throwaway MariaDB that this script starts
+# in a temporary directory and always removes (also on failure or Ctrl-C).
+#   tests/run.sh BUILD_DIR [SUITE...]     SUITE: unit spec integration scenarios
+# Prints each suite's results and ends with "N passed, N failed".
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build=$(cd "${1:?usage: tests/run.sh BUILD_DIR [SUITE...]}" && pwd); shift
+suites=("$@"); ((${#suites[@]})) || suites=(unit spec integration scenarios)
+
+source "$here/lib/mariadb.sh"
+work=$(mktemp -d /tmp/oops-test.XXXXXX)
+cleanup() {
+  # Any oopsd a test left behind dies with the run.
+  pkill -KILL -f "$work/" 2>/dev/null
+  mariadb_stop
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mariadb_start "$work/mariadb" || exit 1
+export OOPS_TEST_DB="$MDB_URL" OOPS_BUILD="$build" OOPS_ROOT="$root" OOPS_TEST_WORK="$work"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
+
+passed=0 failed=0
+failures=()
+
+# Run one test program; count its TAP lines ("ok" / "not ok"). A program that
+# exits non-zero without reporting a failure (a crash, a sanitizer report)
+# counts as one failure.
+run_one() { # name, command...
+  local name=$1; shift
+  local log="$work/log.$(echo "$name" | tr '/ ' '__')"
+  local t0=$SECONDS
+  "$@" >"$log" 2>&1
+  local rc=$?
+  local ok nok
+  ok=$(grep -cE '^ok ' "$log")
+  nok=$(grep -cE '^not ok ' "$log")
+  if ((rc != 0 && nok == 0)); then nok=1; echo "not ok - $name exited $rc" >>"$log"; fi
+  passed=$((passed + ok)); failed=$((failed + nok))
+  printf '  %-44s %3d passed %3d failed  (%ds)\n' "$name" "$ok" "$nok" $((SECONDS - t0))
+  if ((nok)); then
+    failures+=("$name")
+    echo "----- $name -----"; grep -E '^not ok|^#|ERROR|Error|error|FAIL|runtime error|Sanitizer' "$log" | head -40
+    echo "----- (full log: $log)"
+  fi
+}
+
+for suite in "${suites[@]}"; do
+  echo "== $suite"
+  case $suite in
+    unit)
+      for t in "$build"/test_*; do
+        [[ -x $t ]] || continue
+        # Each test program gets its own database.
+        db=$(basename "$t")
+        OOPS_TEST_DB=$(mariadb_new_db "$db") CMOCKA_MESSAGE_OUTPUT=TAP run_one "unit/$db" "$t"
+      done ;;
+    spec)
+      shopt -s nullglob
+      specs=("$here"/spec/*_spec.lua)
+      shopt -u nullglob
+      if ((${#specs[@]})); then
+        OOPS_TEST_DB=$(mariadb_new_db spec) run_one "spec" \
+          "$build/oopsd" lua /usr/bin/busted --lpath="$root/lua/?.lua;$root/lua/?/init.lua" -o TAP "${specs[@]}"
+      fi ;;
+    integration)
+      for t in "$here"/integration/*.sh; do
+        [[ -e $t ]] || continue
+        n=$(basename "$t" .sh)
+        OOPS_TEST_DB=$(mariadb_new_db "it_$n") run_one "integration/$n" bash "$t"
+      done ;;
+    scenarios)
+      for t in "$here"/scenarios/*.lua; do
+        [[ -e $t ]] || continue
+        n=$(basename "$t" .lua)
+        OOPS_TEST_DB=$(mariadb_new_db "sc_$n") run_one "scenarios/$n" \
+          "$build/oopsctl" --db "$(mariadb_new_db "sc_$n")" scenario "$t"
+      done ;;
+    *) echo "unknown suite $suite" >&2; failed=$((failed + 1)) ;;
+  esac
+done
+
+((${#failures[@]})) && echo "failed: ${failures[*]}"
+echo "$passed passed, $failed failed"
+((failed == 0))
