@@ -151,6 +151,13 @@ int lock_registry_connect(lock_registry *r, char *err, size_t errlen)
     return 0;
 }
 
+void lock_registry_set_validate_interval(lock_registry *r, unsigned ms)
+{
+    r->o.validate_interval_ms = ms;
+    unsigned w = 3 * ms / 1000;
+    r->o.wait_timeout_s = w < 10 ? 10 : w;
+}
+
 bool lock_registry_is_up(const lock_registry *r) { return r && r->conn; }
 uint64_t lock_registry_connection_id(const lock_registry *r) { return r ? r->conn_id : 0; }
 uint64_t lock_registry_losses(const lock_registry *r) { return r->losses; }

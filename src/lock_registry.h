@@ -58,6 +58,10 @@ uint64_t lock_registry_reconnects(const lock_registry *r);
 /* Statements sent on the lock session (bench). */
 uint64_t lock_registry_statements(const lock_registry *r);
 
+/* Change the validation interval (policy reload); the session's
+ * wait_timeout follows at the next connect. */
+void lock_registry_set_validate_interval(lock_registry *r, unsigned ms);
+
 /*
  * GET_LOCK(name, 0). 1 held (a name already held is a no-op success, never a
  * second GET_LOCK), 0 held by another session, LOCK_DOWN when the registry is

@@ -228,14 +228,15 @@ int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, siz
     return found;
 }
 
-int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,
-                        pipeline **out, size_t *n, char *err, size_t errlen)
+static int list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit, bool owned,
+                pipeline **out, size_t *n, char *err, size_t errlen)
 {
     /* The status list is bound as parameters: one placeholder per status. */
     char sql[1024];
     db_value p[PS__COUNT + 2];
     size_t np = 0;
-    int len = snprintf(sql, sizeof sql, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE 1 = 1");
+    int len = snprintf(sql, sizeof sql, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1",
+                       owned ? ", COALESCE(IS_USED_LOCK(CONCAT('oops:pipeline:', id)), 0)" : "");
     if (status_mask) {
         len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status IN (");
         for (int s = 0; s < PS__COUNT; s++) {
@@ -261,10 +262,25 @@ int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size
         return PSTORE_DB;
     *n = r->nrows;
     *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
-    for (size_t i = 0; i < r->nrows; i++)
+    for (size_t i = 0; i < r->nrows; i++) {
         row_to_pipeline(r, i, &(*out)[i]);
+        if (owned)
+            (*out)[i].lock_owner = db_get_int(r, i, 15, 0);
+    }
     db_result_free(r);
     return 0;
+}
+
+int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,
+                        pipeline **out, size_t *n, char *err, size_t errlen)
+{
+    return list(c, status_mask, min_age_s, limit, false, out, n, err, errlen);
+}
+
+int pipeline_store_list_owned(db_conn *c, unsigned status_mask, pipeline **out, size_t *n,
+                              char *err, size_t errlen)
+{
+    return list(c, status_mask, 0, 0, true, out, n, err, errlen);
 }
 
 int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,

@@ -34,6 +34,7 @@ typedef struct pipeline {
     char *created_at, *status_changed_at; /* "YYYY-MM-DD HH:MM:SS.ffffff" UTC */
     char *driven_by;       /* server that made the last transition, may be NULL */
     double status_age_s;   /* seconds since status_changed_at, on the database's clock */
+    long long lock_owner;  /* pipeline_store_list_owned: IS_USED_LOCK('oops:pipeline:ID'), 0 = free */
 } pipeline;
 
 typedef struct pipeline_event_row {
@@ -88,6 +89,14 @@ int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, siz
  */
 int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,
                         pipeline **out, size_t *n, char *err, size_t errlen);
+
+/*
+ * Like pipeline_store_list (no age filter, no limit), each with lock_owner:
+ * the connection id holding its lock oops:pipeline:ID, 0 when free — so a
+ * server asks GET_LOCK only for pipelines nobody drives.
+ */
+int pipeline_store_list_owned(db_conn *c, unsigned status_mask, pipeline **out, size_t *n,
+                              char *err, size_t errlen);
 
 /* The event trail of one pipeline, oldest first. */
 int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,

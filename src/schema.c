@@ -66,8 +66,65 @@ static const char *const v1[] = {
     NULL,
 };
 
+/* 2: the engine — the simulated cluster and the exec gateway's jobs and output. */
+static const char *const v2[] = {
+    /* The simulated gateway's cluster, shared by every server (DESIGN.md). A
+     * deleted row is a missing job; outcome: NULL = succeeds when ready_at is
+     * reached, 'pending' = exists without a status, 'failed' (build) or a
+     * failure reason (rollout), 'stopped'. */
+    "CREATE TABLE IF NOT EXISTS sim_job ("
+    " pipeline_id VARCHAR(200) NOT NULL," /* a pipeline id, or ns/app/env for restarts */
+    " kind VARCHAR(16) NOT NULL,"
+    " started_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " ready_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " outcome VARCHAR(255) NULL,"
+    " server VARCHAR(64) NULL,"
+    " PRIMARY KEY (pipeline_id, kind)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    "CREATE TABLE IF NOT EXISTS sim_call ("
+    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " pipeline_id VARCHAR(24) NULL,"
+    " target VARCHAR(200) NOT NULL,"
+    " action VARCHAR(16) NOT NULL,"
+    " server VARCHAR(64) NOT NULL,"
+    " created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " KEY ix_sim_call_pipeline (pipeline_id, action),"
+    " KEY ix_sim_call_target (target, action)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    /* The exec gateway's jobs: a build process belongs to the server that
+     * drives its pipeline; its outcome is kept so a takeover after the build
+     * finished can carry on. */
+    "CREATE TABLE IF NOT EXISTS exec_job ("
+    " pipeline_id VARCHAR(24) NOT NULL,"
+    " kind VARCHAR(16) NOT NULL,"
+    " server VARCHAR(64) NOT NULL,"
+    " state VARCHAR(16) NOT NULL,"
+    " exit_status INT NULL,"
+    " started_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " finished_at DATETIME(6) NULL,"
+    " PRIMARY KEY (pipeline_id, kind)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    /* Command output per pipeline, so `oopsctl logs ID` works from any host. */
+    "CREATE TABLE IF NOT EXISTS pipeline_log ("
+    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " pipeline_id VARCHAR(24) NOT NULL,"
+    " step VARCHAR(16) NOT NULL,"
+    " server VARCHAR(64) NOT NULL,"
+    " argv TEXT NOT NULL,"
+    " exit_status INT NULL,"
+    " output MEDIUMTEXT NULL,"
+    " created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " KEY ix_pipeline_log (pipeline_id, id)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+    NULL,
+};
+
 static const migration migrations[] = {
     {1, "pipelines, events and servers", v1},
+    {2, "simulated cluster, exec jobs, pipeline logs", v2},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

@@ -1,0 +1,87 @@
+-- The engine: the scans, run by tasks at the running policy's cadence.
+-- The C daemon calls load (start and SIGHUP), start, stop and
+-- on_locks_reconnected; everything else happens in scan tasks.
+--
+-- A reload swaps the running policy atomically between ticks: each tick reads
+-- `current` once at its start and uses that policy to its end, so a scan never
+-- sees half of one policy and half of another. A changed cadence applies
+-- from the next tick.
+local oops = require("oops")
+local log = require("oops.log")
+local policy = require("oops.policy")
+local gateway = require("oops.gateway")
+local hooks = require("oops.hooks")
+
+local M = {}
+
+local current        -- { policy = p, gateway = gw }
+local running = false
+
+-- Scans: name → module with run(policy, gateway) and the interval it wants.
+M.scans = {
+  { mod = "oops.scans.build", interval = function(p) return p.scan.interval_ms end },
+  { mod = "oops.scans.rollout", interval = function(p) return p.scan.interval_ms end },
+}
+
+function M.policy() return current and current.policy end
+function M.gateway() return current and current.gateway end
+
+-- Load and validate every policy file in dir; when apply, make it the
+-- running policy. true | false, {errors}.
+function M.load(dir, apply)
+  local p, errs = policy.load_dir(dir, { cron_parse = oops.cron.parse })
+  if not p then return false, errs end
+  local ok, gw = pcall(gateway.new, p, current and current.gateway)
+  if not ok then return false, { tostring(gw) } end
+  if apply then
+    current = { policy = p, gateway = gw }
+    hooks.set(p.hooks)
+    oops.locks.set_validate_interval(p.locks.validate_every_ms)
+  end
+  return true
+end
+
+local function labels(name) return { scan = name } end
+
+-- One scan's life: tick, sleep the policy's interval, tick again. Never
+-- overlaps itself (one task per scan); an error in a tick is caught, logged
+-- with its traceback, counted, and the next tick runs.
+local function loop(def)
+  local scan = require(def.mod)
+  local name = scan.name
+  while running do
+    local cur = current
+    if oops.locks.is_up() or def.without_locks then
+      local t0 = oops.now_ms()
+      local ok, err = xpcall(scan.run, debug.traceback, cur.policy, cur.gateway)
+      oops.metrics.inc("oops_scan_runs_total", labels(name))
+      oops.metrics.observe("oops_scan_duration_seconds", labels(name), (oops.now_ms() - t0) / 1000)
+      if not ok then
+        oops.metrics.inc("oops_scan_errors_total", labels(name))
+        local text = tostring(err)
+        local first, tb = text:match("^(.-)\n(stack traceback:.*)$")
+        log.error("scan failed: " .. (first or text), { scan = name, traceback = tb })
+      end
+    end
+    local wait = def.next_ms and def.next_ms(current.policy) or def.interval(current.policy)
+    if not oops.sleep(wait) then break end
+  end
+end
+
+function M.start()
+  running = true
+  for _, def in ipairs(M.scans) do
+    oops.task("scan " .. def.mod:match("[^.]+$"), loop, def)
+  end
+end
+
+-- SIGTERM: start no new tick; in-flight ticks finish (the daemon waits, bounded).
+function M.stop()
+  running = false
+  local gw = current and current.gateway
+  if gw and gw.stop then gw.stop() end
+end
+
+function M.on_locks_reconnected() end
+
+return M

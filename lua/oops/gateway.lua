@@ -1,0 +1,24 @@
+-- The gateway the scans talk to, built from the running policy. The same
+-- engine drives a cluster, shell commands or the simulator through one
+-- interface (DESIGN.md, "The engine"):
+--   build_submit(p) → true | nil, err        build_status(p) → "running" | "succeeded" |
+--   build_stop(p)   → true | nil, err          "failed" | "pending" | "missing" | nil, err
+--   deploy(p)       → true | nil, err        rollout_health(p) → {missing} | {failure=} |
+--   restart(app, env) → true | nil, err        {complete} | {not_ready_for=s} | nil, err
+--   probe(target)   → {pods} | nil, err
+local M = {}
+
+local kinds = {
+  simulated = "oops.gateways.simulated",
+  exec = "oops.gateways.exec",
+}
+
+-- A new gateway for policy p; the previous one (if any) is handed over so a
+-- gateway that keeps state (exec's running processes) survives a reload.
+function M.new(p, previous)
+  local mod = kinds[p.gateway.kind]
+  if not mod then error("gateway \"" .. tostring(p.gateway.kind) .. "\" is not available") end
+  return require(mod).new(p.gateway, p, previous)
+end
+
+return M

@@ -1,0 +1,120 @@
+-- The simulated gateway: a cluster that lives in the database (sim_job), so
+-- every server sees the same one, and that records every call it receives in
+-- sim_call (pipeline_id, target, action, server, created_at) so tests can
+-- count side effects. Its contract is fixed (DESIGN.md, "Policies"):
+--   gateway "simulated" { build = "2s", deploy = "0s", rollout = "1s" }
+-- makes every build take `build`, every deploy `deploy`, every rollout
+-- complete `rollout` after the deploy. Deleting a sim_job row makes that job
+-- missing; setting its outcome makes it fail:
+--   build rows:   outcome 'failed' → failed, 'pending' → exists without a status
+--   rollout rows: outcome = a failure reason (e.g. "ImagePullBackOff (api-0)")
+-- Restart failures: a sim_job row (pipeline_id = 'ns/app/env', kind = 'restart')
+-- with an outcome makes restarts of that target fail with it.
+local oops = require("oops")
+
+local M = {}
+
+local function target(p) return p.namespace .. "/" .. p.application .. "/" .. p.environment end
+
+local function record(pipeline_id, tgt, action)
+  return oops.db.exec("INSERT INTO sim_call (pipeline_id, target, action, server) VALUES (?, ?, ?, ?)",
+    pipeline_id, tgt, action, oops.server_name())
+end
+
+function M.new(cfg)
+  local gw = { kind = "simulated" }
+  local build_us = (cfg.build_ms or 2000) * 1000
+  local deploy_ms = cfg.deploy_ms or 0
+  local rollout_us = (cfg.rollout_ms or 1000) * 1000
+
+  function gw.build_submit(p)
+    local ok, err = record(p.id, target(p), "build_submit")
+    if not ok then return nil, err end
+    ok, err = oops.db.exec(
+      "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
+      "VALUES (?, 'build', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
+      "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
+      "outcome = NULL, server = VALUES(server)",
+      p.id, build_us, oops.server_name())
+    if not ok then return nil, err end
+    return true
+  end
+
+  function gw.build_status(p)
+    local rows, err = oops.db.exec(
+      "SELECT outcome, NOW(6) >= ready_at AS ready FROM sim_job WHERE pipeline_id = ? AND kind = 'build'",
+      p.id)
+    if not rows then return nil, err end
+    local job = rows[1]
+    if not job then return "missing" end
+    if job.outcome == "pending" then return "pending" end
+    if job.outcome == "failed" then return "failed" end
+    if job.outcome == "stopped" then return "failed" end
+    if job.ready == 1 then return "succeeded" end
+    return "running"
+  end
+
+  function gw.build_stop(p)
+    local ok, err = record(p.id, target(p), "build_stop")
+    if not ok then return nil, err end
+    ok, err = oops.db.exec(
+      "UPDATE sim_job SET outcome = 'stopped' WHERE pipeline_id = ? AND kind = 'build'", p.id)
+    if not ok then return nil, err end
+    return true
+  end
+
+  function gw.deploy(p)
+    local ok, err = record(p.id, target(p), "deploy")
+    if not ok then return nil, err end
+    if deploy_ms > 0 then oops.sleep(deploy_ms) end
+    ok, err = oops.db.exec(
+      "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
+      "VALUES (?, 'rollout', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
+      "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
+      "outcome = NULL, server = VALUES(server)",
+      p.id, rollout_us, oops.server_name())
+    if not ok then return nil, err end
+    return true
+  end
+
+  function gw.rollout_health(p)
+    local rows, err = oops.db.exec(
+      "SELECT outcome, NOW(6) >= ready_at AS ready, " ..
+      "TIMESTAMPDIFF(MICROSECOND, started_at, NOW(6)) / 1e6 AS age " ..
+      "FROM sim_job WHERE pipeline_id = ? AND kind = 'rollout'", p.id)
+    if not rows then return nil, err end
+    local job = rows[1]
+    if not job then return { missing = true } end
+    if job.outcome then return { failure = job.outcome } end
+    if job.ready == 1 then return { complete = true } end
+    return { not_ready_for = job.age }
+  end
+
+  function gw.restart(app, env)
+    local tgt = app .. "/" .. env
+    local ok, err = record(nil, tgt, "restart")
+    if not ok then return nil, err end
+    local rows = oops.db.exec(
+      "SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = 'restart'", tgt)
+    if rows and rows[1] and rows[1].outcome then return nil, rows[1].outcome end
+    return true
+  end
+
+  -- Firing pods for a target: rows of sim_metric (issue 5 fills the table's use).
+  function gw.probe(t)
+    local ok, err = record(nil, t.namespace .. "/" .. t.application .. "/" .. t.environment, "probe")
+    if not ok then return nil, err end
+    local rows, perr = oops.db.exec(
+      "SELECT pod FROM sim_metric WHERE namespace = ? AND application = ? AND environment = ? " ..
+      "AND metric = ? AND value > ? ORDER BY pod",
+      t.namespace, t.application, t.environment, t.metric, t.threshold)
+    if not rows then return nil, perr end
+    local pods = {}
+    for _, r in ipairs(rows) do pods[#pods + 1] = r.pod end
+    return pods
+  end
+
+  return gw
+end
+
+return M

@@ -1,0 +1,17 @@
+-- What the engine writes into pipeline messages and events (REFERENCE.md
+-- sections 4, 6 and 10, in English). Kept in one place so tests, docs and
+-- notifications agree on the wording.
+return {
+  build_started     = "Build started.",
+  build_succeeded   = "Image built, waiting for a manual release.",
+  build_failed      = "Image build failed, see the pipeline log.",
+  build_missing     = "Build failed: build job missing (deleted, reaped, or its server died).",
+  deploying         = "The release has entered the deploy phase.",
+  rolling_out       = "Waiting for the new version to take effect…",
+  succeeded         = "The application was released successfully.",
+  workload_missing  = "Deployment failed: the workload does not exist.",
+  deploy_failed     = "Deployment failed: ",          -- .. reason
+  rollout_timed_out = "Release timed out: the new version was not ready in time.",
+  deploy_timed_out  = "Deploy timed out: the pipeline stayed DEPLOYING longer than the deploy timeout (its server may have died mid-deploy).",
+  deploy_refused    = "Deploy refused: another pipeline for this application and environment is unfinished.",
+}

@@ -1,0 +1,87 @@
+-- What the build and rollout scans share: lock names, taking a fair share of
+-- the free pipelines in one batched statement, and transitions that respect
+-- the lock (rule 1) and the database's verdict (rule 2).
+local oops = require("oops")
+local log = require("oops.log")
+local hooks = require("oops.hooks")
+
+local M = {}
+
+function M.lock_name(id) return "oops:pipeline:" .. id end
+
+-- Servers alive now: those whose name lock (held for the life of their lock
+-- session) is taken. A SIGKILLed server drops out the moment its session does.
+local function live_servers()
+  local rows = oops.db.exec(
+    "SELECT COUNT(*) AS n FROM server WHERE IS_USED_LOCK(CONCAT('oops:server:', name)) IS NOT NULL")
+  local n = rows and rows[1] and rows[1].n or 1
+  return math.max(n, 1)
+end
+
+local function shuffle(t)
+  for i = #t, 2, -1 do
+    local j = math.random(i)
+    t[i], t[j] = t[j], t[i]
+  end
+end
+
+-- The candidates this server drives after this call: those it already holds,
+-- plus a fair share of the free ones (so that several servers drive), taken
+-- in one GET_LOCK statement. Pipelines held by another server are not asked
+-- for at all. nil, err when the lock session is down (fail closed).
+function M.take(candidates)
+  local mine, free = {}, {}
+  for _, p in ipairs(candidates) do
+    if oops.locks.holds(M.lock_name(p.id)) then
+      mine[#mine + 1] = p
+    elseif not p.lock_owner then
+      free[#free + 1] = p
+    end
+  end
+  if #free == 0 then return mine end
+  local share = math.ceil(#free / live_servers())
+  shuffle(free)
+  local names = {}
+  for i = 1, share do names[i] = M.lock_name(free[i].id) end
+  local got, err = oops.locks.acquire_many(names)
+  if not got then return nil, err end
+  for i = 1, share do
+    if got[names[i]] then
+      mine[#mine + 1] = free[i]
+      log.info("driving", { pipeline = free[i].id, app = free[i].app, env = free[i].environment })
+    end
+  end
+  return mine
+end
+
+-- Still ours? A lock lost mid-step (session gone) means: touch nothing more.
+function M.held(p)
+  return oops.locks.holds(M.lock_name(p.id))
+end
+
+-- The conditional transition, only while we hold the lock. true when this
+-- call made it; false when someone else changed the status first (or the
+-- lock is gone); nil, err, code on a database error.
+function M.transition(p, from, to, message, scan)
+  if not M.held(p) then
+    log.warn("lock lost mid-step: leaving the pipeline alone", { scan = scan, pipeline = p.id })
+    return false
+  end
+  local won, err, code = oops.store.transition(p.id, from, to, message)
+  if won == nil then
+    log.error("transition " .. from .. " -> " .. to .. " failed: " .. tostring(err),
+      { scan = scan, pipeline = p.id })
+    return nil, err, code
+  end
+  if won then
+    p.status = to
+    log.info(from .. " -> " .. to, { scan = scan, pipeline = p.id, app = p.app, env = p.environment })
+    hooks.call("on_transition", p, from, to)
+  else
+    log.info("claim " .. from .. " -> " .. to .. " lost: the status changed meanwhile",
+      { scan = scan, pipeline = p.id })
+  end
+  return won
+end
+
+return M

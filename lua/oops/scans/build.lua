@@ -1,0 +1,107 @@
+-- The build scan (DESIGN.md "The engine"; REFERENCE.md sections 3, 4, 9, 12):
+-- INITIALIZED → claim RUNNING, then submit the build (claim, then act);
+-- RUNNING → ask the build's status; BUILD_SUCCEEDED with a deploy request →
+-- deploy. Every step first takes the pipeline's lock (batched for the scan).
+local oops = require("oops")
+local log = require("oops.log")
+local msg = require("oops.messages")
+local P = require("oops.pipelines")
+local hooks = require("oops.hooks")
+
+local M = { name = "build" }
+
+local SCAN = "build"
+
+local function t(p, from, to, message) return P.transition(p, from, to, message, SCAN) end
+
+-- Claim DEPLOYING, apply the artifact, claim ROLLING_OUT. A lost claim means
+-- the pipeline was stopped (or taken) meanwhile: announce nothing, do nothing.
+function M.deploy(p, from, gw)
+  local won, err, code = t(p, from, "DEPLOYING", msg.deploying)
+  if won == nil and code == "exists" then
+    -- A manual release beside an unfinished pipeline: refuse it once, visibly.
+    oops.db.exec("UPDATE pipeline SET deploy_requested_at = NULL, message = ? " ..
+      "WHERE id = ? AND status = 'BUILD_SUCCEEDED'", msg.deploy_refused, p.id)
+    log.warn(msg.deploy_refused, { scan = SCAN, pipeline = p.id })
+    return
+  end
+  if not won then return end
+  local ok, derr = gw.deploy(p)
+  if not ok then
+    t(p, "DEPLOYING", "ERROR", msg.deploy_failed .. tostring(derr))
+    return
+  end
+  t(p, "DEPLOYING", "ROLLING_OUT", msg.rolling_out)
+end
+
+local function initialized(p, gw)
+  if not t(p, "INITIALIZED", "RUNNING", msg.build_started) then return end
+  local ok, err = gw.build_submit(p)
+  if not ok then
+    -- REFERENCE 12.5: never leave it INITIALIZED/RUNNING without a job.
+    t(p, "RUNNING", "ERROR", "Build could not be submitted: " .. tostring(err))
+  end
+end
+
+local function running(p, gw, pol)
+  local st, err = gw.build_status(p)
+  if not st then
+    -- A gateway error is transient: the next tick asks again (REFERENCE 12.6),
+    -- bounded by the build timeout below.
+    log.warn("build status unavailable: " .. tostring(err), { scan = SCAN, pipeline = p.id })
+  elseif st == "succeeded" then
+    if p.manual then
+      t(p, "RUNNING", "BUILD_SUCCEEDED", msg.build_succeeded)
+    else
+      M.deploy(p, "RUNNING", gw)
+    end
+    return
+  elseif st == "failed" then
+    t(p, "RUNNING", "ERROR", msg.build_failed)
+    return
+  elseif st == "missing" then
+    -- The seed: a missing job fails the build at once; it never comes back.
+    if hooks.call("on_build_lost", p) == "resubmit" then
+      log.warn("build job missing: resubmitting (on_build_lost)", { scan = SCAN, pipeline = p.id })
+      local ok, serr = gw.build_submit(p)
+      if ok then return end
+      t(p, "RUNNING", "ERROR", "Build could not be resubmitted: " .. tostring(serr))
+      return
+    end
+    t(p, "RUNNING", "ERROR", msg.build_missing)
+    return
+  end
+  -- running, pending (a job without a status yet), or a gateway error
+  if p.status_age * 1000 >= ((pol.build and pol.build.timeout_ms) or 7200000) then
+    t(p, "RUNNING", "ERROR", "Build timed out: still running after the build timeout.")
+  end
+end
+
+function M.run(pol, gw)
+  local list, err = oops.store.list {
+    statuses = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }, lock_owner = true }
+  if not list then error("listing pipelines: " .. tostring(err)) end
+  local candidates = {}
+  for _, p in ipairs(list) do
+    if p.status ~= "BUILD_SUCCEEDED" or p.deploy_requested_at then
+      candidates[#candidates + 1] = p
+    end
+  end
+  local mine, lerr = P.take(candidates)
+  if not mine then
+    log.warn("lock session down: driving nothing (" .. tostring(lerr) .. ")", { scan = SCAN })
+    return
+  end
+  for _, p in ipairs(mine) do
+    if oops.stopping() then return end
+    if p.status == "INITIALIZED" then
+      initialized(p, gw)
+    elseif p.status == "RUNNING" then
+      running(p, gw, pol)
+    elseif p.status == "BUILD_SUCCEEDED" then
+      M.deploy(p, "BUILD_SUCCEEDED", gw)
+    end
+  end
+end
+
+return M

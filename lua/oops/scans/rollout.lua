@@ -1,0 +1,105 @@
+-- The rollout scan (REFERENCE.md sections 5, 6, 12), with the sweep:
+--   1. snapshot the pipeline locks this server holds,
+--   2. then query the active pipelines,
+--   3. release the held locks whose pipeline is no longer active (stopping the
+--      build of a STOPPED one first).
+-- In that order: a lock the build scan takes between 1 and 2 is not in the
+-- snapshot, so it is never swept as "no longer active".
+-- Then DEPLOYING past the deploy timeout → ERROR (a server that died
+-- mid-deploy never strands a pipeline), and ROLLING_OUT → health.
+local oops = require("oops")
+local log = require("oops.log")
+local msg = require("oops.messages")
+local P = require("oops.pipelines")
+
+local M = { name = "rollout" }
+local SCAN = "rollout"
+
+local ACTIVE = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED", "DEPLOYING", "ROLLING_OUT" }
+
+local function t(p, from, to, message) return P.transition(p, from, to, message, SCAN) end
+
+local function sweep(held, active, gw)
+  local live = {}
+  for _, p in ipairs(active) do live[p.id] = true end
+  for _, name in ipairs(held) do
+    local id = name:match("^oops:pipeline:(.+)$")
+    if id and not live[id] then
+      local p = oops.store.get(id)
+      local release = true
+      if p and p.status == "STOPPED" then
+        local ok, err = gw.build_stop(p)
+        if not ok then
+          -- Keep the lock: the next tick tries to stop the job again.
+          log.warn("stopping the build of a stopped pipeline failed: " .. tostring(err),
+            { scan = SCAN, pipeline = id })
+          release = false
+        else
+          log.info("stopped: build job stopped, lock released", { scan = SCAN, pipeline = id })
+        end
+      end
+      if release then oops.locks.release(name) end
+    end
+  end
+end
+
+local function deploying(p, pol)
+  -- status_age is computed in SQL against NOW(6): no server clock, and no
+  -- server restart, moves it.
+  if p.status_age * 1000 >= pol.deploy.timeout_ms then
+    t(p, "DEPLOYING", "ERROR", msg.deploy_timed_out)
+  end
+end
+
+local function rolling_out(p, pol, gw)
+  local h, err = gw.rollout_health(p)
+  if not h then
+    log.warn("rollout health unavailable: " .. tostring(err), { scan = SCAN, pipeline = p.id })
+  elseif h.missing then
+    t(p, "ROLLING_OUT", "ERROR", msg.workload_missing)
+    return
+  elseif h.failure then
+    t(p, "ROLLING_OUT", "ERROR", msg.deploy_failed .. h.failure)
+    return
+  elseif h.complete then
+    t(p, "ROLLING_OUT", "SUCCEEDED", msg.succeeded)
+    return
+  end
+  -- Not ready (or the gateway did not answer): bounded by the rollout
+  -- timeout; exactly the timeout counts (REFERENCE 5).
+  local age = p.status_age
+  if h and h.not_ready_for then age = h.not_ready_for end
+  if age * 1000 >= pol.rollout.timeout_ms then
+    t(p, "ROLLING_OUT", "ERROR", msg.rollout_timed_out)
+  end
+end
+
+function M.run(pol, gw)
+  local held = oops.locks.held() -- before the query: see the header
+  local active, err = oops.store.list { statuses = ACTIVE, lock_owner = true }
+  if not active then error("listing pipelines: " .. tostring(err)) end
+  if not oops.locks.is_up() then
+    log.warn("lock session down: driving nothing", { scan = SCAN })
+    return
+  end
+  sweep(held, active, gw)
+  local candidates = {}
+  for _, p in ipairs(active) do
+    if p.status == "DEPLOYING" or p.status == "ROLLING_OUT" then candidates[#candidates + 1] = p end
+  end
+  local mine, lerr = P.take(candidates)
+  if not mine then
+    log.warn("lock session down: driving nothing (" .. tostring(lerr) .. ")", { scan = SCAN })
+    return
+  end
+  for _, p in ipairs(mine) do
+    if oops.stopping() then return end
+    if p.status == "DEPLOYING" then
+      deploying(p, pol)
+    elseif p.status == "ROLLING_OUT" then
+      rolling_out(p, pol, gw)
+    end
+  end
+end
+
+return M

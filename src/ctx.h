@@ -1,0 +1,37 @@
+/*
+ * ctx — what the daemon owns and the Lua bindings reach: the loop, the
+ * connections, the lock registry, counters and policy state. It lives in C
+ * so that it outlives any policy reload; Lua holds no pointer it could free.
+ */
+#ifndef OOPS_CTX_H
+#define OOPS_CTX_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "db.h"
+#include "http_client.h"
+#include "lock_registry.h"
+#include "metrics.h"
+
+struct runtime;
+
+typedef struct oops_ctx {
+    uv_loop_t *loop;
+    char server_name[65];
+    db_config dbcfg;           /* valid when have_db */
+    bool have_db;
+    db_conn *work;             /* the work connection, NULL until connected */
+    lock_registry *locks;      /* the lock session, NULL until connected */
+    http_client *http;         /* created lazily by the HTTP binding */
+    metrics *metrics;
+    struct runtime *rt;
+    bool stopping;             /* SIGTERM/SIGINT received: no new ticks */
+    /* policy state, for /healthz and /status */
+    bool policy_loaded;
+    int policy_version;        /* successful loads so far */
+    char *policy_error;        /* last failed reload's errors, NULL when the running policy is current */
+    char policy_dir[1024];
+} oops_ctx;
+
+#endif

@@ -1,0 +1,596 @@
+#include "daemon.h"
+
+#include <curl/curl.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include <mysql.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "buf.h"
+#include "ctx.h"
+#include "http_server.h"
+#include "log.h"
+#include "runtime.h"
+#include "schema.h"
+
+#define TICK_MS 200
+#define HEARTBEAT_MS 10000
+
+typedef struct server_state {
+    oops_ctx ctx;
+    uv_loop_t loop;
+    daemon_options o;
+    int engine;              /* registry ref of require("oops.engine") */
+    http_server *http;
+    uv_signal_t sighup, sigterm, sigint;
+    uv_timer_t tick, drain;
+    uint64_t last_heartbeat, drain_deadline;
+    bool draining;
+    int exit_code;
+    char name_lock[96];
+} server_state;
+
+/* ---- calling the Lua engine -------------------------------------------- */
+
+/* Push engine[fn]; returns false (nothing pushed) when the engine lacks it. */
+static bool engine_fn(server_state *d, const char *fn)
+{
+    lua_State *L = runtime_state(d->ctx.rt);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, d->engine);
+    lua_getfield(L, -1, fn);
+    lua_remove(L, -2);
+    if (lua_isfunction(L, -1))
+        return true;
+    lua_pop(L, 1);
+    return false;
+}
+
+/* Join a Lua list of strings at the top of the stack (popped) into one message. */
+static char *join_errors(lua_State *L)
+{
+    buf b = {0};
+    if (lua_istable(L, -1)) {
+        lua_Integer n = luaL_len(L, -1);
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_rawgeti(L, -1, i);
+            if (i > 1)
+                buf_puts(&b, "\n");
+            buf_puts(&b, lua_tostring(L, -1) ? lua_tostring(L, -1) : "?");
+            lua_pop(L, 1);
+        }
+    } else if (lua_isstring(L, -1)) {
+        buf_puts(&b, lua_tostring(L, -1));
+    }
+    lua_pop(L, 1);
+    return buf_take(&b);
+}
+
+/*
+ * engine.load(dir, apply) -> true | false, {errors}. apply=false only
+ * validates (--check); apply=true swaps the running policy when it loaded.
+ * Returns NULL on success, else the errors (caller frees).
+ */
+static char *engine_load(server_state *d, const char *dir, bool apply)
+{
+    lua_State *L = runtime_state(d->ctx.rt);
+    if (!engine_fn(d, "load"))
+        return strdup("the engine has no load function");
+    lua_pushstring(L, dir);
+    lua_pushboolean(L, apply);
+    char err[1024];
+    if (runtime_call(L, 2, 2, "loading the policies", err, sizeof err) != 0)
+        return strdup(err);
+    bool ok = lua_toboolean(L, -2);
+    char *errs = ok ? (lua_pop(L, 1), NULL) : join_errors(L);
+    lua_pop(L, 1);
+    return errs;
+}
+
+static void engine_call0(server_state *d, const char *fn)
+{
+    if (engine_fn(d, fn))
+        runtime_call(runtime_state(d->ctx.rt), 0, 0, fn, NULL, 0);
+}
+
+static int load_engine(server_state *d)
+{
+    lua_State *L = runtime_state(d->ctx.rt);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "oops.engine");
+    char err[1024];
+    if (runtime_call(L, 1, 1, "loading the engine", err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: cannot load the engine (lua/oops/engine.lua): %s\n", err);
+        return -1;
+    }
+    d->engine = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+/* ---- server registration ----------------------------------------------- */
+
+static void register_server(server_state *d)
+{
+    char host[256] = "", err[512];
+    gethostname(host, sizeof host - 1);
+    db_value p[] = {db_text(d->ctx.server_name),
+                    db_int((long long)lock_registry_connection_id(d->ctx.locks)), db_text(host),
+                    db_int(getpid())};
+    if (db_exec(d->ctx.work,
+                "INSERT INTO server (name, lock_connection_id, started_at, last_seen, host, pid) "
+                "VALUES (?, ?, NOW(6), NOW(6), ?, ?) ON DUPLICATE KEY UPDATE "
+                "lock_connection_id = VALUES(lock_connection_id), started_at = NOW(6), "
+                "last_seen = NOW(6), host = VALUES(host), pid = VALUES(pid)",
+                p, 4, NULL, err, sizeof err))
+        log_msg(LOG_WARN, "registering in the server table: %s", err);
+}
+
+static void heartbeat(server_state *d)
+{
+    char err[512];
+    if (db_conn_ensure(d->ctx.work, err, sizeof err))
+        return;
+    db_value p[] = {db_int((long long)lock_registry_connection_id(d->ctx.locks)),
+                    db_text(d->ctx.server_name)};
+    db_exec(d->ctx.work,
+            "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?", p, 2,
+            NULL, err, sizeof err);
+}
+
+/* One server per name: the name lock lives as long as our lock session. */
+static int take_name_lock(server_state *d)
+{
+    int rc = lock_registry_acquire(d->ctx.locks, d->name_lock);
+    if (rc == 1)
+        return 0;
+    if (rc == 0)
+        log_msg(LOG_ERROR, "another oopsd named %s holds %s: two servers must not share a name",
+                d->ctx.server_name, d->name_lock);
+    return -1;
+}
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+static void finish(server_state *d)
+{
+    uv_timer_stop(&d->drain);
+    uv_timer_stop(&d->tick);
+    size_t left = runtime_task_count(d->ctx.rt);
+    if (left)
+        log_msg(LOG_WARN, "stopping with %zu step(s) still in flight after %u ms", left,
+                d->o.drain_ms);
+    if (d->ctx.locks && lock_registry_is_up(d->ctx.locks)) {
+        lock_registry_release_all(d->ctx.locks);
+        char err[256];
+        db_value p[] = {db_text(d->ctx.server_name)};
+        if (d->ctx.work)
+            db_exec(d->ctx.work, "UPDATE server SET lock_connection_id = NULL, last_seen = NOW(6) "
+                                 "WHERE name = ?", p, 1, NULL, err, sizeof err);
+    }
+    log_msg(LOG_INFO, "stopped: every lock released");
+    uv_stop(&d->loop);
+}
+
+static void drain_check(uv_timer_t *t)
+{
+    server_state *d = t->data;
+    if (runtime_task_count(d->ctx.rt) == 0 || uv_now(&d->loop) >= d->drain_deadline)
+        finish(d);
+}
+
+static void begin_shutdown(server_state *d, const char *why)
+{
+    if (d->draining)
+        return;
+    d->draining = true;
+    d->ctx.stopping = true;
+    log_msg(LOG_INFO, "%s: starting no new tick, letting in-flight steps finish", why);
+    engine_call0(d, "stop");
+    runtime_wake_sleepers(d->ctx.rt);
+    d->drain_deadline = uv_now(&d->loop) + d->o.drain_ms;
+    uv_timer_start(&d->drain, drain_check, 0, 50);
+}
+
+/* ---- signals and the tick ---------------------------------------------- */
+
+static void on_sighup(uv_signal_t *s, int sig)
+{
+    (void)sig;
+    server_state *d = s->data;
+    if (d->draining)
+        return;
+    char *errs = engine_load(d, d->o.policies, true);
+    if (!errs) {
+        d->ctx.policy_version++;
+        free(d->ctx.policy_error);
+        d->ctx.policy_error = NULL;
+        metrics_add(d->ctx.metrics, "oops_policy_reloads_total", "result=\"ok\"", 1);
+        log_msg(LOG_INFO, "policy reloaded from %s (version %d)", d->o.policies,
+                d->ctx.policy_version);
+    } else {
+        free(d->ctx.policy_error);
+        d->ctx.policy_error = errs;
+        metrics_add(d->ctx.metrics, "oops_policy_reloads_total", "result=\"failed\"", 1);
+        const char *kv[] = {"errors", errs, NULL};
+        log_event(LOG_ERROR, "policy reload failed: keeping the running policy", kv);
+    }
+}
+
+static void on_stop_signal(uv_signal_t *s, int sig)
+{
+    begin_shutdown(s->data, sig == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    server_state *d = t->data;
+    char err[512];
+    uint64_t now = uv_now(&d->loop);
+    int ev = lock_registry_tick(d->ctx.locks, now, err, sizeof err);
+    if (ev == LOCK_REFUSED) {
+        log_msg(LOG_ERROR, "%s", err);
+        d->exit_code = OOPSD_DB;
+        begin_shutdown(d, "lock session refused");
+        return;
+    }
+    if (ev & LOCK_EV_LOST) {
+        log_msg(LOG_ERROR, "lock session lost: every lock is gone; driving nothing until reconnected");
+        metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
+    }
+    if (ev & LOCK_EV_RECONNECTED) {
+        log_msg(LOG_INFO, "lock session reconnected (connection %llu)",
+                (unsigned long long)lock_registry_connection_id(d->ctx.locks));
+        take_name_lock(d);
+        heartbeat(d);
+        engine_call0(d, "on_locks_reconnected");
+    }
+    if (now - d->last_heartbeat >= HEARTBEAT_MS) {
+        d->last_heartbeat = now;
+        heartbeat(d);
+    }
+}
+
+/* ---- HTTP: /healthz /metrics /status ----------------------------------- */
+
+static void healthz(server_state *d, http_response *out)
+{
+    bool up = lock_registry_is_up(d->ctx.locks);
+    const char *reason = NULL;
+    if (!up)
+        reason = "lock session down";
+    else if (!d->ctx.policy_loaded)
+        reason = "no policy loaded";
+    else if (d->ctx.policy_error)
+        reason = "policy stale since a failed reload";
+    else if (d->draining)
+        reason = "stopping";
+    buf b = {0};
+    bool first = true;
+    buf_puts(&b, "{");
+    json_kv_str(&b, "status", reason ? "unavailable" : "ok", &first);
+    if (reason)
+        json_kv_str(&b, "reason", reason, &first);
+    json_kv_str(&b, "server", d->ctx.server_name, &first);
+    json_kv_bool(&b, "lock_session_up", up, &first);
+    json_kv_int(&b, "policy_version", d->ctx.policy_version, &first);
+    json_kv_str(&b, "policy_error", d->ctx.policy_error, &first);
+    buf_puts(&b, "}\n");
+    out->status = reason ? 503 : 200;
+    out->content_type = "application/json";
+    out->len = b.len;
+    out->body = buf_take(&b);
+}
+
+static void prom_metrics(server_state *d, http_response *out)
+{
+    metrics *m = d->ctx.metrics;
+    lock_registry *r = d->ctx.locks;
+    metrics_set(m, "oops_lock_session_up", "", lock_registry_is_up(r));
+    metrics_set(m, "oops_lock_reconnects_total", "", (double)lock_registry_reconnects(r));
+    char **names;
+    size_t n = lock_registry_held(r, &names);
+    lock_names_free(names, n);
+    metrics_set(m, "oops_locks_held", "", (double)n);
+    metrics_set(m, "oops_policy_version", "", d->ctx.policy_version);
+    metrics_set(m, "oops_policy_stale", "", d->ctx.policy_error != NULL);
+    metrics_set(m, "oops_tasks", "", (double)runtime_task_count(d->ctx.rt));
+    buf b = {0};
+    metrics_render(m, &b);
+    out->status = 200;
+    out->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    out->len = b.len;
+    out->body = buf_take(&b);
+}
+
+static void status(server_state *d, http_response *out)
+{
+    buf b = {0};
+    bool first = true;
+    buf_puts(&b, "{");
+    json_kv_str(&b, "server", d->ctx.server_name, &first);
+    json_kv_int(&b, "lock_connection_id", (long long)lock_registry_connection_id(d->ctx.locks), &first);
+    json_kv_bool(&b, "lock_session_up", lock_registry_is_up(d->ctx.locks), &first);
+    json_kv_int(&b, "policy_version", d->ctx.policy_version, &first);
+    json_kv_str(&b, "policy_dir", d->o.policies, &first);
+    json_kv_str(&b, "policy_error", d->ctx.policy_error, &first);
+    char **names;
+    size_t n = lock_registry_held(d->ctx.locks, &names);
+    json_key(&b, "held_locks", &first);
+    buf_puts(&b, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            buf_puts(&b, ",");
+        json_str(&b, names[i]);
+    }
+    buf_puts(&b, "]");
+    /* The pipelines this server drives are exactly the pipeline locks it holds. */
+    json_key(&b, "driving", &first);
+    buf_puts(&b, "[");
+    static const char prefix[] = "oops:pipeline:";
+    bool f2 = true;
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(names[i], prefix, sizeof prefix - 1) != 0)
+            continue;
+        if (!f2)
+            buf_puts(&b, ",");
+        f2 = false;
+        json_str(&b, names[i] + sizeof prefix - 1);
+    }
+    buf_puts(&b, "]");
+    lock_names_free(names, n);
+    json_kv_int(&b, "tasks", (long long)runtime_task_count(d->ctx.rt), &first);
+    json_kv_bool(&b, "stopping", d->draining, &first);
+    buf_puts(&b, "}\n");
+    out->status = 200;
+    out->content_type = "application/json";
+    out->len = b.len;
+    out->body = buf_take(&b);
+}
+
+static void on_http(void *ud, const char *method, const char *path, http_response *out)
+{
+    (void)method;
+    server_state *d = ud;
+    if (strcmp(path, "/healthz") == 0)
+        healthz(d, out);
+    else if (strcmp(path, "/metrics") == 0)
+        prom_metrics(d, out);
+    else if (strcmp(path, "/status") == 0)
+        status(d, out);
+}
+
+/* ---- start and stop ---------------------------------------------------- */
+
+static void describe_metrics(metrics *m)
+{
+    metrics_describe(m, "oops_lock_session_up", METRIC_GAUGE, "1 when the lock session is up");
+    metrics_describe(m, "oops_lock_reconnects_total", METRIC_COUNTER, "lock session reconnects after a loss");
+    metrics_describe(m, "oops_lock_session_losses_total", METRIC_COUNTER, "times the lock session was lost");
+    metrics_describe(m, "oops_locks_held", METRIC_GAUGE, "named locks held by this server");
+    metrics_describe(m, "oops_scan_runs_total", METRIC_COUNTER, "scan ticks run");
+    metrics_describe(m, "oops_scan_errors_total", METRIC_COUNTER, "scan ticks that raised an error");
+    metrics_describe(m, "oops_scan_duration_seconds", METRIC_SUMMARY, "scan tick durations");
+    metrics_describe(m, "oops_transitions_total", METRIC_COUNTER, "pipeline transitions made, by target status");
+    metrics_describe(m, "oops_policy_reloads_total", METRIC_COUNTER, "policy reloads by result");
+    metrics_describe(m, "oops_policy_version", METRIC_GAUGE, "successful policy loads");
+    metrics_describe(m, "oops_policy_stale", METRIC_GAUGE, "1 when the last reload failed");
+    metrics_describe(m, "oops_tasks", METRIC_GAUGE, "live Lua tasks");
+    metrics_add(m, "oops_policy_reloads_total", "result=\"ok\"", 0);
+    metrics_add(m, "oops_policy_reloads_total", "result=\"failed\"", 0);
+}
+
+static int connect_all(server_state *d)
+{
+    char err[1024];
+    d->ctx.work = db_open(&d->ctx.dbcfg, err, sizeof err);
+    if (!d->ctx.work) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        return OOPSD_DB;
+    }
+    if (schema_migrate(d->ctx.work, NULL, err, sizeof err)) {
+        fprintf(stderr, "oopsd: migrating the schema: %s\n", err);
+        return OOPSD_DB;
+    }
+    d->ctx.locks = lock_registry_new(&d->ctx.dbcfg, NULL);
+    int rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        return OOPSD_DB;
+    }
+    if (take_name_lock(d) != 0) {
+        fprintf(stderr, "oopsd: another oopsd named %s is running (it holds %s)\n",
+                d->ctx.server_name, d->name_lock);
+        return OOPSD_BAD_INPUT;
+    }
+    register_server(d);
+    return OOPSD_OK;
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static void teardown(server_state *d)
+{
+    http_server_close(d->http);
+    d->http = NULL;
+    if (d->ctx.http)
+        http_client_close(d->ctx.http);
+    d->ctx.http = NULL;
+    if (d->ctx.rt)
+        runtime_free(d->ctx.rt);
+    d->ctx.rt = NULL;
+    uv_walk(&d->loop, close_walk, NULL);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&d->loop);
+    lock_registry_free(d->ctx.locks);
+    db_close(d->ctx.work);
+    db_config_free(&d->ctx.dbcfg);
+    metrics_free(d->ctx.metrics);
+    free(d->ctx.policy_error);
+}
+
+static int setup_runtime(server_state *d)
+{
+    d->ctx.rt = runtime_new(&d->ctx);
+    if (!d->ctx.rt) {
+        fprintf(stderr, "oopsd: out of memory\n");
+        return OOPSD_BAD_INPUT;
+    }
+    return load_engine(d) == 0 ? OOPSD_OK : OOPSD_BAD_INPUT;
+}
+
+static void process_init(void)
+{
+    signal(SIGPIPE, SIG_IGN); /* a child that exits without reading its stdin must not kill us */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void process_done(void)
+{
+    curl_global_cleanup();
+    mysql_library_end();
+}
+
+int daemon_run(const daemon_options *o)
+{
+    server_state *d = calloc(1, sizeof *d);
+    d->o = *o;
+    if (!d->o.listen)
+        d->o.listen = "127.0.0.1:7070";
+    if (!d->o.drain_ms)
+        d->o.drain_ms = 10000;
+    process_init();
+    uv_loop_init(&d->loop);
+    d->ctx.loop = &d->loop;
+    d->ctx.metrics = metrics_new();
+    describe_metrics(d->ctx.metrics);
+    snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "%s", o->name);
+    snprintf(d->ctx.policy_dir, sizeof d->ctx.policy_dir, "%s", o->policies);
+    snprintf(d->name_lock, sizeof d->name_lock, "oops:server:%s", o->name);
+    log_set_server(o->name);
+    char err[1024];
+    int rc = OOPSD_OK;
+    if (db_config_resolve(&d->ctx.dbcfg, o->db_url, err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        rc = OOPSD_BAD_INPUT;
+        goto out;
+    }
+    d->ctx.have_db = true;
+    if ((rc = connect_all(d)) != OOPSD_OK || (rc = setup_runtime(d)) != OOPSD_OK)
+        goto out;
+    char *errs = engine_load(d, o->policies, true);
+    if (errs) {
+        fprintf(stderr, "%s\noopsd: the policies in %s did not load\n", errs, o->policies);
+        free(errs);
+        rc = OOPSD_BAD_INPUT;
+        goto out;
+    }
+    d->ctx.policy_loaded = true;
+    d->ctx.policy_version = 1;
+    if (strcmp(d->o.listen, "off") != 0) {
+        d->http = http_server_start(&d->loop, d->o.listen, on_http, d, err, sizeof err);
+        if (!d->http) {
+            fprintf(stderr, "oopsd: %s\n", err);
+            rc = OOPSD_BAD_INPUT;
+            goto out;
+        }
+    }
+    uv_signal_init(&d->loop, &d->sighup);
+    uv_signal_init(&d->loop, &d->sigterm);
+    uv_signal_init(&d->loop, &d->sigint);
+    d->sighup.data = d->sigterm.data = d->sigint.data = d;
+    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+    uv_signal_start(&d->sigterm, on_stop_signal, SIGTERM);
+    uv_signal_start(&d->sigint, on_stop_signal, SIGINT);
+    uv_timer_init(&d->loop, &d->tick);
+    uv_timer_init(&d->loop, &d->drain);
+    d->tick.data = d->drain.data = d;
+    uv_timer_start(&d->tick, on_tick, TICK_MS, TICK_MS);
+    d->last_heartbeat = uv_now(&d->loop);
+    log_msg(LOG_INFO, "started: lock session %llu, policies from %s, listening on %s",
+            (unsigned long long)lock_registry_connection_id(d->ctx.locks), o->policies,
+            d->http ? d->o.listen : "nothing");
+    engine_call0(d, "start");
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    rc = d->exit_code;
+out:
+    teardown(d);
+    free(d);
+    process_done();
+    return rc;
+}
+
+int daemon_check(const char *policies)
+{
+    server_state *d = calloc(1, sizeof *d);
+    process_init();
+    uv_loop_init(&d->loop);
+    d->ctx.loop = &d->loop;
+    d->ctx.metrics = metrics_new();
+    snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "check");
+    int rc = setup_runtime(d);
+    if (rc == OOPSD_OK) {
+        char *errs = engine_load(d, policies, false);
+        if (errs) {
+            printf("%s\n", errs);
+            rc = OOPSD_BAD_INPUT;
+        } else {
+            printf("ok\n");
+        }
+        free(errs);
+    }
+    teardown(d);
+    free(d);
+    process_done();
+    return rc;
+}
+
+int daemon_lua(int argc, char **argv)
+{
+    if (argc < 1) {
+        fprintf(stderr, "usage: oopsd lua SCRIPT [ARGS...]\n");
+        return OOPSD_BAD_INPUT;
+    }
+    server_state *d = calloc(1, sizeof *d);
+    process_init();
+    uv_loop_init(&d->loop);
+    d->ctx.loop = &d->loop;
+    d->ctx.metrics = metrics_new();
+    snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "script");
+    d->ctx.rt = runtime_new(&d->ctx);
+    lua_State *L = runtime_state(d->ctx.rt);
+    /* arg, as the standalone interpreter sets it: arg[0] = script, arg[1..] = args */
+    lua_createtable(L, argc, 1);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setglobal(L, "arg");
+    int rc = OOPSD_OK;
+    if (luaL_loadfile(L, argv[0]) != LUA_OK) {
+        fprintf(stderr, "oopsd lua: %s\n", lua_tostring(L, -1));
+        lua_pop(L, 1);
+        rc = OOPSD_BAD_INPUT;
+    } else {
+        for (int i = 1; i < argc; i++)
+            lua_pushstring(L, argv[i]);
+        if (runtime_call(L, argc - 1, 0, argv[0], NULL, 0) != 0)
+            rc = OOPSD_BAD_INPUT;
+        else
+            uv_run(&d->loop, UV_RUN_DEFAULT); /* let tasks the script started finish */
+    }
+    if (d->ctx.locks)
+        lock_registry_release_all(d->ctx.locks);
+    teardown(d);
+    free(d);
+    process_done();
+    return rc;
+}

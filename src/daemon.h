@@ -1,0 +1,33 @@
+/*
+ * daemon — the life of one oopsd server: connect, migrate, register, load
+ * the policies, run the scans on the loop, serve /healthz /metrics /status,
+ * reload on SIGHUP, drain and release everything on SIGTERM/SIGINT.
+ */
+#ifndef OOPS_DAEMON_H
+#define OOPS_DAEMON_H
+
+typedef struct daemon_options {
+    const char *db_url;     /* NULL = $OOPS_DB */
+    const char *name;       /* server name (required) */
+    const char *policies;   /* policy directory */
+    const char *listen;     /* HTTP address, default 127.0.0.1:7070; "off" disables */
+    unsigned drain_ms;      /* bounded wait for in-flight steps at shutdown */
+} daemon_options;
+
+/* Exit codes of oopsd. */
+enum {
+    OOPSD_OK = 0,
+    OOPSD_BAD_INPUT = 1,   /* bad flag, broken policy, cannot listen */
+    OOPSD_DB = 2,          /* database unreachable, refused, or unfit for locks */
+};
+
+/* Runs until stopped; returns the process exit code. */
+int daemon_run(const daemon_options *o);
+
+/* `oopsd --check --policies DIR`: load and validate, print ok or every error. */
+int daemon_check(const char *policies);
+
+/* `oopsd lua SCRIPT [ARGS]`: run a Lua script with the oops module (specs, tools). */
+int daemon_lua(int argc, char **argv);
+
+#endif

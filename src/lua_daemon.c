@@ -1,0 +1,91 @@
+/* oops.server_name, oops.stopping, oops.connect (scripts), oops.migrate */
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+#include "schema.h"
+
+static int l_server_name(lua_State *L)
+{
+    lua_pushstring(L, runtime_ctx(L)->server_name);
+    return 1;
+}
+
+static int l_stopping(lua_State *L)
+{
+    lua_pushboolean(L, runtime_ctx(L)->stopping);
+    return 1;
+}
+
+/*
+ * connect{db = URL (default $OOPS_DB), name = "server name", locks = true,
+ *         validate_ms = 30000} -> true | nil, msg
+ * For scripts and specs run with `oopsd lua`: the daemon connects by itself.
+ */
+static int l_connect(lua_State *L)
+{
+    oops_ctx *c = runtime_ctx(L);
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (c->work)
+        return luaL_error(L, "oops.connect: already connected");
+    lua_getfield(L, 1, "db");
+    const char *url = luaL_optstring(L, -1, NULL);
+    lua_getfield(L, 1, "name");
+    const char *name = luaL_optstring(L, -1, NULL);
+    lua_getfield(L, 1, "locks");
+    bool locks = lua_isnil(L, -1) || lua_toboolean(L, -1);
+    lua_getfield(L, 1, "validate_ms");
+    lua_Integer validate = luaL_optinteger(L, -1, 30000);
+    char err[512];
+    if (name)
+        snprintf(c->server_name, sizeof c->server_name, "%s", name);
+    if (db_config_resolve(&c->dbcfg, url, err, sizeof err) != 0)
+        return luaL_error(L, "oops.connect: %s", err);
+    c->have_db = true;
+    c->work = db_open(&c->dbcfg, err, sizeof err);
+    if (!c->work) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    if (locks) {
+        lock_registry_options o = {.validate_interval_ms = (unsigned)validate,
+                                   .backoff_initial_ms = 100, .backoff_max_ms = 2000};
+        c->locks = lock_registry_new(&c->dbcfg, &o);
+        if (lock_registry_connect(c->locks, err, sizeof err) != 0) {
+            lua_pushnil(L);
+            lua_pushstring(L, err);
+            return 2;
+        }
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* migrate() -> number of migrations applied | nil, msg */
+static int l_migrate(lua_State *L)
+{
+    oops_ctx *c = runtime_ctx(L);
+    if (!c->work)
+        return luaL_error(L, "oops.migrate: not connected");
+    char err[512];
+    int applied = 0;
+    if (schema_migrate(c->work, &applied, err, sizeof err)) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushinteger(L, applied);
+    return 1;
+}
+
+void lua_register_daemon(lua_State *L)
+{
+    static const luaL_Reg fns[] = {
+        {"server_name", l_server_name}, {"stopping", l_stopping},
+        {"connect", l_connect},         {"migrate", l_migrate},
+        {NULL, NULL},
+    };
+    luaL_setfuncs(L, fns, 0);
+}

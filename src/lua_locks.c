@@ -1,0 +1,142 @@
+/* oops.locks: the lock registry of this server (DESIGN.md, "The lock registry"). */
+#include <lauxlib.h>
+#include <stdlib.h>
+
+#include "runtime.h"
+
+static lock_registry *reg(lua_State *L)
+{
+    return runtime_ctx(L)->locks;
+}
+
+static int down(lua_State *L)
+{
+    lua_push_fail(L, "lock session down", LOCK_DOWN);
+    return 3;
+}
+
+/* acquire(name) -> true | false (held elsewhere) | nil, "lock session down" */
+static int l_acquire(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    lock_registry *r = reg(L);
+    int rc = r ? lock_registry_acquire(r, name) : LOCK_DOWN;
+    if (rc < 0)
+        return down(L);
+    lua_pushboolean(L, rc == 1);
+    return 1;
+}
+
+/* acquire_many({names}) -> {name = true|false} in one statement | nil, "lock session down" */
+static int l_acquire_many(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, 1);
+    const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
+    bool *got = calloc((size_t)(n ? n : 1), sizeof *got);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, 1, i);
+        names[i - 1] = luaL_checkstring(L, -1); /* anchored in the argument table */
+        lua_pop(L, 1);
+    }
+    lock_registry *r = reg(L);
+    int rc = r ? lock_registry_acquire_many(r, names, (size_t)n, got) : LOCK_DOWN;
+    if (rc < 0) {
+        free(names);
+        free(got);
+        return down(L);
+    }
+    lua_createtable(L, 0, (int)n);
+    for (lua_Integer i = 0; i < n; i++) {
+        lua_pushboolean(L, got[i]);
+        lua_setfield(L, -2, names[i]);
+    }
+    free(names);
+    free(got);
+    return 1;
+}
+
+static int l_release(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    lock_registry *r = reg(L);
+    int rc = r ? lock_registry_release(r, name) : LOCK_DOWN;
+    if (rc < 0)
+        return down(L);
+    lua_pushboolean(L, rc == 1);
+    return 1;
+}
+
+static int l_release_all(lua_State *L)
+{
+    if (reg(L))
+        lock_registry_release_all(reg(L));
+    return 0;
+}
+
+static int l_holds(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    lua_pushboolean(L, reg(L) && lock_registry_holds(reg(L), name));
+    return 1;
+}
+
+/* held() -> array of names (a snapshot) */
+static int l_held(lua_State *L)
+{
+    char **names = NULL;
+    size_t n = reg(L) ? lock_registry_held(reg(L), &names) : 0;
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lock_names_free(names, n);
+    return 1;
+}
+
+static int l_is_up(lua_State *L)
+{
+    lua_pushboolean(L, reg(L) && lock_registry_is_up(reg(L)));
+    return 1;
+}
+
+static int l_connection_id(lua_State *L)
+{
+    lua_pushinteger(L, reg(L) ? (lua_Integer)lock_registry_connection_id(reg(L)) : 0);
+    return 1;
+}
+
+static int l_statements(lua_State *L)
+{
+    lua_pushinteger(L, reg(L) ? (lua_Integer)lock_registry_statements(reg(L)) : 0);
+    return 1;
+}
+
+/* set_validate_interval(ms): from the policy's locks { validate_every } */
+static int l_set_validate_interval(lua_State *L)
+{
+    lua_Integer ms = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, ms >= 100, 1, "must be at least 100 ms");
+    if (reg(L))
+        lock_registry_set_validate_interval(reg(L), (unsigned)ms);
+    return 0;
+}
+
+void lua_register_locks(lua_State *L)
+{
+    static const luaL_Reg fns[] = {
+        {"acquire", l_acquire},
+        {"acquire_many", l_acquire_many},
+        {"release", l_release},
+        {"release_all", l_release_all},
+        {"holds", l_holds},
+        {"held", l_held},
+        {"is_up", l_is_up},
+        {"connection_id", l_connection_id},
+        {"statements", l_statements},
+        {"set_validate_interval", l_set_validate_interval},
+        {NULL, NULL},
+    };
+    lua_setfuncs_in(L, "locks", fns);
+}

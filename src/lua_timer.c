@@ -1,0 +1,75 @@
+/* oops.task, oops.sleep, oops.now_ms, oops.time, oops.wait, oops.run_once */
+#include <lauxlib.h>
+#include <sys/time.h>
+#include <uv.h>
+
+#include "runtime.h"
+
+/* oops.task(name, fn, ...): run fn(...) as a task. */
+static int l_task(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    int nargs = lua_gettop(L) - 2;
+    char what[128];
+    snprintf(what, sizeof what, "%s", name);
+    lua_remove(L, 1);
+    runtime_spawn(L, nargs, what);
+    return 0;
+}
+
+static int l_now_ms(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)(uv_hrtime() / 1000000));
+    return 1;
+}
+
+static int l_time(lua_State *L)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    lua_pushnumber(L, (lua_Number)tv.tv_sec + tv.tv_usec / 1e6);
+    return 1;
+}
+
+/* oops.run_once(): one turn of the loop (scripts only). true while anything is pending. */
+static int l_run_once(lua_State *L)
+{
+    oops_ctx *c = runtime_ctx(L);
+    lua_pushboolean(L, uv_run(c->loop, UV_RUN_ONCE) != 0);
+    return 1;
+}
+
+/* oops.wait(fn, ...) for scripts and specs: run fn as a task, turn the loop
+ * until it ends, return its results or raise its error. */
+static const char wait_src[] =
+    "local oops = ...\n"
+    "return function(fn, ...)\n"
+    "  local box = {}\n"
+    "  oops.task('wait', function(...)\n"
+    "    box.r = table.pack(xpcall(fn, debug.traceback, ...)); box.done = true\n"
+    "  end, ...)\n"
+    "  while not box.done do\n"
+    "    if not oops.run_once() and not box.done then\n"
+    "      error('oops.wait: the task is waiting for something that will never come', 2)\n"
+    "    end\n"
+    "  end\n"
+    "  if box.r[1] then return table.unpack(box.r, 2, box.r.n) end\n"
+    "  error(box.r[2], 0)\n"
+    "end\n";
+
+void lua_register_timer(lua_State *L)
+{
+    static const luaL_Reg fns[] = {
+        {"task", l_task},       {"sleep", runtime_l_sleep}, {"now_ms", l_now_ms},
+        {"time", l_time},       {"run_once", l_run_once},   {NULL, NULL},
+    };
+    luaL_setfuncs(L, fns, 0);
+    if (luaL_loadbuffer(L, wait_src, sizeof wait_src - 1, "=oops.wait") == LUA_OK) {
+        lua_pushvalue(L, -2);
+        lua_call(L, 1, 1);
+        lua_setfield(L, -2, "wait");
+    } else {
+        lua_pop(L, 1);
+    }
+}

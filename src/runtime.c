@@ -1,0 +1,338 @@
+#include "runtime.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#ifndef OOPS_LUA_DIR
+#define OOPS_LUA_DIR "lua"
+#endif
+
+typedef struct pending {
+    lua_State *co;
+    int nargs;
+    struct pending *next;
+} pending;
+
+struct runtime {
+    lua_State *L;
+    oops_ctx *ctx;
+    size_t tasks;
+    int depth;                  /* lua_resume frames of ours now running */
+    pending *queue, *queue_tail;
+    struct sleeper *sleepers;   /* tasks blocked in oops.sleep */
+};
+
+typedef struct sleeper {
+    uv_timer_t timer;
+    lua_State *co;
+    runtime *rt;
+    struct sleeper *prev, *next;
+} sleeper;
+
+/* Registry keys (addresses are unique). */
+static const char K_RUNTIME = 0;
+static const char K_TASKS = 0;   /* table: thread -> what (string) */
+
+runtime *runtime_of(lua_State *L)
+{
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &K_RUNTIME);
+    runtime *rt = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return rt;
+}
+
+oops_ctx *runtime_ctx(lua_State *L) { return runtime_of(L)->ctx; }
+lua_State *runtime_state(runtime *rt) { return rt->L; }
+size_t runtime_task_count(const runtime *rt) { return rt->tasks; }
+
+void lua_push_fail(lua_State *L, const char *msg, int code)
+{
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    lua_pushinteger(L, code);
+}
+
+void lua_setfuncs_in(lua_State *L, const char *field, const luaL_Reg *fns)
+{
+    /* expects the oops table at the top */
+    lua_getfield(L, -1, field);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, field);
+    }
+    luaL_setfuncs(L, fns, 0);
+    lua_pop(L, 1);
+}
+
+static int traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg)
+        msg = luaL_tolstring(L, 1, NULL);
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* Split "msg\nstack traceback:..." into the message and the traceback, and log. */
+static void log_failure(const char *what, const char *full, char *err, size_t errlen)
+{
+    const char *tb = strstr(full, "\nstack traceback:");
+    size_t mlen = tb ? (size_t)(tb - full) : strlen(full);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s failed: %.*s", what, (int)mlen, full);
+    if (err)
+        snprintf(err, errlen, "%.*s", (int)mlen, full);
+    const char *kv[] = {"traceback", tb ? tb + 1 : NULL, NULL};
+    log_event(LOG_ERROR, msg, kv);
+}
+
+int runtime_call(lua_State *L, int nargs, int nres, const char *what, char *err, size_t errlen)
+{
+    int base = lua_gettop(L) - nargs;
+    lua_pushcfunction(L, traceback);
+    lua_insert(L, base);
+    int rc = lua_pcall(L, nargs, nres, base);
+    lua_remove(L, base);
+    if (rc != LUA_OK) {
+        log_failure(what, lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error object)", err, errlen);
+        lua_pop(L, 1);
+        return -1;
+    }
+    return 0;
+}
+
+static void unpin(runtime *rt, lua_State *co)
+{
+    lua_State *L = rt->L;
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &K_TASKS);
+    lua_pushthread(co);
+    lua_xmove(co, L, 1);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
+
+static const char *task_name(runtime *rt, lua_State *co, char *out, size_t n)
+{
+    lua_State *L = rt->L;
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &K_TASKS);
+    lua_pushthread(co);
+    lua_xmove(co, L, 1);
+    lua_rawget(L, -2);
+    snprintf(out, n, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "task");
+    lua_pop(L, 2);
+    return out;
+}
+
+/* One resume; handles the task's end (ok or error). */
+static void resume_one(runtime *rt, lua_State *co, int nargs)
+{
+    int nres = 0;
+    rt->depth++;
+    int st = lua_resume(co, NULL, nargs, &nres);
+    rt->depth--;
+    if (st == LUA_YIELD) {
+        /* Waiting for an async result that will resume it; a plain
+         * coroutine.yield() from a task would wait forever, so say so. */
+        lua_pop(co, nres);
+        return;
+    }
+    char what[128];
+    task_name(rt, co, what, sizeof what);
+    if (st != LUA_OK) {
+        const char *msg = lua_tostring(co, -1);
+        luaL_traceback(rt->L, co, msg ? msg : "(error object)", 0);
+        log_failure(what, lua_tostring(rt->L, -1), NULL, 0);
+        lua_pop(rt->L, 1);
+    } else {
+        lua_pop(co, nres);
+    }
+    unpin(rt, co);
+    rt->tasks--;
+}
+
+static void drain(runtime *rt)
+{
+    while (rt->queue && rt->depth == 0) {
+        pending *p = rt->queue;
+        rt->queue = p->next;
+        if (!rt->queue)
+            rt->queue_tail = NULL;
+        lua_State *co = p->co;
+        int nargs = p->nargs;
+        free(p);
+        resume_one(rt, co, nargs);
+    }
+}
+
+void runtime_resume(lua_State *co, int nargs)
+{
+    runtime *rt = runtime_of(co);
+    pending *p = malloc(sizeof *p);
+    if (!p)
+        abort(); /* cannot lose a task silently */
+    *p = (pending){co, nargs, NULL};
+    if (rt->queue_tail)
+        rt->queue_tail->next = p;
+    else
+        rt->queue = p;
+    rt->queue_tail = p;
+    drain(rt);
+}
+
+void runtime_pin(lua_State *L)
+{
+    (void)L; /* tasks are pinned in K_TASKS for their whole life */
+}
+
+void runtime_spawn(lua_State *L, int nargs, const char *what)
+{
+    runtime *rt = runtime_of(L);
+    luaL_checktype(L, -nargs - 1, LUA_TFUNCTION);
+    lua_State *co = lua_newthread(L);
+    /* K_TASKS[co] = what keeps it from being collected while it waits. */
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &K_TASKS);
+    lua_pushvalue(L, -2);
+    lua_pushstring(L, what ? what : "task");
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    lua_insert(L, -nargs - 2); /* thread below the function */
+    lua_xmove(L, co, nargs + 1);
+    lua_pop(L, 1); /* the thread */
+    rt->tasks++;
+    runtime_resume(co, nargs);
+}
+
+void runtime_check_task(lua_State *L, const char *fname)
+{
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &K_TASKS);
+    lua_pushthread(L);
+    lua_rawget(L, -2);
+    bool task = !lua_isnil(L, -1);
+    lua_pop(L, 2);
+    if (!task)
+        luaL_error(L, "%s waits, so it must be called from a task (oops.task or a scan)", fname);
+}
+
+static void sleeper_closed(uv_handle_t *h) { free(h->data); }
+
+static void sleeper_done(sleeper *s, bool slept)
+{
+    runtime *rt = s->rt;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        rt->sleepers = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    uv_timer_stop(&s->timer);
+    uv_close((uv_handle_t *)&s->timer, sleeper_closed);
+    lua_pushboolean(s->co, slept);
+    runtime_resume(s->co, 1);
+}
+
+static void sleeper_fired(uv_timer_t *t) { sleeper_done(t->data, true); }
+
+int runtime_l_sleep(lua_State *L)
+{
+    lua_Integer ms = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, ms >= 0, 1, "must be >= 0 milliseconds");
+    runtime_check_task(L, "oops.sleep");
+    runtime *rt = runtime_of(L);
+    if (rt->ctx->stopping) { /* shutting down: do not wait */
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    sleeper *s = calloc(1, sizeof *s);
+    if (!s)
+        return luaL_error(L, "out of memory");
+    s->co = L;
+    s->rt = rt;
+    uv_timer_init(rt->ctx->loop, &s->timer);
+    s->timer.data = s;
+    s->next = rt->sleepers;
+    if (s->next)
+        s->next->prev = s;
+    rt->sleepers = s;
+    uv_timer_start(&s->timer, sleeper_fired, (uint64_t)ms, 0);
+    return lua_yield(L, 0);
+}
+
+void runtime_wake_sleepers(runtime *rt)
+{
+    while (rt->sleepers)
+        sleeper_done(rt->sleepers, false);
+}
+
+static int luaopen_oops(lua_State *L)
+{
+    lua_newtable(L);
+    lua_register_log(L);
+    lua_register_timer(L);
+    lua_register_db(L);
+    lua_register_locks(L);
+    lua_register_cron(L);
+    lua_register_proc(L);
+    lua_register_http(L);
+    lua_register_metrics(L);
+    lua_register_daemon(L);
+    return 1;
+}
+
+static void set_path(lua_State *L)
+{
+    const char *dir = getenv("OOPS_LUA_DIR");
+    if (!dir || !*dir)
+        dir = OOPS_LUA_DIR;
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, luaopen_oops);
+    lua_setfield(L, -2, "oops");
+    lua_pop(L, 2);
+}
+
+runtime *runtime_new(oops_ctx *ctx)
+{
+    runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return NULL;
+    rt->L = luaL_newstate();
+    if (!rt->L) {
+        free(rt);
+        return NULL;
+    }
+    rt->ctx = ctx;
+    ctx->rt = rt;
+    lua_State *L = rt->L;
+    luaL_openlibs(L);
+    lua_pushlightuserdata(L, rt);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &K_RUNTIME);
+    lua_newtable(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &K_TASKS);
+    set_path(L);
+    return rt;
+}
+
+void runtime_free(runtime *rt)
+{
+    if (!rt)
+        return;
+    while (rt->queue) {
+        pending *p = rt->queue;
+        rt->queue = p->next;
+        free(p);
+    }
+    lua_close(rt->L);
+    free(rt);
+}

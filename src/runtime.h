@@ -1,0 +1,74 @@
+/*
+ * runtime — the one Lua 5.4 state of the process, its module path, and the
+ * tasks (coroutines) that scans and callbacks run in.
+ *
+ * Calls that wait (child processes, HTTP, sleep) are made from a task and
+ * yield it; the C side resumes the task from the loop when the result is
+ * there. An error inside a task or a callback is caught, logged with a
+ * traceback naming the Lua file and line, and never exits the process.
+ *
+ * Caller mistakes raise (luaL_error); runtime failures return nil, msg, code.
+ */
+#ifndef OOPS_RUNTIME_H
+#define OOPS_RUNTIME_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ctx.h"
+
+typedef struct runtime runtime;
+
+/* A new state with the standard libraries, lua/ on package.path (the
+ * directory $OOPS_LUA_DIR, else the one compiled in) and the `oops` module
+ * preloaded. NULL on allocation failure. */
+runtime *runtime_new(oops_ctx *ctx);
+void runtime_free(runtime *rt);
+lua_State *runtime_state(runtime *rt);
+/* The context the runtime was created with; from any thread of the state. */
+oops_ctx *runtime_ctx(lua_State *L);
+runtime *runtime_of(lua_State *L);
+
+/*
+ * Call the function below nargs arguments on L's stack, protected, with a
+ * traceback. 0 with nres results left; -1 after logging "WHAT failed: msg"
+ * with the traceback (nothing left on the stack). The error text (without
+ * traceback) is copied to err when err is non-NULL.
+ */
+int runtime_call(lua_State *L, int nargs, int nres, const char *what, char *err, size_t errlen);
+
+/* Start the function below nargs arguments as a task named `what`. It runs
+ * right away, or as soon as the task now running yields. */
+void runtime_spawn(lua_State *L, int nargs, const char *what);
+/* Raise a Lua error unless L is a task (a call that waits must run in one). */
+void runtime_check_task(lua_State *L, const char *fname);
+/* Keep the task L alive until runtime_resume: call before yielding. */
+void runtime_pin(lua_State *L);
+/* Resume a pinned task with nargs values already pushed on its stack. Safe
+ * from any loop callback; resumes requested while Lua runs are queued. */
+void runtime_resume(lua_State *co, int nargs);
+/* Live tasks (running or waiting). */
+size_t runtime_task_count(const runtime *rt);
+/* oops.sleep(ms): yields the task; true after ms, false when woken for shutdown. */
+int runtime_l_sleep(lua_State *L);
+/* Wake every task blocked in oops.sleep (shutdown): its sleep returns false. */
+void runtime_wake_sleepers(runtime *rt);
+
+/* Register the `oops` module's parts: each lua_<concept>.c provides one. */
+void lua_register_log(lua_State *L);
+void lua_register_timer(lua_State *L);
+void lua_register_db(lua_State *L);
+void lua_register_locks(lua_State *L);
+void lua_register_cron(lua_State *L);
+void lua_register_proc(lua_State *L);
+void lua_register_http(lua_State *L);
+void lua_register_metrics(lua_State *L);
+void lua_register_daemon(lua_State *L);
+
+/* Helpers for bindings. */
+void lua_setfuncs_in(lua_State *L, const char *field, const luaL_Reg *fns); /* oops.<field> = { fns } */
+void lua_push_fail(lua_State *L, const char *msg, int code); /* pushes nil, msg, code */
+
+#endif
