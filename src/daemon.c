@@ -515,9 +515,14 @@ int daemon_run(const daemon_options *o)
     d->tick.data = d->drain.data = d;
     uv_timer_start(&d->tick, on_tick, TICK_MS, TICK_MS);
     d->last_heartbeat = uv_now(&d->loop);
+    char where[300] = "nothing";
+    if (d->http) { /* the bound port: --listen may say port 0 */
+        const char *colon = strrchr(d->o.listen, ':');
+        int hl = colon ? (int)(colon - d->o.listen) : (int)strlen(d->o.listen);
+        snprintf(where, sizeof where, "%.*s:%d", hl, d->o.listen, http_server_port(d->http));
+    }
     log_msg(LOG_INFO, "started: lock session %llu, policies from %s, listening on %s",
-            (unsigned long long)lock_registry_connection_id(d->ctx.locks), o->policies,
-            d->http ? d->o.listen : "nothing");
+            (unsigned long long)lock_registry_connection_id(d->ctx.locks), o->policies, where);
     engine_call0(d, "start");
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = d->exit_code;

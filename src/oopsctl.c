@@ -55,6 +55,7 @@ static void usage(FILE *f)
           "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
           "  deploy ID                            request the deploy of a manual pipeline\n"
           "  locks                                which server holds which lock\n"
+          "  logs ID [--step build|deploy|health] the commands a pipeline ran and their output\n"
           "\n"
           "The database URL is mysql://user[:password]@host[:port]/database[?socket=PATH],\n"
           "from --db or $OOPS_DB; the password may also come from $OOPS_DB_PASSWORD.\n"
@@ -470,6 +471,109 @@ static int cmd_deploy(ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
+/* Each line of text, indented; a missing final newline is supplied. */
+static void print_indented(const char *text, const char *indent)
+{
+    while (text && *text) {
+        const char *nl = strchr(text, '\n');
+        int len = nl ? (int)(nl - text) : (int)strlen(text);
+        printf("%s%.*s\n", indent, len, text);
+        text = nl ? nl + 1 : text + len;
+    }
+}
+
+static void json_log_row(buf *b, const db_result *r, size_t i)
+{
+    bool first = true;
+    const char *status = db_get(r, i, 4), *ms = db_get(r, i, 6), *argv = db_get(r, i, 7);
+    buf_puts(b, i ? ",{" : "{");
+    json_kv_int(b, "id", db_get_int(r, i, 0, 0), &first);
+    json_kv_str(b, "created_at", db_get(r, i, 1), &first);
+    json_kv_str(b, "step", db_get(r, i, 2), &first);
+    json_kv_str(b, "server", db_get(r, i, 3), &first);
+    json_key(b, "exit_status", &first);
+    buf_puts(b, status ? status : "null");
+    json_kv_str(b, "result", db_get(r, i, 5), &first);
+    json_key(b, "duration_ms", &first);
+    buf_puts(b, ms ? ms : "null");
+    json_key(b, "argv", &first);
+    buf_puts(b, argv ? argv : "null"); /* a JSON array by the table's CHECK */
+    json_kv_str(b, "output", db_get(r, i, 8), &first);
+    buf_puts(b, "}");
+}
+
+static void print_log_row(const db_result *r, size_t i)
+{
+    const char *status = db_get(r, i, 4), *result = db_get(r, i, 5), *ms = db_get(r, i, 6);
+    char how[300];
+    if (result)
+        snprintf(how, sizeof how, "%s", result);
+    else
+        snprintf(how, sizeof how, "exit %s", status ? status : "-");
+    if (ms)
+        printf("%.23s UTC  %-7s  %-14s  %s in %.1fs\n", db_get(r, i, 1), db_get(r, i, 2),
+               db_get(r, i, 3), how, strtod(ms, NULL) / 1000);
+    else
+        printf("%.23s UTC  %-7s  %-14s  %s\n", db_get(r, i, 1), db_get(r, i, 2), db_get(r, i, 3),
+               how);
+    printf("    argv %s\n", db_get(r, i, 7));
+    print_indented(db_get(r, i, 8), "    | ");
+}
+
+static int cmd_logs(ctl *c, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"step", required_argument, NULL, 's'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *step = NULL;
+    int o;
+    optind = 1;
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o != 's')
+            return fail(EXIT_INPUT, "logs: unknown or incomplete option %s", argv[optind - 1]);
+        step = optarg;
+    }
+    if (step && strcmp(step, "build") != 0 && strcmp(step, "deploy") != 0 &&
+        strcmp(step, "health") != 0)
+        return fail(EXIT_INPUT, "logs: --step \"%s\" is not one of build, deploy, health", step);
+    if (optind >= argc)
+        return fail(EXIT_INPUT, "logs: a pipeline id is required");
+    if (optind + 1 < argc)
+        return fail(EXIT_INPUT, "logs: unexpected argument \"%s\"", argv[optind + 1]);
+    const char *id = argv[optind];
+    pipeline p;
+    int rc = load(c, "logs", id, &p);
+    if (rc)
+        return rc;
+    pipeline_clear(&p);
+    db_value params[] = {db_text(id), db_text(step), db_text(step)};
+    db_result *r = NULL;
+    char err[512];
+    if (db_exec(c->db,
+                "SELECT id, created_at, step, server, exit_status, result, duration_ms, argv, output"
+                " FROM pipeline_log WHERE pipeline_id = ? AND (? IS NULL OR step = ?) ORDER BY id",
+                params, 3, &r, err, sizeof err))
+        return db_fail(c, "logs", err);
+    if (c->json) {
+        buf b = {0};
+        buf_puts(&b, "[");
+        for (size_t i = 0; i < r->nrows; i++)
+            json_log_row(&b, r, i);
+        buf_puts(&b, "]\n");
+        fputs(b.p, stdout);
+        buf_free(&b);
+    } else if (r->nrows == 0) {
+        printf("no command output logged for %s%s%s\n", id, step ? " in step " : "", step ? step : "");
+    } else {
+        for (size_t i = 0; i < r->nrows; i++)
+            print_log_row(r, i);
+    }
+    db_result_free(r);
+    return EXIT_OK;
+}
+
 static int cmd_locks(ctl *c, int argc, char **argv)
 {
     (void)argv;
@@ -527,7 +631,7 @@ typedef struct command {
 static const command commands[] = {
     {"migrate", cmd_migrate}, {"create", cmd_create}, {"list", cmd_list},
     {"show", cmd_show},       {"stop", cmd_stop},     {"deploy", cmd_deploy},
-    {"locks", cmd_locks},
+    {"locks", cmd_locks},     {"logs", cmd_logs},
 };
 
 int main(int argc, char **argv)

@@ -107,7 +107,10 @@ static const char *const v2[] = {
     " PRIMARY KEY (pipeline_id, kind)"
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
 
-    /* Command output per pipeline, so `oopsctl logs ID` works from any host. */
+    /* Command output per pipeline, so `oopsctl logs ID` works from any host.
+     * One row per command run: argv as run (a JSON array of strings), how it
+     * ended (result: "exited 3", "timed out after 30s", "not started: ..."),
+     * exit_status only when it exited, and the tail of its output. */
     "CREATE TABLE IF NOT EXISTS pipeline_log ("
     " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
     " pipeline_id VARCHAR(24) NOT NULL,"
@@ -115,8 +118,11 @@ static const char *const v2[] = {
     " server VARCHAR(64) NOT NULL,"
     " argv TEXT NOT NULL,"
     " exit_status INT NULL,"
+    " result VARCHAR(255) NULL,"
+    " duration_ms BIGINT NULL,"
     " output MEDIUMTEXT NULL,"
     " created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " CONSTRAINT ck_pipeline_log_argv CHECK (JSON_VALID(argv)),"
     " KEY ix_pipeline_log (pipeline_id, id)"
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
     NULL,

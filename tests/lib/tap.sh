@@ -35,3 +35,4 @@ sql() {
   local hostport=${rest%%/*}; local db=${rest#*/}
   mariadb --no-defaults -N -B -h"${hostport%%:*}" -P"${hostport##*:}" -u"${cred%%:*}" -p"${cred#*:}" "$db" -e "$1"
 }
+export -f sql

@@ -8,8 +8,11 @@
 -- missing; setting its outcome makes it fail:
 --   build rows:   outcome 'failed' → failed, 'pending' → exists without a status
 --   rollout rows: outcome = a failure reason (e.g. "ImagePullBackOff (api-0)")
--- Restart failures: a sim_job row (pipeline_id = 'ns/app/env', kind = 'restart')
--- with an outcome makes restarts of that target fail with it.
+-- Faults, for tests and scenarios: a sim_job row whose pipeline_id is the
+-- target 'ns/app/env' and whose kind is one of fail_build_submit,
+-- fail_build_status, fail_deploy, fail_rollout_health, fail_restart,
+-- fail_probe makes that call fail with the row's outcome as the error text
+-- (a gateway error), for every pipeline of that target, until deleted.
 local oops = require("oops")
 
 local M = {}
@@ -21,6 +24,13 @@ local function record(pipeline_id, tgt, action)
     pipeline_id, tgt, action, oops.server_name())
 end
 
+-- The injected error for this target and call, or nil.
+local function fault(tgt, call)
+  local rows = oops.db.exec("SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = ?",
+    tgt, "fail_" .. call)
+  return rows and rows[1] and (rows[1].outcome or "simulated failure") or nil
+end
+
 function M.new(cfg)
   local gw = { kind = "simulated" }
   local build_us = (cfg.build_ms or 2000) * 1000
@@ -30,6 +40,8 @@ function M.new(cfg)
   function gw.build_submit(p)
     local ok, err = record(p.id, target(p), "build_submit")
     if not ok then return nil, err end
+    local f = fault(target(p), "build_submit")
+    if f then return nil, f end
     ok, err = oops.db.exec(
       "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
       "VALUES (?, 'build', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
@@ -41,12 +53,16 @@ function M.new(cfg)
   end
 
   function gw.build_status(p)
+    -- One statement: the job and any injected fault.
     local rows, err = oops.db.exec(
-      "SELECT outcome, NOW(6) >= ready_at AS ready FROM sim_job WHERE pipeline_id = ? AND kind = 'build'",
-      p.id)
+      "SELECT j.outcome, NOW(6) >= j.ready_at AS ready, j.pipeline_id IS NOT NULL AS present, " ..
+      "(SELECT f.outcome FROM sim_job f WHERE f.pipeline_id = ? AND f.kind = 'fail_build_status') AS fault " ..
+      "FROM (SELECT 1) one LEFT JOIN sim_job j ON j.pipeline_id = ? AND j.kind = 'build'",
+      target(p), p.id)
     if not rows then return nil, err end
     local job = rows[1]
-    if not job then return "missing" end
+    if job.fault then return nil, job.fault end
+    if job.present ~= 1 then return "missing" end
     if job.outcome == "pending" then return "pending" end
     if job.outcome == "failed" then return "failed" end
     if job.outcome == "stopped" then return "failed" end
@@ -66,6 +82,8 @@ function M.new(cfg)
   function gw.deploy(p)
     local ok, err = record(p.id, target(p), "deploy")
     if not ok then return nil, err end
+    local f = fault(target(p), "deploy")
+    if f then return nil, f end
     if deploy_ms > 0 then oops.sleep(deploy_ms) end
     ok, err = oops.db.exec(
       "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
@@ -79,12 +97,15 @@ function M.new(cfg)
 
   function gw.rollout_health(p)
     local rows, err = oops.db.exec(
-      "SELECT outcome, NOW(6) >= ready_at AS ready, " ..
-      "TIMESTAMPDIFF(MICROSECOND, started_at, NOW(6)) / 1e6 AS age " ..
-      "FROM sim_job WHERE pipeline_id = ? AND kind = 'rollout'", p.id)
+      "SELECT j.outcome, NOW(6) >= j.ready_at AS ready, j.pipeline_id IS NOT NULL AS present, " ..
+      "TIMESTAMPDIFF(MICROSECOND, j.started_at, NOW(6)) / 1e6 AS age, " ..
+      "(SELECT f.outcome FROM sim_job f WHERE f.pipeline_id = ? AND f.kind = 'fail_rollout_health') AS fault " ..
+      "FROM (SELECT 1) one LEFT JOIN sim_job j ON j.pipeline_id = ? AND j.kind = 'rollout'",
+      target(p), p.id)
     if not rows then return nil, err end
     local job = rows[1]
-    if not job then return { missing = true } end
+    if job.fault then return nil, job.fault end
+    if job.present ~= 1 then return { missing = true } end
     if job.outcome then return { failure = job.outcome } end
     if job.ready == 1 then return { complete = true } end
     return { not_ready_for = job.age }
@@ -94,16 +115,18 @@ function M.new(cfg)
     local tgt = app .. "/" .. env
     local ok, err = record(nil, tgt, "restart")
     if not ok then return nil, err end
-    local rows = oops.db.exec(
-      "SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = 'restart'", tgt)
-    if rows and rows[1] and rows[1].outcome then return nil, rows[1].outcome end
+    local f = fault(tgt, "restart")
+    if f then return nil, f end
     return true
   end
 
   -- Firing pods for a target: rows of sim_metric (issue 5 fills the table's use).
   function gw.probe(t)
-    local ok, err = record(nil, t.namespace .. "/" .. t.application .. "/" .. t.environment, "probe")
+    local tgt = t.namespace .. "/" .. t.application .. "/" .. t.environment
+    local ok, err = record(nil, tgt, "probe")
     if not ok then return nil, err end
+    local f = fault(tgt, "probe")
+    if f then return nil, f end
     local rows, perr = oops.db.exec(
       "SELECT pod FROM sim_metric WHERE namespace = ? AND application = ? AND environment = ? " ..
       "AND metric = ? AND value > ? ORDER BY pod",

@@ -7,6 +7,7 @@ local log = require("oops.log")
 local msg = require("oops.messages")
 local P = require("oops.pipelines")
 local hooks = require("oops.hooks")
+local tasks = require("oops.tasks")
 
 local M = { name = "build" }
 
@@ -72,7 +73,7 @@ local function running(p, gw, pol)
     return
   end
   -- running, pending (a job without a status yet), or a gateway error
-  if p.status_age * 1000 >= ((pol.build and pol.build.timeout_ms) or 7200000) then
+  if p.status_age * 1000 >= pol.build.timeout_ms then
     t(p, "RUNNING", "ERROR", "Build timed out: still running after the build timeout.")
   end
 end
@@ -92,16 +93,21 @@ function M.run(pol, gw)
     log.warn("lock session down: driving nothing (" .. tostring(lerr) .. ")", { scan = SCAN })
     return
   end
+  -- Each pipeline's step runs in its own task: a slow build system or deploy
+  -- for one application delays no other.
+  local steps = {}
   for _, p in ipairs(mine) do
-    if oops.stopping() then return end
-    if p.status == "INITIALIZED" then
-      initialized(p, gw)
-    elseif p.status == "RUNNING" then
-      running(p, gw, pol)
-    elseif p.status == "BUILD_SUCCEEDED" then
-      M.deploy(p, "BUILD_SUCCEEDED", gw)
+    steps[#steps + 1] = function()
+      if p.status == "INITIALIZED" then
+        initialized(p, gw)
+      elseif p.status == "RUNNING" then
+        running(p, gw, pol)
+      elseif p.status == "BUILD_SUCCEEDED" then
+        M.deploy(p, "BUILD_SUCCEEDED", gw)
+      end
     end
   end
+  tasks.all(steps, "build step")
 end
 
 return M

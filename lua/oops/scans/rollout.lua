@@ -11,6 +11,7 @@ local oops = require("oops")
 local log = require("oops.log")
 local msg = require("oops.messages")
 local P = require("oops.pipelines")
+local tasks = require("oops.tasks")
 
 local M = { name = "rollout" }
 local SCAN = "rollout"
@@ -92,14 +93,17 @@ function M.run(pol, gw)
     log.warn("lock session down: driving nothing (" .. tostring(lerr) .. ")", { scan = SCAN })
     return
   end
+  local steps = {}
   for _, p in ipairs(mine) do
-    if oops.stopping() then return end
-    if p.status == "DEPLOYING" then
-      deploying(p, pol)
-    elseif p.status == "ROLLING_OUT" then
-      rolling_out(p, pol, gw)
+    steps[#steps + 1] = function()
+      if p.status == "DEPLOYING" then
+        deploying(p, pol)
+      elseif p.status == "ROLLING_OUT" then
+        rolling_out(p, pol, gw)
+      end
     end
   end
+  tasks.all(steps, "rollout step")
 end
 
 return M

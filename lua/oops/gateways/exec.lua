@@ -1,0 +1,489 @@
+-- The exec gateway: each application's build, deploy, health and restart
+-- commands from the policy, run as child processes on the loop (argv only,
+-- never a shell), each with its timeout (DESIGN.md, "The engine").
+--
+--   application "shop/api" {
+--     build   = { "./build.sh", "TAG={artifact}" },  deploy = { ... },
+--     health  = { ... },  restart_command = { ... },
+--     timeouts = { build = "30m", deploy = "5m", health = "30s", restart = "1m" },
+--   }
+--
+-- Placeholders {namespace} {application} {environment} {artifact} {pipeline}
+-- (alias {id}) are replaced inside arguments by plain text substitution; the
+-- values are never looked at again, so a field holding "$(touch x)" or
+-- "{id}" reaches the command as that literal text. Unknown ones stay as written.
+--
+-- Working directory: the gateway's `workdir` when set (a relative one is
+-- taken from the policy directory), else the policy directory (the directory
+-- of the policy files), else oops.policy_dir, else oopsd's own. So "./build.sh"
+-- in a policy means the script next to the policy files.
+--
+-- Every command also gets OOPS_PIPELINE, OOPS_NAMESPACE, OOPS_APPLICATION,
+-- OOPS_ENVIRONMENT, OOPS_ARTIFACT, OOPS_STEP and OOPS_SERVER in its
+-- environment (added to oopsd's own).
+--
+-- Builds run in the background (build_submit returns at once). A build
+-- process belongs to this server: exec_job records (pipeline, 'build',
+-- server, state), and a row still 'running' that this server's memory does
+-- not know (its server died or restarted) reads as "missing" — the build
+-- scan then fails the pipeline at once (the seed's rule). Deploys and health
+-- checks wait in the calling task. Output (stdout and stderr interleaved,
+-- the last OUTPUT_CAP bytes) goes to pipeline_log, one row per command run.
+--
+-- Health exit codes: 0 complete, 1 not ready yet (the rollout timeout
+-- applies), 2 the workload is missing, anything else (or a signal, or the
+-- timeout) a failure named by the last line of its output.
+local oops = require("oops")
+local log = require("oops.log")
+local duration = require("oops.duration")
+
+local M = {}
+
+-- Per-command timeouts when the policy gives none.
+M.DEFAULT_TIMEOUT_MS = { build = 1800000, deploy = 300000, health = 30000, restart = 60000 }
+-- Output kept per command run, from its end.
+M.OUTPUT_CAP = 64 * 1024
+-- After SIGTERM, a stopped pipeline's processes get this long before SIGKILL.
+M.KILL_GRACE_MS = 5000
+
+local SIGTERM, SIGKILL = 15, 9
+
+------------------------------------------------------------------- helpers
+
+-- Replace {name} inside each argument; the replacement text is used as is
+-- (a function result in gsub is never re-read as a pattern or rescanned).
+function M.substitute(argv, values)
+  local out = {}
+  for i, arg in ipairs(argv) do
+    out[i] = (arg:gsub("{([%a_][%w_]*)}", function(name)
+      local v = values[name]
+      if v == nil then return nil end -- unknown: stays literal
+      return tostring(v)
+    end))
+  end
+  return out
+end
+
+local function pipeline_values(p)
+  return {
+    id = p.id, pipeline = p.id, namespace = p.namespace, application = p.application,
+    environment = p.environment, artifact = p.artifact or "",
+  }
+end
+
+-- Text the database accepts as utf8mb4: each invalid byte becomes "?".
+local function clean_utf8(s)
+  local out, i = {}, 1
+  while true do
+    local ok, bad = utf8.len(s, i)
+    if ok then
+      out[#out + 1] = s:sub(i)
+      return table.concat(out)
+    end
+    out[#out + 1] = s:sub(i, bad - 1)
+    out[#out + 1] = "?"
+    i = bad + 1
+  end
+end
+
+local JSON_ESC = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+
+local function json_string(s)
+  return '"' .. clean_utf8(s):gsub('[%c"\\]', function(c)
+    return JSON_ESC[c] or string.format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+-- The argv as a JSON array (pipeline_log.argv, printed by `oopsctl logs`).
+function M.argv_json(argv)
+  local parts = {}
+  for i, a in ipairs(argv) do parts[i] = json_string(a) end
+  return "[" .. table.concat(parts, ",") .. "]"
+end
+
+-- The last non-empty line of s, trimmed and bounded, or nil.
+local function last_line(s)
+  if not s then return nil end
+  local line
+  for l in s:gmatch("[^\r\n]+") do
+    if l:match("%S") then line = l end
+  end
+  if not line then return nil end
+  line = line:match("^%s*(.-)%s*$")
+  if #line > 300 then line = line:sub(1, 297) .. "..." end
+  return clean_utf8(line)
+end
+
+-- A tail buffer: keeps the last `cap` bytes of what is added.
+local function tail(cap)
+  local t = { chunks = {}, size = 0 }
+  function t.add(data)
+    t.chunks[#t.chunks + 1] = data
+    t.size = t.size + #data
+    if t.size > 2 * cap then
+      local s = table.concat(t.chunks)
+      s = s:sub(-cap)
+      t.chunks, t.size = { s }, #s
+    end
+  end
+  function t.text()
+    local s = table.concat(t.chunks)
+    if #s > cap then s = s:sub(-cap) end
+    return s
+  end
+  return t
+end
+
+local function fmt_ms(ms) return duration.format(math.tointeger(ms) or math.floor(ms)) end
+
+-- One line naming how a command ended: "exited 3", "timed out after 30s".
+local function outcome(r, timeout_ms)
+  if r.timed_out then return "timed out after " .. fmt_ms(timeout_ms) end
+  if r.signal ~= 0 then return "killed by signal " .. r.signal end
+  return "exited " .. r.status
+end
+
+-- "deploy command exited 4: kubectl: connection refused"
+local function describe(step, r, timeout_ms)
+  local text = step .. " command " .. outcome(r, timeout_ms)
+  if r.timed_out or r.signal ~= 0 then return text end
+  local line = last_line(r.stderr) or last_line(r.stdout)
+  return line and (text .. ": " .. line) or text
+end
+
+-------------------------------------------------------------- the database
+
+local function append_log(pipeline_id, step, argv, result, exit_status, duration_ms, output)
+  local ok, err = oops.db.exec(
+    "INSERT INTO pipeline_log (pipeline_id, step, server, argv, exit_status, result, duration_ms, output) " ..
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    pipeline_id, step, oops.server_name(), M.argv_json(argv), exit_status,
+    clean_utf8(result:sub(1, 200)), duration_ms, clean_utf8(output or ""))
+  if not ok then
+    log.warn("exec: writing the " .. step .. " log failed: " .. tostring(err), { pipeline = pipeline_id })
+  end
+  return ok, err
+end
+
+-- Log one finished command run (r nil: it could not be started, err says why).
+local function log_run(pipeline_id, step, run)
+  local r = run.result
+  if not r then
+    return append_log(pipeline_id, step, run.argv, "not started: " .. tostring(run.err), nil, nil, "")
+  end
+  local status = (r.signal == 0 and not r.timed_out) and r.status or nil
+  local result = run.note and (outcome(r, run.timeout_ms) .. " (" .. run.note .. ")") or outcome(r, run.timeout_ms)
+  return append_log(pipeline_id, step, run.argv, result, status, run.duration_ms, run.output)
+end
+
+local function job_row(pipeline_id)
+  local rows, err = oops.db.exec(
+    "SELECT state, server FROM exec_job WHERE pipeline_id = ? AND kind = 'build'", pipeline_id)
+  if not rows then return nil, err end
+  return rows[1] or false
+end
+
+------------------------------------------------------------ the gateway
+
+-- The application's config from the policy, or nil, err.
+local function app_of(policy, app)
+  if type(app) ~= "string" then error("exec gateway: the application must be \"ns/name\"", 3) end
+  local a = policy.applications and policy.applications[app]
+  if not a then return nil, "application " .. tostring(app) .. " is not in the policy" end
+  return a
+end
+
+local function timeout_of(a, step)
+  return (a.timeout_ms and a.timeout_ms[step]) or M.DEFAULT_TIMEOUT_MS[step]
+end
+
+local function dirname(path) return path:match("^(.*)/[^/]*$") or "." end
+
+-- Where commands run (see the header).
+local function working_dir(cfg, policy)
+  local dir = policy.files and policy.files[1] and dirname(policy.files[1]) or oops.policy_dir
+  local workdir = cfg and cfg.options and cfg.options.workdir
+  if workdir then
+    if workdir:sub(1, 1) == "/" or not dir then return workdir end
+    return dir .. "/" .. workdir
+  end
+  return dir
+end
+
+local function env_for(values, step)
+  return {
+    OOPS_PIPELINE = values.pipeline or "", OOPS_NAMESPACE = values.namespace or "",
+    OOPS_APPLICATION = values.application or "", OOPS_ENVIRONMENT = values.environment or "",
+    OOPS_ARTIFACT = values.artifact or "", OOPS_STEP = step, OOPS_SERVER = oops.server_name(),
+  }
+end
+
+-- State that outlives a policy reload: the processes this server runs.
+--   builds[id] = { handle, argv, started, result?, output?, shutdown?, stopped? }
+--   procs[id][step] = handle of a deploy/health command being waited for
+--   health[id] = the last health verdict logged
+local function new_state() return { builds = {}, procs = {}, health = {} } end
+
+-- SIGTERM now, SIGKILL after the grace if it is still there.
+local function terminate(handle, what)
+  handle:kill(SIGTERM)
+  oops.task("exec kill " .. what, function()
+    oops.sleep(M.KILL_GRACE_MS) -- returns at once when oopsd is stopping
+    if handle:running() then handle:kill(SIGKILL) end
+  end)
+end
+
+function M.new(cfg, policy, previous)
+  if type(policy) ~= "table" then error("exec gateway: expects the policy table", 2) end
+  local gw = { kind = "exec" }
+  local state = previous and previous._exec_state or new_state()
+  gw._exec_state = state
+  local cwd = working_dir(cfg, policy)
+
+  -- Start argv in the background: handle | nil, err. on_exit(run) runs as a task.
+  local function start(argv, values, step, timeout_ms, on_exit)
+    local run = { argv = argv, timeout_ms = timeout_ms, started = oops.now_ms() }
+    local out = tail(M.OUTPUT_CAP)
+    local handle, err = oops.proc.start {
+      argv = argv, cwd = cwd, env = env_for(values, step), timeout_ms = timeout_ms,
+      max_output = M.OUTPUT_CAP,
+      on_output = function(_, data) out.add(data) end,
+      on_exit = function(r)
+        run.result, run.output = r, out.text()
+        run.duration_ms = oops.now_ms() - run.started
+        on_exit(run)
+      end,
+    }
+    if not handle then
+      run.err = err
+      return nil, err, run
+    end
+    return handle, nil, run
+  end
+
+  -- Run argv and wait in this task; tracked under procs[id][step] so a stop
+  -- can kill it. The finished run ({argv, result?, err?, output}) always.
+  local function run_wait(argv, values, step, timeout_ms)
+    local me = oops.current()
+    if not me then error("exec gateway: " .. step .. " must be called from a task", 3) end
+    local done, waiting
+    local handle, _, run = start(argv, values, step, timeout_ms, function()
+      done = true
+      if waiting then oops.wake(me) end
+    end)
+    if not handle then return run end
+    local id = values.pipeline
+    if id ~= "" then
+      state.procs[id] = state.procs[id] or {}
+      state.procs[id][step] = handle
+    end
+    if not done then
+      waiting = true
+      oops.suspend()
+    end
+    if id ~= "" and state.procs[id] then
+      state.procs[id][step] = nil
+      if next(state.procs[id]) == nil then state.procs[id] = nil end
+    end
+    return run
+  end
+
+  ------------------------------------------------------------------ builds
+
+  -- Record a finished build: its log first (so "see the pipeline log" finds
+  -- it), then its state, unless it was stopped or abandoned at shutdown.
+  -- The entry stays in memory until the state is written (build_status retries).
+  local function finish_build(id, job)
+    local run = job.run
+    if not job.logged then
+      if job.shutdown then run.note = "oopsd on " .. oops.server_name() .. " shut down"
+      elseif job.stopped then run.note = "the pipeline was stopped" end
+      log_run(id, "build", run)
+      job.logged = true
+    end
+    if not (job.shutdown or job.stopped) then
+      local st = run.result.ok and "succeeded" or "failed"
+      local r = run.result
+      local ok, err = oops.db.exec(
+        "UPDATE exec_job SET state = ?, exit_status = ?, finished_at = NOW(6) " ..
+        "WHERE pipeline_id = ? AND kind = 'build' AND server = ? AND state = 'running'",
+        st, (r.signal == 0 and not r.timed_out) and r.status or nil, id, oops.server_name())
+      if not ok then
+        log.warn("exec: recording the build's end failed (retried): " .. tostring(err), { pipeline = id })
+        return false
+      end
+      log.info("build " .. st .. ": " .. outcome(r, run.timeout_ms), { pipeline = id })
+    end
+    if state.builds[id] == job then state.builds[id] = nil end
+    if job.shutdown and state.waiter then oops.wake(state.waiter) end
+    return true
+  end
+
+  function gw.build_submit(p)
+    local a, aerr = app_of(policy, p.app or (p.namespace .. "/" .. p.application))
+    if not a then return nil, aerr end
+    local current = state.builds[p.id]
+    if current and not current.run.result then return true end -- already running here
+    local me = oops.server_name()
+    if not a.build then -- nothing to build: it trivially succeeded
+      local ok, err = oops.db.exec(
+        "INSERT INTO exec_job (pipeline_id, kind, server, state, exit_status, started_at, finished_at) " ..
+        "VALUES (?, 'build', ?, 'succeeded', 0, NOW(6), NOW(6)) ON DUPLICATE KEY UPDATE " ..
+        "server = VALUES(server), state = 'succeeded', exit_status = 0, started_at = NOW(6), finished_at = NOW(6)",
+        p.id, me)
+      if not ok then return nil, err end
+      return true
+    end
+    -- The row first: the exit callback's conditional UPDATE needs it.
+    local ok, err = oops.db.exec(
+      "INSERT INTO exec_job (pipeline_id, kind, server, state, started_at) " ..
+      "VALUES (?, 'build', ?, 'running', NOW(6)) ON DUPLICATE KEY UPDATE server = VALUES(server), " ..
+      "state = 'running', exit_status = NULL, started_at = NOW(6), finished_at = NULL",
+      p.id, me)
+    if not ok then return nil, err end
+    local values = pipeline_values(p)
+    local argv = M.substitute(a.build, values)
+    local job = {}
+    local handle, serr, run = start(argv, values, "build", timeout_of(a, "build"), function(r)
+      job.run = r
+      finish_build(p.id, job)
+    end)
+    job.run = run
+    if not handle then
+      log_run(p.id, "build", run)
+      oops.db.exec("UPDATE exec_job SET state = 'failed', finished_at = NOW(6) " ..
+        "WHERE pipeline_id = ? AND kind = 'build' AND server = ?", p.id, me)
+      return nil, serr
+    end
+    job.handle = handle
+    state.builds[p.id] = job
+    log.info("build started (pid " .. handle:pid() .. ")", { pipeline = p.id })
+    return true
+  end
+
+  function gw.build_status(p)
+    local job = state.builds[p.id]
+    if job then
+      if job.run.result then finish_build(p.id, job) end -- an earlier write failed: retry
+      if state.builds[p.id] == job then return "running" end
+    end
+    local row, err = job_row(p.id)
+    if row == nil then return nil, err end
+    if not row then return "missing" end
+    if row.state == "succeeded" or row.state == "failed" then return row.state end
+    if row.state == "stopped" then return "failed" end
+    -- 'running' without a process here: its server died or restarted.
+    return "missing"
+  end
+
+  -- Kill every process of the pipeline this server runs (build, deploy,
+  -- health), and mark its build stopped.
+  function gw.build_stop(p)
+    local job = state.builds[p.id]
+    if job and job.handle and not job.run.result then
+      job.stopped = true
+      terminate(job.handle, p.id)
+      log.info("build stopped: process group " .. job.handle:pid() .. " sent SIGTERM", { pipeline = p.id })
+    end
+    for step, handle in pairs(state.procs[p.id] or {}) do
+      terminate(handle, p.id .. " " .. step)
+      log.info(step .. " stopped: process group " .. handle:pid() .. " sent SIGTERM", { pipeline = p.id })
+    end
+    state.health[p.id] = nil
+    local ok, err = oops.db.exec(
+      "UPDATE exec_job SET state = 'stopped', finished_at = COALESCE(finished_at, NOW(6)) " ..
+      "WHERE pipeline_id = ? AND kind = 'build' AND state = 'running'", p.id)
+    if not ok then return nil, err end
+    return true
+  end
+
+  ---------------------------------------------------- deploys and health
+
+  function gw.deploy(p)
+    local a, aerr = app_of(policy, p.app or (p.namespace .. "/" .. p.application))
+    if not a then return nil, aerr end
+    if not a.deploy then return true end
+    local values = pipeline_values(p)
+    local run = run_wait(M.substitute(a.deploy, values), values, "deploy", timeout_of(a, "deploy"))
+    log_run(p.id, "deploy", run)
+    if not run.result then return nil, run.err end
+    if run.result.ok then return true end
+    return nil, describe("deploy", run.result, run.timeout_ms)
+  end
+
+  -- The verdict of one health run: kind (for the log) and what the scan gets.
+  local function health_verdict(run)
+    local r = run.result
+    if not r then return "failure", { failure = tostring(run.err) } end
+    if r.timed_out or r.signal ~= 0 then
+      return "failure", { failure = "health command " .. outcome(r, run.timeout_ms) }
+    end
+    if r.status == 0 then return "complete", { complete = true } end
+    if r.status == 1 then return "not ready", {} end
+    if r.status == 2 then return "missing", { missing = true } end
+    return "failure", { failure = last_line(r.stderr) or last_line(r.stdout) or ("health command exited " .. r.status) }
+  end
+
+  function gw.rollout_health(p)
+    local a, aerr = app_of(policy, p.app or (p.namespace .. "/" .. p.application))
+    if not a then return nil, aerr end
+    if not a.health then return { complete = true } end
+    local values = pipeline_values(p)
+    local run = run_wait(M.substitute(a.health, values), values, "health", timeout_of(a, "health"))
+    local kind, verdict = health_verdict(run)
+    -- Log a change or a failure only: a rollout polled every scan stays small.
+    if kind == "failure" or state.health[p.id] ~= kind then log_run(p.id, "health", run) end
+    state.health[p.id] = (kind == "not ready") and kind or nil
+    return verdict
+  end
+
+  function gw.restart(app, env)
+    local a, aerr = app_of(policy, app)
+    if not a then return nil, aerr end
+    local argv = a.restart_cmd or a.restart_command
+    if not argv then return nil, "application " .. app .. " has no restart_command" end
+    local ns, name = app:match("^(.-)/(.*)$")
+    local values = { namespace = ns, application = name, environment = env,
+      id = "", pipeline = "", artifact = "" }
+    local run = run_wait(M.substitute(argv, values), values, "restart", timeout_of(a, "restart"))
+    if not run.result then return nil, run.err end
+    if run.result.ok then
+      log.info("restart command " .. outcome(run.result, run.timeout_ms), { app = app, env = env })
+      return true
+    end
+    return nil, describe("restart", run.result, run.timeout_ms)
+  end
+
+  -- oopsd is stopping: SIGTERM every build, then wait (in a task, which the
+  -- daemon's drain waits for, bounded) until they have exited and been
+  -- logged. Their exec_job rows stay 'running': the next driver finds no such
+  -- process and fails the pipeline as "build job missing".
+  function gw.stop()
+    local n = 0
+    for id, job in pairs(state.builds) do
+      if job.handle and not job.run.result then
+        job.shutdown = true
+        job.handle:kill(SIGTERM)
+        n = n + 1
+        log.info("stopping: build process group " .. job.handle:pid() .. " sent SIGTERM", { pipeline = id })
+      end
+    end
+    if n == 0 then return end
+    oops.task("exec shutdown", function()
+      state.waiter = oops.current()
+      while true do
+        local left = false
+        for _, job in pairs(state.builds) do
+          if job.shutdown then left = true end
+        end
+        if not left then break end
+        oops.suspend()
+      end
+      state.waiter = nil
+    end)
+  end
+
+  return gw
+end
+
+return M

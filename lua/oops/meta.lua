@@ -1,0 +1,530 @@
+---@meta oops
+-- The `oops` module as data: LuaCATS stubs for every function the C core
+-- registers (src/lua_*.c), for the language server and for review. Loading
+-- this file runs nothing: it builds tables of empty functions and returns
+-- them. tests/spec/meta_spec.lua compares it with what the binary registers,
+-- both ways, so a binding added or removed without its stub fails the specs.
+--
+-- Two kinds of failure, everywhere (AGENTS.md, "Error reporting"):
+--   * a caller's mistake (wrong type, unknown status, call outside a task)
+--     RAISES a Lua error;
+--   * a runtime failure (database, process, network) RETURNS nil, msg, code.
+-- Functions marked ---@async WAIT: they yield the calling task and must be
+-- called from one (oops.task, oops.wait or a scan); elsewhere they raise
+-- "oops.X waits, so it must be called from a task (oops.task or a scan)".
+-- The database calls do not yield: each blocks for at most one round trip,
+-- bounded by the connection's timeouts.
+
+---@alias oops.LogLevel "debug"|"info"|"warn"|"error"
+
+---@alias oops.Status "INITIALIZED"|"RUNNING"|"BUILD_SUCCEEDED"|"DEPLOYING"|"ROLLING_OUT"|"SUCCEEDED"|"ERROR"|"STOPPED"
+
+---@alias oops.StoreFailure
+---| "illegal" # the transition is not in the table
+---| "exists"  # an unfinished pipeline already exists for that application/environment
+---| "db"      # database error (msg says what)
+---| "bad"     # bad input: an empty or too long field
+
+---@class oops
+local oops = {}
+
+---------------------------------------------------------------- log (lua_log.c)
+
+--- Write one event as a single key=value line on stderr:
+--- `ts=... level=info [server=...] scan=... pipeline=... app=... env=... k=v ... msg="..."`.
+--- Fields come in that order (scan, pipeline, app, env first, the rest by
+--- name); values go through tostring and are quoted with backslash escapes
+--- when they hold spaces, quotes, '=' or control characters, so an event never
+--- spans two lines. At most 32 fields; keys that are not strings are ignored.
+--- Nothing is written below the level set with oops.log_level (default info).
+--- Raises on an unknown level or a msg that is not a string.
+---@param level oops.LogLevel
+---@param msg string
+---@param fields? table<string, any>
+function oops.log(level, msg, fields) end
+
+--- Set the lowest level written by oops.log and the C core (process-wide).
+--- Raises on an unknown level.
+---@param level oops.LogLevel
+function oops.log_level(level) end
+
+---------------------------------------------------------- tasks (lua_timer.c)
+
+--- Run fn(...) as a task (a coroutine the C side resumes when what it waits
+--- for arrives). It starts right away and runs until its first wait, or, when
+--- called from inside a running task, as soon as that task waits or ends. An
+--- error inside fn is logged with a traceback naming `name` and never reaches
+--- the caller. Returns nothing: use oops.wait to get results back.
+---@param name string shown in the log when the task fails
+---@param fn fun(...): any
+---@param ... any arguments for fn
+function oops.task(name, fn, ...) end
+
+--- Wait ms milliseconds. Raises outside a task, or when ms is negative or not
+--- an integer. Returns false instead of waiting (or when woken early) once the
+--- daemon is shutting down.
+---@async
+---@param ms integer
+---@return boolean slept true after ms, false when woken for shutdown
+function oops.sleep(ms) end
+
+--- A monotonic clock in milliseconds (for durations, not dates).
+---@return integer
+function oops.now_ms() end
+
+--- The wall clock: seconds since the epoch, with microseconds.
+---@return number
+function oops.time() end
+
+--- Suspend the running task until oops.wake(thread, ...) hands it values
+--- (get the thread with oops.current before suspending). Raises outside a
+--- task.
+---@async
+---@return any ... the values given to oops.wake
+function oops.suspend() end
+
+--- Resume a task suspended in oops.suspend with the values `...`. It resumes
+--- at once, or as soon as the running task waits or ends. Raises when thread
+--- is not a thread.
+---@param thread thread
+---@param ... any
+---@return boolean woken true when the thread was suspended, false otherwise (nothing happens)
+function oops.wake(thread, ...) end
+
+--- The running coroutine (a task's thread, for oops.wake), or nil on the main
+--- thread.
+---@return thread|nil
+function oops.current() end
+
+--- One turn of the event loop (scripts only; the daemon runs its own loop).
+--- Waits for at least one event when something is pending.
+---@return boolean pending true while anything (timer, process, request) is still pending
+function oops.run_once() end
+
+--- For scripts and specs: run fn(...) as a task, turn the loop until it ends
+--- and return its results, or raise its error (with the task's traceback).
+--- Raises "oops.wait: the task is waiting for something that will never come"
+--- when the loop has nothing left but the task has not ended. Not from inside a
+--- task or the daemon: the loop is not re-entrant.
+---@param fn fun(...): ...
+---@param ... any arguments for fn
+---@return any ... what fn returned
+function oops.wait(fn, ...) end
+
+------------------------------------------------------- daemon (lua_daemon.c)
+
+--- This server's name, as written in events and logs (`script` under `oopsd lua`
+--- until oops.connect names it).
+---@return string
+function oops.server_name() end
+
+--- Whether the daemon is shutting down (scans should stop starting work).
+---@return boolean
+function oops.stopping() end
+
+---@class oops.ConnectOptions
+---@field db? string mysql://user[:password]@host[:port]/database[?socket=PATH]; default $OOPS_DB
+---@field name? string the server name for events (default: unchanged)
+---@field locks? boolean open the lock session too (default true)
+---@field validate_ms? integer lock session check interval (default 30000)
+
+--- For scripts and specs run with `oopsd lua` (the daemon connects by
+--- itself): open the work connection and, unless locks = false, the lock
+--- session. Raises when already connected or when the URL is malformed or
+--- missing. Returns nil, msg (no code) when the database cannot be reached.
+---@param opts oops.ConnectOptions
+---@return true|nil ok
+---@return string? msg
+function oops.connect(opts) end
+
+--- Apply the schema migrations not yet applied (serialised across servers by
+--- GET_LOCK('oops:migrate', 60)). Raises when not connected.
+---@return integer|nil applied how many migrations this call applied (0 when up to date)
+---@return string? msg
+function oops.migrate() end
+
+-------------------------------------------------------------- db (lua_db.c)
+
+---@class oops.db
+oops.db = {}
+
+---@class oops.ExecResult
+---@field affected integer rows changed
+---@field insert_id integer the AUTO_INCREMENT id generated, 0 when none
+
+--- Run one prepared statement on the work connection with `...` bound to its
+--- `?` placeholders (never pasted into the SQL). Parameters: nil (NULL),
+--- booleans (1/0), integers, floats, strings (bytes as given). A query returns
+--- its rows, each a table column name → value: integer columns as integers,
+--- FLOAT/DOUBLE/DECIMAL as floats, everything else (text, dates, JSON) as
+--- strings, NULL as an absent field. Any other statement returns
+--- {affected=, insert_id=}. Raises on a parameter of another type. Returns
+--- nil, msg, errno on a database error (the MariaDB error number, e.g. 1064
+--- for a syntax error; 0 when not connected); a lost connection is reopened
+--- by the next call.
+---@param sql string
+---@param ... nil|boolean|integer|number|string
+---@return (table<string, any>[])|oops.ExecResult|nil result
+---@return string? msg
+---@return integer? errno
+function oops.db.exec(sql, ...) end
+
+--- START TRANSACTION on the work connection.
+---@return true|nil ok
+---@return string? msg
+---@return integer? errno
+function oops.db.begin() end
+
+--- COMMIT on the work connection.
+---@return true|nil ok
+---@return string? msg
+---@return integer? errno
+function oops.db.commit() end
+
+--- ROLLBACK on the work connection, best effort: errors are ignored (a lost
+--- connection has rolled back already).
+---@return nil
+function oops.db.rollback() end
+
+--- The database's clock (every age and timeout is computed on it).
+---@return number|nil epoch seconds with microseconds
+---@return string? utc_or_msg "YYYY-MM-DD HH:MM:SS.ffffff" (UTC); the error message on failure
+---@return integer? errno
+function oops.db.now() end
+
+--- How many statements the work connection has executed (for benches and
+--- tests); 0 when not connected.
+---@return integer
+function oops.db.statements() end
+
+------------------------------------------------------------ store (lua_db.c)
+
+---@class oops.store
+oops.store = {}
+
+---@class oops.PipelineNew
+---@field namespace string
+---@field application string
+---@field environment string
+---@field manual? boolean deploy only when asked (default false: auto)
+---@field artifact? string
+---@field source? string JSON text
+---@field trigger? "release"|"rollback" default "release"
+
+---@class oops.Pipeline
+---@field id string 12 characters from [a-z0-9]
+---@field namespace string
+---@field application string
+---@field environment string
+---@field app string "namespace/application"
+---@field status oops.Status
+---@field manual boolean
+---@field deploy_mode "manual"|"auto"
+---@field artifact? string
+---@field source? string JSON text
+---@field message? string
+---@field trigger string
+---@field deploy_requested_at? string UTC, set once a manual deploy was requested
+---@field created_at string "YYYY-MM-DD HH:MM:SS.ffffff" UTC
+---@field status_changed_at string UTC
+---@field driven_by? string server that made the last transition
+---@field status_age number seconds in this status, on the database's clock
+---@field lock_owner? integer with list{lock_owner = true}: connection id holding oops:pipeline:ID, absent when free
+
+---@class oops.PipelineEvent
+---@field id integer
+---@field type string CREATED, BUILDING, BUILD_SUCCEEDED, DEPLOYING, ROLLING_OUT, SUCCEEDED, FAILED or STOPPED
+---@field from? oops.Status absent for CREATED
+---@field to oops.Status
+---@field message? string
+---@field server string
+---@field created_at string UTC
+
+---@class oops.ListOptions
+---@field statuses? oops.Status[] only these statuses (default all)
+---@field min_age? number only pipelines in their status for at least this many seconds
+---@field limit? integer at most this many, oldest first (default no limit)
+---@field lock_owner? boolean fill lock_owner (min_age and limit are then ignored)
+
+--- Insert an INITIALIZED pipeline and its CREATED event (server = this
+--- server's name), in one transaction. Raises when opts is not a table or a
+--- field has the wrong type. Returns nil, msg, kind when it could not:
+--- "exists" (an unfinished pipeline exists for that application and
+--- environment), "bad" (empty or too long field), "db".
+---@param opts oops.PipelineNew
+---@return string|nil id
+---@return string? msg
+---@return oops.StoreFailure? kind
+function oops.store.create(opts) end
+
+--- The conditional transition: move pipeline id from `from` to `to` and write
+--- the event, only if it is still in `from`. Raises on an unknown status and
+--- on a transition not in the table ("illegal transition INITIALIZED ->
+--- SUCCEEDED"). false means the pipeline was not in `from` any more (another
+--- server won the claim, or it does not exist): nothing changed. nil, msg,
+--- "exists" when `to` would make a second unfinished pipeline.
+---@param id string
+---@param from oops.Status
+---@param to oops.Status
+---@param message? string stored on the pipeline and the event
+---@return boolean|nil made true when this call made the transition
+---@return string? msg
+---@return oops.StoreFailure? kind
+function oops.store.transition(id, from, to, message) end
+
+--- One pipeline, or false when there is no such id.
+---@param id string
+---@return oops.Pipeline|false|nil pipeline
+---@return string? msg
+---@return oops.StoreFailure? kind
+function oops.store.get(id) end
+
+--- Pipelines, oldest first. Raises on an unknown status in opts.statuses.
+---@param opts? oops.ListOptions
+---@return oops.Pipeline[]|nil pipelines
+---@return string? msg
+---@return oops.StoreFailure? kind
+function oops.store.list(opts) end
+
+--- The event trail of one pipeline, oldest first (empty for an unknown id).
+---@param id string
+---@return oops.PipelineEvent[]|nil events
+---@return string? msg
+---@return oops.StoreFailure? kind
+function oops.store.events(id) end
+
+---------------------------------------------------------- locks (lua_locks.c)
+
+---@class oops.locks
+oops.locks = {}
+
+--- Take the named lock on this server's lock session (GET_LOCK(name, 0), no
+--- waiting). A lock lives as long as the session. Names over 64 characters
+--- are shortened the same way on every server. Returns nil, "lock session
+--- down", -1 when the session is down or not connected (fail closed).
+---@param name string
+---@return boolean|nil held true when held now (also when already held here), false when held elsewhere
+---@return string? msg
+---@return integer? code
+function oops.locks.acquire(name) end
+
+--- oops.locks.acquire for many names in one statement per 1,000 names.
+---@param names string[]
+---@return table<string, boolean>|nil held name → held now
+---@return string? msg "lock session down"
+---@return integer? code
+function oops.locks.acquire_many(names) end
+
+--- RELEASE_LOCK(name).
+---@param name string
+---@return boolean|nil released true when it was held here, false when it was not
+---@return string? msg "lock session down"
+---@return integer? code
+function oops.locks.release(name) end
+
+--- Release every lock held; the session stays open.
+---@return nil
+function oops.locks.release_all() end
+
+--- Whether this server holds the lock (from the held set, no SQL).
+---@param name string
+---@return boolean
+function oops.locks.holds(name) end
+
+--- A snapshot of the names held, as given to acquire.
+---@return string[]
+function oops.locks.held() end
+
+--- Whether the lock session is up (false while reconnecting: drive nothing).
+---@return boolean
+function oops.locks.is_up() end
+
+--- CONNECTION_ID() of the lock session, 0 when down.
+---@return integer
+function oops.locks.connection_id() end
+
+--- Statements sent on the lock session (for benches and tests).
+---@return integer
+function oops.locks.statements() end
+
+--- How often the idle lock session is checked (the policy's
+--- locks { validate_every }). Raises below 100 ms.
+---@param ms integer
+function oops.locks.set_validate_interval(ms) end
+
+------------------------------------------------------------ cron (lua_cron.c)
+
+---@class oops.cron
+oops.cron = {}
+
+--- A parsed cron expression (plain data). tostring(handle) is its text.
+---@class oops.CronHandle
+local CronHandle = {}
+
+--- Parse "minute hour day-of-month month day-of-week", with an optional
+--- seconds field first, or a macro (@daily, @hourly, ...). Returns nil and a
+--- message naming the field and value ("minute 61 out of range 0-59") when the
+--- text is not a valid expression.
+---@param text string
+---@return oops.CronHandle|nil handle
+---@return string? msg
+function oops.cron.parse(text) end
+
+--- Whether name is a time zone of the system's database (like Europe/Paris or
+--- UTC).
+---@param name string
+---@return boolean ok
+---@return string? msg why not, e.g. "unknown time zone (no /usr/share/zoneinfo/Mars/Olympus)"
+function oops.cron.valid_timezone(name) end
+
+--- Does the expression fire at this second, in time zone tz? A 5-field
+--- expression fires only at second 0. tz defaults to the server's; an unknown
+--- zone counts as UTC, so check it with oops.cron.valid_timezone first.
+---@param epoch integer seconds since the epoch
+---@param tz? string e.g. "Europe/Paris"
+---@return boolean
+function CronHandle:matches(epoch, tz) end
+
+--- The first firing strictly after epoch in time zone tz (default the
+--- server's), or nil when there is none within 5 years ("0 0 30 2 *").
+--- Across DST changes, wall-clock times that do not exist are skipped and
+--- repeated ones fire once.
+---@param epoch integer
+---@param tz? string
+---@return integer|nil epoch
+function CronHandle:next(epoch, tz) end
+
+--- Whether the expression was written with a seconds field (6 fields).
+---@return boolean
+function CronHandle:has_seconds() end
+
+--- The text the handle was parsed from.
+---@return string
+function CronHandle:text() end
+
+------------------------------------------------------------ proc (lua_proc.c)
+
+---@class oops.proc
+oops.proc = {}
+
+---@class oops.ProcOptions
+---@field argv string[] the command, executed directly (never through a shell); argv[1] is looked up in PATH
+---@field env? table<string, string> added to the inherited environment (replaces it with clear_env)
+---@field clear_env? boolean start from an empty environment
+---@field cwd? string
+---@field stdin? string written to the child's stdin, then closed (default /dev/null)
+---@field timeout_ms? integer on expiry SIGTERM to the process group, SIGKILL 2 s later (default none)
+---@field max_output? integer bytes kept per stream, the last ones (default 1 MiB)
+
+---@class oops.ProcStartOptions: oops.ProcOptions
+---@field on_exit? fun(result: oops.ProcResult) runs as a task of its own when the process ended
+---@field on_output? fun(stream: integer, data: string) every chunk read; stream 1 stdout, 2 stderr
+
+---@class oops.ProcResult
+---@field ok boolean exited with status 0, no signal, no timeout
+---@field status integer exit status (0 when a signal ended it)
+---@field signal integer the signal that ended it, 0 if none
+---@field timed_out boolean timeout_ms elapsed and the process was killed
+---@field stdout string
+---@field stderr string
+
+--- Run a child process in its own process group and wait for it to end (and
+--- for its output to be read). Raises outside a task and when argv is not a
+--- non-empty list of strings (`argv must be a list of strings like {"make",
+--- "image"} (never a shell string)`) or another option has the wrong type.
+--- Returns nil, msg, 0 when it cannot start (`cannot run "nosuchcmd": no such
+--- file or directory`). A failing command is not an error: see result.ok.
+---@async
+---@param opts oops.ProcOptions
+---@return oops.ProcResult|nil result
+---@return string? msg
+---@return integer? code
+function oops.proc.run(opts) end
+
+--- Start a child process and return at once; on_exit receives the result.
+--- Needs no task. Same raises and failures as oops.proc.run.
+---@param opts oops.ProcStartOptions
+---@return oops.ProcHandle|nil handle
+---@return string? msg
+---@return integer? code
+function oops.proc.start(opts) end
+
+--- A process started by oops.proc.start. Dropping the handle does not stop the
+--- process.
+---@class oops.ProcHandle
+local ProcHandle = {}
+
+--- Send a signal to the process group (ignored once it has exited).
+---@param sig? integer default 15 (SIGTERM)
+function ProcHandle:kill(sig) end
+
+--- The process id (also its process group id); kept after it exited.
+---@return integer
+function ProcHandle:pid() end
+
+--- Whether the process has not been seen to exit yet (false from on_exit on).
+---@return boolean
+function ProcHandle:running() end
+
+------------------------------------------------------------ http (lua_http.c)
+
+---@class oops.http
+oops.http = {}
+
+---@class oops.HttpRequest
+---@field url string absolute http:// or https:// URL
+---@field method? "GET"|"POST" default "GET"
+---@field headers? table<string, string>|string[] {["Name"] = "value"} or {"Name: value", ...}, at most 32
+---@field body? string POST body
+---@field timeout_ms? integer the whole exchange (default 10000)
+
+---@class oops.HttpResponse
+---@field status integer any status: a 404 or 500 is a response, not an error
+---@field body string
+
+--- Send one request and wait for the response (redirects are not followed).
+--- Raises outside a task and when opts or url has the wrong type. Returns
+--- nil, msg, 0 when no response came ("connect to 127.0.0.1:9 failed:
+--- Connection refused", "timed out after 2000 ms") or the request was refused
+--- before sending (unsupported scheme or method).
+---@async
+---@param opts oops.HttpRequest
+---@return oops.HttpResponse|nil response
+---@return string? msg
+---@return integer? code
+function oops.http.request(opts) end
+
+------------------------------------------------------ metrics (lua_metrics.c)
+
+---@class oops.metrics
+oops.metrics = {}
+
+--- Add v (default 1) to a counter. Series are kept in C: they survive a
+--- policy reload. Labels are sorted by name; at most 16.
+---@param name string a Prometheus metric name
+---@param labels? table<string, any>
+---@param v? number
+function oops.metrics.inc(name, labels, v) end
+
+--- Set a gauge to v (default 0).
+---@param name string
+---@param labels? table<string, any>
+---@param v? number
+function oops.metrics.set(name, labels, v) end
+
+--- Add one observation v (default 0) to a summary (_sum += v, _count += 1).
+---@param name string
+---@param labels? table<string, any>
+---@param v? number
+function oops.metrics.observe(name, labels, v) end
+
+--- The value of a series: a counter's or gauge's value, a summary's count;
+--- 0 for a series never updated.
+---@param name string
+---@param labels? table<string, any>
+---@return number
+function oops.metrics.get(name, labels) end
+
+-- The userdata types, by the metatable name the binary registers them under,
+-- so the specs can compare their methods too. Not part of the API.
+return oops, { ["oops.cron"] = CronHandle, ["oops.proc"] = ProcHandle }

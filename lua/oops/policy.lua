@@ -1,0 +1,892 @@
+-- oops.policy: loads the operators' policy files into plain data.
+--
+--   local p, errs = policy.load_dir("policies", { cron_parse = oops.cron.parse })
+--   local p, errs = policy.load_files({ "policies/oopsd.lua" }, opts)
+--
+-- Either the whole policy (defaults filled in) or nil and EVERY error of EVERY
+-- file, each as "file:line: what: why", so an operator fixes them in one pass.
+--
+-- Each file runs in its own sandbox: reads see only the policy language and a
+-- safe part of the standard library, unknown names are errors, the only
+-- globals a file may assign are the hooks, and a file that runs too long is
+-- stopped. The declaration functions live out here, so they may use `debug`
+-- to find the line each declaration was written on.
+local duration = require("oops.duration")
+local quantity = require("oops.quantity")
+
+local show = duration.show
+
+local M = {}
+
+-- A runaway file is stopped after this many VM instructions (a policy file
+-- that declares things needs a few thousand).
+M.INSTRUCTION_LIMIT = 10000000
+
+-- Globals a file may assign: functions the engine calls.
+M.HOOKS = { "on_build_lost", "on_transition" }
+local HOOK_SET = {}
+for _, h in ipairs(M.HOOKS) do HOOK_SET[h] = true end
+
+-- Placeholders an argv may carry, filled in by the exec gateway.
+local PIPELINE_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace" }
+local RESTART_PLACEHOLDERS = { "application", "environment", "namespace" }
+
+-- Shown when a declaration is written the wrong way round.
+local EXAMPLES = {
+  scan = 'scan { interval = "5s" }',
+  build = 'build { timeout = "2h" }',
+  deploy = 'deploy { timeout = "10m" }',
+  rollout = 'rollout { timeout = "5m" }',
+  locks = 'locks { validate_every = "30s" }',
+  restarts = 'restarts { timezone = "Europe/Paris", grace = "2m" }',
+  alert = 'alert { cpu = { percent = 95, sustained = "10m" } }',
+  notify = 'notify { webhook = "http://127.0.0.1:9000/hook" }',
+  gateway = 'gateway "simulated" { build = "2s" }',
+  application = 'application "shop/api" { environments = { "prod" } }',
+}
+
+-------------------------------------------------------------------- defaults
+
+-- Per-application command timeouts when `timeouts` leaves one out.
+local APP_TIMEOUTS = { build = 1800000, deploy = 300000, health = 30000, restart = 60000 }
+
+-- A fresh policy holding every default (REFERENCE.md §8 for alerts).
+function M.defaults()
+  return {
+    version_hash = nil,
+    files = {},
+    scan = { interval_ms = 5000 },
+    build = { timeout_ms = 7200000 },
+    deploy = { timeout_ms = 600000 },
+    rollout = { timeout_ms = 300000 },
+    locks = { validate_every_ms = 30000 },
+    gateway = { kind = "simulated", build_ms = 2000, deploy_ms = 0, rollout_ms = 1000, options = {} },
+    applications = {},
+    restarts = { timezone = nil, grace_ms = 120000 },
+    alert = {
+      enabled = false,
+      cpu = { percent = 95, sustained_ms = 600000 },
+      memory = { percent = 90, sustained_ms = 300000 },
+      every_ms = 1800000,
+      probe = { kind = "simulated", scrape_interval_ms = 30000 },
+    },
+    notify = { routes = { { kind = "log" } }, retry = { initial_ms = 1000, max_ms = 60000 } },
+    hooks = {},
+    sources = { applications = {}, hooks = {}, notify = {} },
+  }
+end
+
+------------------------------------------------------------- small helpers
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return show(a) < show(b) end)
+  return keys
+end
+
+local function set_of(list)
+  local s = {}
+  for _, v in ipairs(list) do s[v] = true end
+  return s
+end
+
+-- A plain sequence 1..n with no other keys (an empty table counts).
+local function is_list(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+
+-- "a type" for messages: "a string", "a number", "a table", "nil".
+local function a_type(v)
+  local t = type(v)
+  if t == "nil" then return "nil" end
+  return (t:match("^[aeiou]") and "an " or "a ") .. t
+end
+
+-------------------------------------------------------------- value checks
+-- Each check takes a value as written and returns what the policy stores,
+-- or nil and why (starting with the value, where showing it helps).
+
+local function dur(min_ms)
+  return function(v)
+    local ms, why = duration.parse(v)
+    if not ms then return nil, why end
+    if ms < min_ms then
+      if min_ms == 1 then return nil, show(v) .. ": must be more than zero" end
+      return nil, show(v) .. ": must be at least " .. duration.format(min_ms)
+    end
+    return ms
+  end
+end
+
+local function percent(v)
+  local n = math.type(v) and math.tointeger(v)
+  if not n or n < 1 or n > 100 then return nil, show(v) .. ": must be a whole number from 1 to 100" end
+  return n
+end
+
+local function boolean(v)
+  if type(v) ~= "boolean" then return nil, show(v) .. ": must be true or false" end
+  return v
+end
+
+local function url(v)
+  if type(v) ~= "string" or not v:match("^https?://[^%s]+$") then
+    return nil, show(v) .. ": must be an http:// or https:// URL"
+  end
+  return v
+end
+
+local function text(v)
+  if type(v) ~= "string" or v == "" then return nil, show(v) .. ": must be a non-empty string" end
+  return v
+end
+
+-- A positive quantity from oops.quantity (a zero limit would alert forever).
+local function positive(parse)
+  return function(v)
+    local n, why = parse(v)
+    if not n then return nil, why end
+    if n == 0 then return nil, show(v) .. ": must be more than zero" end
+    return n
+  end
+end
+
+local ARGV_LIKE = 'must be an argv list of strings like {"make", "image"}'
+
+-- Why argument `i` of an argv is wrong, or nil. `placeholders` nil: any text.
+local function bad_argument(i, arg, placeholders)
+  if type(arg) ~= "string" then return "argument " .. i .. " is " .. a_type(arg) .. ", not a string" end
+  if i == 1 and arg == "" then return "argument 1 (the program) is empty" end
+  if not placeholders then return nil end
+  for name in arg:gmatch("{([%a_][%w_]*)}") do
+    if not set_of(placeholders)[name] then
+      return "argument " .. i .. ": " .. show(arg) .. ": unknown placeholder {" .. name .. "} (known: {"
+        .. table.concat(placeholders, "}, {") .. "})"
+    end
+  end
+end
+
+-- An argv list: copied, never a shell string.
+local function argv(placeholders)
+  return function(v)
+    if type(v) == "string" then
+      return nil, ARGV_LIKE .. ", not a string (commands never run through a shell)"
+    end
+    if type(v) ~= "table" then return nil, ARGV_LIKE .. ", not " .. a_type(v) end
+    if not is_list(v) then return nil, ARGV_LIKE .. " (it has named keys)" end
+    if #v == 0 then return nil, "must be a non-empty argv list of strings like {\"make\", \"image\"}" end
+    local out = {}
+    for i, arg in ipairs(v) do
+      local why = bad_argument(i, arg, placeholders)
+      if why then return nil, why end
+      out[i] = arg
+    end
+    return out
+  end
+end
+
+-- A name as used in app names and environments (a DNS label, as Kubernetes wants).
+local function is_label(s)
+  if type(s) ~= "string" or #s > 63 then return false end
+  return s:match("^[a-z0-9]$") ~= nil or s:match("^[a-z0-9][a-z0-9-]*[a-z0-9]$") ~= nil
+end
+
+local function environments(v)
+  local like = 'must be a list of environment names like {"staging", "prod"}'
+  if type(v) ~= "table" or not is_list(v) or #v == 0 then return nil, like end
+  local out, seen = {}, {}
+  for i, env in ipairs(v) do
+    if type(env) ~= "string" or not is_label(env) then
+      return nil, show(env) .. ': must be lowercase letters, digits and "-" (like "prod")'
+    end
+    if seen[env] then return nil, show(env) .. " is listed twice" end
+    seen[env], out[i] = true, env
+  end
+  return out
+end
+
+-- "Europe/Paris", "America/Argentina/Buenos_Aires", "UTC", "Etc/GMT+2".
+local function is_zone_name(v)
+  if type(v) ~= "string" or v == "" then return false end
+  for part in (v .. "/"):gmatch("([^/]*)/") do
+    if not part:match("^[%w_][%w_+%-]*$") then return false end
+  end
+  return true
+end
+
+local function timezone(v)
+  if not is_zone_name(v) then
+    return nil, show(v) .. ': not a time zone name (like "Europe/Paris" or "UTC")'
+  end
+  -- Where the system has a zone database, a misspelt zone is caught now,
+  -- rather than silently running restarts in UTC.
+  local probe = io.open("/usr/share/zoneinfo/UTC", "rb")
+  if probe then
+    probe:close()
+    local f = io.open("/usr/share/zoneinfo/" .. v, "rb")
+    if not f then return nil, show(v) .. ": unknown time zone (not in /usr/share/zoneinfo)" end
+    f:close()
+  end
+  return v
+end
+
+---------------------------------------------------------------- declarations
+-- A declaration being checked: where it was written and how messages name
+-- it: unnamed ones as "scan.interval", named ones as 'application "x": build'.
+
+local Decl = {}
+Decl.__index = Decl
+
+local function new_decl(st, where, kind, name)
+  local label = name and (kind .. " " .. show(name)) or kind
+  return setmetatable({ st = st, where = where, label = label, sep = name and ": " or "." }, Decl)
+end
+
+function Decl:what(path)
+  if not path then return self.label end
+  return self.label .. self.sep .. path
+end
+
+function Decl:fail(path, why)
+  self.st.errors[#self.st.errors + 1] = self.where .. ": " .. self:what(path) .. ": " .. why
+  self.failed = true
+end
+
+-- Report every key of `t` that is not in `known` (a sorted list).
+function Decl:only(path, t, known)
+  local ok = set_of(known)
+  for _, k in ipairs(sorted_keys(t)) do
+    if not ok[k] then
+      self:fail(path, "unknown key " .. show(k) .. " (known: " .. table.concat(known, ", ") .. ")")
+    end
+  end
+end
+
+-- Check t[key] with `check`; the default when absent or wrong.
+function Decl:field(t, key, check, default, path)
+  local v = t[key]
+  if v == nil then return default end
+  local out, why = check(v)
+  if out == nil then
+    self:fail(path or key, why)
+    return default
+  end
+  return out
+end
+
+-- A nested table such as alert.cpu: its keys checked, {} when absent.
+function Decl:sub(t, key, known)
+  local v = t[key]
+  if v == nil then return {} end
+  if type(v) ~= "table" then
+    self:fail(key, "must be a table with keys " .. table.concat(known, ", ") .. ", not " .. a_type(v))
+    return {}
+  end
+  self:only(key, v, known)
+  return v
+end
+
+-- Each builder checks one declaration's body and returns what the policy
+-- stores for it.
+local build = {}
+
+function build.scan(d, t)
+  d:only(nil, t, { "interval" })
+  -- Below 100ms every server would hammer the database for nothing.
+  return { interval_ms = d:field(t, "interval", dur(100), 5000) }
+end
+
+-- A RUNNING pipeline whose build neither finishes nor fails (or whose
+-- gateway keeps erroring) is failed after this; the original's build jobs
+-- had a 2-hour deadline.
+function build.build(d, t)
+  d:only(nil, t, { "timeout" })
+  return { timeout_ms = d:field(t, "timeout", dur(1), 7200000) }
+end
+
+function build.deploy(d, t)
+  d:only(nil, t, { "timeout" })
+  return { timeout_ms = d:field(t, "timeout", dur(1), 600000) }
+end
+
+function build.rollout(d, t)
+  d:only(nil, t, { "timeout" })
+  return { timeout_ms = d:field(t, "timeout", dur(1), 300000) }
+end
+
+function build.locks(d, t)
+  d:only(nil, t, { "validate_every" })
+  return { validate_every_ms = d:field(t, "validate_every", dur(1000), 30000) }
+end
+
+function build.restarts(d, t)
+  d:only(nil, t, { "grace", "timezone" })
+  return { timezone = d:field(t, "timezone", timezone, nil), grace_ms = d:field(t, "grace", dur(0), 120000) }
+end
+
+local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
+
+function build.gateway(d, t, kind)
+  if kind == "kubernetes" then
+    d:fail(nil, 'not available in this build (use "simulated" or "exec")')
+    return nil
+  end
+  if not GATEWAY_KEYS[kind] then
+    d:fail(nil, "unknown gateway (known: exec, kubernetes, simulated)")
+    return nil
+  end
+  d:only(nil, t, GATEWAY_KEYS[kind])
+  local g = M.defaults().gateway
+  g.kind = kind
+  if kind == "simulated" then
+    g.build_ms = d:field(t, "build", dur(0), g.build_ms)
+    g.deploy_ms = d:field(t, "deploy", dur(0), g.deploy_ms)
+    g.rollout_ms = d:field(t, "rollout", dur(0), g.rollout_ms)
+  else
+    -- Relative command paths ("./deploy.sh") resolve against workdir;
+    -- without it, against oopsd's working directory.
+    g.options.workdir = d:field(t, "workdir", text, nil)
+  end
+  return g
+end
+
+local function alert_metric(d, t, name, default)
+  local m = d:sub(t, name, { "percent", "sustained" })
+  return {
+    percent = d:field(m, "percent", percent, default.percent, name .. ".percent"),
+    sustained_ms = d:field(m, "sustained", dur(0), default.sustained_ms, name .. ".sustained"),
+  }
+end
+
+local function alert_probe(d, v)
+  local probe = { kind = "simulated", scrape_interval_ms = 30000 }
+  if v == nil or v == "simulated" then return probe end
+  if type(v) ~= "table" then
+    d:fail("probe", show(v) .. ': must be "simulated" or { prometheus = "http://..." }')
+    return probe
+  end
+  d:only("probe", v, { "prometheus", "scrape_interval", "token" })
+  if v.prometheus == nil then
+    d:fail("probe.prometheus", "required (the Prometheus base URL)")
+  end
+  probe.kind = "prometheus"
+  probe.url = d:field(v, "prometheus", url, nil, "probe.prometheus")
+  probe.scrape_interval_ms = d:field(v, "scrape_interval", dur(1000), 30000, "probe.scrape_interval")
+  probe.token = d:field(v, "token", text, nil, "probe.token")
+  return probe
+end
+
+function build.alert(d, t)
+  d:only(nil, t, { "cpu", "enabled", "every", "memory", "probe" })
+  local a = M.defaults().alert
+  -- Writing an alert block means wanting alerts, unless it says enabled = false.
+  a.enabled = d:field(t, "enabled", boolean, true)
+  a.cpu = alert_metric(d, t, "cpu", a.cpu)
+  a.memory = alert_metric(d, t, "memory", a.memory)
+  a.every_ms = d:field(t, "every", dur(1000), a.every_ms)
+  a.probe = alert_probe(d, t.probe)
+  return a
+end
+
+local function notify_retry(d, t)
+  local r = d:sub(t, "retry", { "initial", "max" })
+  local out = {
+    initial_ms = d:field(r, "initial", dur(1), 1000, "retry.initial"),
+    max_ms = d:field(r, "max", dur(1), 60000, "retry.max"),
+  }
+  if out.initial_ms > out.max_ms then
+    d:fail("retry", "initial " .. duration.format(out.initial_ms) .. " is longer than max "
+      .. duration.format(out.max_ms))
+  end
+  return out
+end
+
+-- Routes in a fixed order (webhook, command, log), and the retry if set
+-- (once in the whole policy).
+function build.notify(d, t, _, st)
+  d:only(nil, t, { "command", "log", "retry", "webhook" })
+  local n = { routes = {}, names_routes = false }
+  if t.webhook ~= nil then
+    n.routes[#n.routes + 1] = { kind = "webhook", url = d:field(t, "webhook", url, nil) }
+  end
+  if t.command ~= nil then
+    n.routes[#n.routes + 1] = { kind = "command", argv = d:field(t, "command", argv(nil), nil) }
+  end
+  if t.log ~= nil and d:field(t, "log", boolean, false) then n.routes[#n.routes + 1] = { kind = "log" } end
+  n.names_routes = t.webhook ~= nil or t.command ~= nil or t.log ~= nil
+  if t.retry ~= nil then
+    if st.retry_at then
+      d:fail("retry", "already set at " .. st.retry_at)
+    else
+      st.retry_at, n.retry = d.where, notify_retry(d, t)
+    end
+  end
+  if not n.names_routes and t.retry == nil then
+    d:fail(nil, 'names no route (use webhook = "http://...", command = {...} or log = true)')
+  end
+  return n
+end
+
+local APP_KEYS = { "build", "deploy", "environments", "health", "limits", "restart", "restart_command", "timeouts" }
+
+-- restart = { prod = "0 3 * * *" } -> { prod = { cron = ..., expr = handle } }
+local function app_restart(d, v, envs, cron_parse)
+  local out = {}
+  if v == nil then return out end
+  if type(v) ~= "table" then
+    d:fail("restart", 'must be a table like { prod = "0 3 * * *" }, not ' .. a_type(v))
+    return out
+  end
+  local listed = set_of(envs or {})
+  for _, env in ipairs(sorted_keys(v)) do
+    local cron, path = v[env], "restart." .. tostring(env)
+    if envs and not listed[env] then
+      d:fail(path, show(env) .. " is not one of its environments (" .. table.concat(envs, ", ") .. ")")
+    elseif type(cron) ~= "string" then
+      d:fail(path, 'must be a cron string like "0 3 * * *", not ' .. a_type(cron))
+    elseif not cron_parse then -- opts.no_cron: kept as written, unchecked
+      out[env] = { cron = cron }
+    else
+      local expr, why = cron_parse(cron)
+      if expr == nil then
+        d:fail(path, show(cron) .. ": " .. why)
+      else
+        out[env] = { cron = cron, expr = expr }
+      end
+    end
+  end
+  return out
+end
+
+local function app_limits(d, t)
+  local l = d:sub(t, "limits", { "cpu", "memory" })
+  return {
+    cpu_millicores = d:field(l, "cpu", positive(quantity.cpu), nil, "limits.cpu"),
+    memory_bytes = d:field(l, "memory", positive(quantity.memory), nil, "limits.memory"),
+  }
+end
+
+local function app_timeouts(d, t)
+  local names = { "build", "deploy", "health", "restart" }
+  local tt = d:sub(t, "timeouts", names)
+  local out = {}
+  for _, name in ipairs(names) do
+    out[name] = d:field(tt, name, dur(1), APP_TIMEOUTS[name], "timeouts." .. name)
+  end
+  return out, tt.deploy ~= nil
+end
+
+function build.application(d, t, name, st)
+  local ns, app = name:match("^(.-)/(.*)$")
+  d:only(nil, t, APP_KEYS)
+  local a = { namespace = ns, application = app }
+  if t.environments == nil then
+    d:fail("environments", 'required, like environments = { "staging", "prod" }')
+  end
+  local before = d.failed
+  a.environments = d:field(t, "environments", environments, {})
+  local envs_ok = t.environments ~= nil and d.failed == before
+  a.build = d:field(t, "build", argv(PIPELINE_PLACEHOLDERS), nil)
+  a.deploy = d:field(t, "deploy", argv(PIPELINE_PLACEHOLDERS), nil)
+  a.health = d:field(t, "health", argv(PIPELINE_PLACEHOLDERS), nil)
+  a.restart_cmd = d:field(t, "restart_command", argv(RESTART_PLACEHOLDERS), nil)
+  a.restart = app_restart(d, t.restart, envs_ok and a.environments or nil, st.cron_parse)
+  a.limits = app_limits(d, t)
+  a.timeout_ms, a.deploy_timeout_set = app_timeouts(d, t)
+  return a
+end
+
+-- 'application "Shop/API"' is refused before its body is looked at.
+local function bad_app_name(name)
+  local ns, app = name:match("^([^/]*)/([^/]*)$")
+  if not (ns and is_label(ns) and is_label(app)) then
+    return 'name must be "namespace/application", each part lowercase letters, digits and "-" (like "shop/api")'
+  end
+end
+
+------------------------------------------------------------ the load state
+
+-- Declarations that may appear once in the whole policy, keyed by kind
+-- (applications are keyed by their name instead; notify may repeat).
+local SINGLE = { scan = true, build = true, deploy = true, rollout = true, locks = true, restarts = true, alert = true, gateway = true }
+
+-- Store a checked declaration into the policy being built.
+local function store(st, d, kind, name, value)
+  local p = st.policy
+  if kind == "application" then
+    p.applications[name] = value
+    p.sources.applications[name] = d.where
+    st.app_order[#st.app_order + 1] = { name = name, decl = d }
+  elseif kind == "notify" then
+    p.sources.notify[#p.sources.notify + 1] = d.where
+    st.notifies[#st.notifies + 1] = value
+  else
+    p[kind] = value
+    p.sources[kind] = d.where
+  end
+end
+
+-- Check and store one declaration written at `where`.
+local function declare(st, where, kind, name, body)
+  local d = new_decl(st, where, kind, name)
+  if type(body) ~= "table" then
+    return d:fail(nil, "expects a table, like " .. EXAMPLES[kind])
+  end
+  if kind == "application" then
+    local why = bad_app_name(name)
+    if why then return d:fail(nil, why) end
+  end
+  local key = SINGLE[kind] and kind or (kind == "application" and d.label)
+  if key then
+    if st.seen[key] then return d:fail(nil, "already declared at " .. st.seen[key]) end
+    st.seen[key] = where
+  end
+  local value = build[kind](d, body, name, st)
+  if value ~= nil then store(st, d, kind, name, value) end
+end
+
+------------------------------------------------------------- one file
+
+local File = {}
+File.__index = File
+
+-- "path:line" of the innermost frame running this file's code, so a
+-- declaration reports its own line even when called through a helper.
+function File:at()
+  for level = 1, 200 do
+    local info = debug.getinfo(level, "Sl")
+    if not info then break end
+    if info.source == self.source then return self.path .. ":" .. info.currentline end
+  end
+  return self.path
+end
+
+function File:error(msg)
+  self.st.errors[#self.st.errors + 1] = msg
+end
+
+-- Declaring from a hook, once the policy is loaded, is a mistake.
+function File:check_open(kind)
+  if self.closed then
+    error(self:at() .. ": " .. kind .. ": declarations are only allowed while the policy loads", 0)
+  end
+end
+
+-- The policy language a file sees, as closures bound to this file.
+function File:language()
+  local lang = {}
+  for _, kind in ipairs({ "scan", "build", "deploy", "rollout", "locks", "restarts", "alert", "notify" }) do
+    lang[kind] = function(body)
+      self:check_open(kind)
+      declare(self.st, self:at(), kind, nil, body)
+    end
+  end
+  for _, kind in ipairs({ "gateway", "application" }) do
+    lang[kind] = function(name) return self:named(kind, name) end
+  end
+  return lang
+end
+
+-- `application "x"` returns the function that takes the body; until it is
+-- called the declaration is pending, so a forgotten body is reported.
+function File:named(kind, name)
+  self:check_open(kind)
+  local where = self:at()
+  if type(name) ~= "string" then
+    self:error(where .. ": " .. kind .. ": expects a name and a table, like " .. EXAMPLES[kind])
+    return function() end
+  end
+  local pending = { where = where, label = kind .. " " .. show(name) }
+  self.pending[#self.pending + 1] = pending
+  return function(body)
+    self:check_open(kind)
+    pending.done = true
+    declare(self.st, where, kind, name, body)
+  end
+end
+
+-- A hook assignment: a function, once across all files.
+function File:set_hook(at, name, fn)
+  local st = self.st
+  if type(fn) ~= "function" then
+    return self:error(at .. ": " .. name .. ": must be a function, not " .. a_type(fn))
+  end
+  local prev = st.policy.sources.hooks[name]
+  if prev then return self:error(at .. ": " .. name .. ": already defined at " .. prev) end
+  st.policy.hooks[name] = fn
+  st.policy.sources.hooks[name] = at
+  self.hooks[name] = fn
+end
+
+local function copy(t, skip)
+  local c = {}
+  for k, v in pairs(t) do
+    if not (skip and skip[k]) then c[k] = v end
+  end
+  return c
+end
+
+-- The safe standard library. Library tables are copies, so a file that
+-- scribbles on `string` changes nothing outside its own sandbox.
+local function stdlib()
+  return {
+    string = copy(string, { dump = true }),
+    table = copy(table),
+    math = copy(math, { randomseed = true }),
+    utf8 = copy(utf8),
+    os = { getenv = os.getenv, time = os.time, date = os.date },
+    pairs = pairs, ipairs = ipairs, next = next, select = select,
+    tostring = tostring, tonumber = tonumber, type = type,
+    assert = assert, error = error, pcall = pcall,
+  }
+end
+
+-- The file's _ENV: an empty table whose metatable serves the allowed names
+-- and hooks, refuses the rest, and stores hook assignments.
+function File:environment()
+  local names = stdlib()
+  for k, v in pairs(self:language()) do names[k] = v end
+  local hook_list = table.concat(M.HOOKS, ", ")
+  return setmetatable({}, {
+    __metatable = false,
+    __index = function(_, k)
+      if names[k] ~= nil then return names[k] end
+      if HOOK_SET[k] then return self.hooks[k] end
+      error(self:at() .. ": unknown name " .. show(k), 0)
+    end,
+    __newindex = function(_, k, v)
+      local at = self:at()
+      if self.closed then error(at .. ": policy globals cannot change after loading", 0) end
+      if HOOK_SET[k] then return self:set_hook(at, k, v) end
+      if names[k] ~= nil then
+        return self:error(at .. ": cannot assign to " .. show(k) .. " (it is part of the policy language)")
+      end
+      self:error(at .. ": assignment to unknown global " .. show(k) .. " (hooks: " .. hook_list .. ")")
+    end,
+  })
+end
+
+local function new_file(st, path)
+  local f = setmetatable({ st = st, path = path, source = "@" .. path, hooks = {}, pending = {} }, File)
+  f.env = f:environment()
+  return f
+end
+
+-- Lua shortens long chunk names ("...cies/apps.lua:3: ..."); give messages
+-- the path as the caller wrote it, and a position-less message its file.
+local function with_path(msg, path)
+  if type(msg) ~= "string" then return path .. ": error object is " .. a_type(msg) end
+  if msg:sub(1, #path + 1) == path .. ":" then return msg end
+  local short, rest = msg:match("^%.%.%.(.-)(:%d+:.*)$")
+  if short and path:sub(-#short) == short then return path .. rest end
+  return path .. ": " .. msg
+end
+
+local function read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local text, rerr = f:read("a")
+  f:close()
+  if not text then return nil, path .. ": " .. tostring(rerr) end
+  return text
+end
+
+-- Stop the coroutine after `limit` instructions, and keep stopping it: a
+-- file's own pcall may catch the first error, never the next instruction's.
+local function arm_limit(co, limit, f)
+  local msg = f.path .. ": runaway: more than " .. limit .. " instructions"
+  debug.sethook(co, function()
+    f.runaway = msg
+    debug.sethook(co, function() error(msg, 0) end, "", 1)
+    error(msg, 0)
+  end, "", limit)
+end
+
+-- Run one file in its sandbox; its declarations land in st.
+local function run_file(st, path, text)
+  local f = new_file(st, path)
+  if text:sub(1, 1) == "#" then text = "--" .. text end -- a #! line, as lua(1) allows
+  local chunk, err = load(text, f.source, "t", f.env)
+  if not chunk then return f:error(with_path(err, path)) end
+  local co = coroutine.create(chunk)
+  arm_limit(co, st.instruction_limit, f)
+  local ok, rerr = coroutine.resume(co)
+  debug.sethook(co)
+  if f.runaway then
+    f:error(f.runaway)
+  elseif not ok then
+    f:error(with_path(rerr, path))
+  end
+  for _, p in ipairs(f.pending) do
+    if not p.done then f:error(p.where .. ": " .. p.label .. ": missing { ... } after the name") end
+  end
+  f.closed = true
+end
+
+------------------------------------------------------- whole-policy checks
+
+-- What the exec gateway needs from every application.
+local function check_exec(st)
+  if st.policy.gateway.kind ~= "exec" then return end
+  for _, entry in ipairs(st.app_order) do
+    local a = st.policy.applications[entry.name]
+    for _, key in ipairs({ "build", "deploy", "health" }) do
+      if not a[key] then entry.decl:fail(key, 'required by gateway "exec"') end
+    end
+    if next(a.restart) and not a.restart_cmd then
+      entry.decl:fail("restart_command", 'required by gateway "exec" for restart schedules')
+    end
+  end
+end
+
+-- A deploy command must give up before the pipeline's deploy timeout, or
+-- the pipeline fails while the command still runs.
+local function check_deploy_timeouts(st)
+  local limit = st.policy.deploy.timeout_ms
+  for _, entry in ipairs(st.app_order) do
+    local a = st.policy.applications[entry.name]
+    if not a.deploy_timeout_set then
+      a.timeout_ms.deploy = math.min(a.timeout_ms.deploy, limit)
+    elseif a.timeout_ms.deploy > limit then
+      entry.decl:fail("timeouts.deploy", duration.format(a.timeout_ms.deploy) .. " is longer than deploy.timeout "
+        .. duration.format(limit) .. " (the pipeline would fail first)")
+    end
+    a.deploy_timeout_set = nil
+  end
+end
+
+-- Notify declarations add up; no route named anywhere means log only.
+local function merge_notify(st)
+  local n = st.policy.notify
+  local routes, named = {}, false
+  for _, v in ipairs(st.notifies) do
+    named = named or v.names_routes
+    for _, r in ipairs(v.routes) do routes[#routes + 1] = r end
+    n.retry = v.retry or n.retry
+  end
+  if named then n.routes = routes end
+end
+
+-- FNV-1a 64 over each file's name and text: equal policies, equal hashes.
+local function version_hash(names, texts)
+  local h = 0xcbf29ce484222325
+  for i, name in ipairs(names) do
+    local s = name .. "\0" .. texts[i] .. "\0"
+    for j = 1, #s do h = (h ~ s:byte(j)) * 0x100000001b3 end
+  end
+  return string.format("%016x", h)
+end
+
+local function basename(path) return path:match("([^/]*)$") end
+
+--------------------------------------------------------------- public API
+
+-- The cron parser: injected, else the C binding, else none with opts.no_cron.
+local function resolve_cron(opts)
+  if opts.cron_parse ~= nil then
+    if type(opts.cron_parse) ~= "function" then error("policy: opts.cron_parse must be a function", 3) end
+    return opts.cron_parse
+  end
+  local oops = package.loaded["oops"]
+  if oops == nil then
+    local ok, mod = pcall(require, "oops")
+    oops = ok and mod or nil
+  end
+  local cron = type(oops) == "table" and type(oops.cron) == "table" and oops.cron.parse
+  if type(cron) == "function" then return cron end
+  if opts.no_cron then return nil end
+  error("policy: no cron parser (pass opts.cron_parse, load the oops module, or set opts.no_cron)", 3)
+end
+
+local function check_opts(opts)
+  if opts ~= nil and type(opts) ~= "table" then error("policy: opts must be a table", 3) end
+  opts = opts or {}
+  local limit = opts.instruction_limit or M.INSTRUCTION_LIMIT
+  if math.type(limit) ~= "integer" or limit < 1 then
+    error("policy: opts.instruction_limit must be a positive integer", 3)
+  end
+  return opts, limit
+end
+
+-- A parser that raises is reported like one that returns nil, err.
+local function safe_cron(parse)
+  if not parse then return nil end
+  return function(expr)
+    local ok, handle, why = pcall(parse, expr)
+    if not ok then return nil, tostring(handle) end
+    if handle == nil then return nil, tostring(why or "invalid cron expression") end
+    return handle
+  end
+end
+
+local function load_paths(paths, opts)
+  local limit
+  opts, limit = check_opts(opts)
+  local cron = resolve_cron(opts)
+  local st = {
+    policy = M.defaults(), errors = {}, seen = {}, app_order = {}, notifies = {},
+    instruction_limit = limit,
+    cron_parse = safe_cron(cron),
+  }
+  local names, texts = {}, {}
+  for _, path in ipairs(paths) do
+    local text, err = read_file(path)
+    if text then
+      names[#names + 1], texts[#texts + 1] = basename(path), text
+      run_file(st, path, text)
+    else
+      st.errors[#st.errors + 1] = err
+    end
+    st.policy.files[#st.policy.files + 1] = path
+  end
+  check_exec(st)
+  check_deploy_timeouts(st)
+  merge_notify(st)
+  if #st.errors > 0 then return nil, st.errors end
+  st.policy.version_hash = version_hash(names, texts)
+  return st.policy
+end
+
+-- Load the given files, in the given order.
+function M.load_files(paths, opts)
+  if type(paths) ~= "table" then error("policy.load_files: expects a list of paths", 2) end
+  for i, p in ipairs(paths) do
+    if type(p) ~= "string" then error("policy.load_files: path " .. i .. " is not a string", 2) end
+  end
+  return load_paths(paths, opts)
+end
+
+-- Names in dir, through lua-filesystem (a Debian package the daemon depends
+-- on): never through a shell.
+local function list_dir(dir)
+  local lfs = require("lfs")
+  local mode = lfs.attributes(dir, "mode")
+  if mode ~= "directory" then return nil, dir .. ": " .. (mode and "not a directory" or "no such directory") end
+  local names = {}
+  for name in lfs.dir(dir) do names[#names + 1] = name end
+  return names
+end
+
+-- Load every *.lua file in dir, sorted by name. Hidden files (editor
+-- leftovers such as ".#apps.lua") are skipped.
+function M.load_dir(dir, opts)
+  if type(dir) ~= "string" then error("policy.load_dir: expects a directory path", 2) end
+  local names, err = list_dir(dir)
+  if not names then
+    check_opts(opts)
+    return nil, { err }
+  end
+  local paths = {}
+  for _, name in ipairs(names) do
+    if name:match("%.lua$") and not name:match("^%.") then paths[#paths + 1] = name end
+  end
+  table.sort(paths)
+  local sep = dir:sub(-1) == "/" and "" or "/"
+  for i, name in ipairs(paths) do paths[i] = dir .. sep .. name end
+  return load_paths(paths, opts)
+end
+
+return M

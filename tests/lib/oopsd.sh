@@ -1,0 +1,44 @@
+# Start and stop real oopsd servers in integration tests (sourced after tap.sh).
+#   start_server NAME POLICY_DIR [ARGS...]   waits until it logs "started:"
+#   url NAME PATH                            http://127.0.0.1:PORT/PATH of that server
+#   stop_servers                             SIGKILL every server still running (trap)
+declare -A SRV_PID SRV_PORT SRV_LOG
+
+_free_port() {
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+start_server() {
+  local name=$1 dir=$2; shift 2
+  local port; port=$(_free_port)
+  local log="$OOPS_TEST_WORK/$name.log"
+  "$OOPS_BUILD/oopsd" --db "$OOPS_TEST_DB" --name "$name" --policies "$dir" \
+    --listen "127.0.0.1:$port" "$@" 2>>"$log" &
+  SRV_PID[$name]=$!
+  SRV_PORT[$name]=$port
+  SRV_LOG[$name]=$log
+  local end=$((SECONDS + 30))
+  while ((SECONDS < end)); do
+    grep -q 'msg="started:' "$log" 2>/dev/null && return 0
+    kill -0 "${SRV_PID[$name]}" 2>/dev/null || { echo "# $name exited at start:"; sed 's/^/#   /' "$log"; return 1; }
+    sleep 0.1
+  done
+  echo "# $name did not start within 30s"; return 1
+}
+
+url() { echo "http://127.0.0.1:${SRV_PORT[$1]}$2"; }
+
+stop_servers() {
+  local n
+  for n in "${!SRV_PID[@]}"; do kill -KILL "${SRV_PID[$n]}" 2>/dev/null; done
+  for n in "${!SRV_PID[@]}"; do wait "${SRV_PID[$n]}" 2>/dev/null; done
+  return 0
+}
+
+# The HTTP status code of a GET.
+http_code() { curl -s -o /dev/null -w '%{http_code}' "$1"; }

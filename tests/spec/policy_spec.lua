@@ -1,0 +1,496 @@
+-- oops.policy: the loader, its sandbox and every error wording operators see.
+--
+-- Fixtures live in tests/spec/fixtures/policies/; they are found from this
+-- file's own path, so the specs run from the repository root (relative
+-- paths) or through tests/run.sh (absolute ones). Messages carry the path
+-- exactly as passed to the loader, so expectations are built from FIX.
+local policy = require("oops.policy")
+
+local ROOT = debug.getinfo(1, "S").source:sub(2):match("^(.-)tests/spec/[^/]*$") or ""
+local FIX = ROOT .. "tests/spec/fixtures/policies/"
+
+-- Real cron semantics are tested in C; this fake knows the REFERENCE examples.
+local function fake_cron(expr)
+  if expr == "0 3 * * *" or expr == "*/5 * * * * *" then return { expr = expr } end
+  if expr == "61 * * * *" then return nil, "minute 61 out of range 0-59" end
+  return nil, "not understood by the fake parser"
+end
+
+local OPTS = { cron_parse = fake_cron }
+
+-- A fixture: a directory, or one file when the name ends in .lua.
+local function load(name, opts)
+  if name:match("%.lua$") then return policy.load_files({ FIX .. name }, opts or OPTS) end
+  return policy.load_dir(FIX .. name, opts or OPTS)
+end
+
+local function errors_of(name, opts)
+  local p, errs = load(name, opts)
+  assert.is_nil(p)
+  assert.are.equal("table", type(errs))
+  return errs
+end
+
+local function assert_loads(name, opts)
+  local p, errs = load(name, opts)
+  assert(p, "expected " .. name .. " to load, got:\n  " .. table.concat(errs or {}, "\n  "))
+  return p
+end
+
+-- Without a prefix and functions, so tables compare with assert.same.
+local function without(t, ...)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  for _, k in ipairs({ ... }) do c[k] = nil end
+  return c
+end
+
+-- Every fixture that must fail, with ALL its errors in the order reported:
+-- file by file, line by line. Paths are relative to FIX.
+local FAILS = {
+  bad_cron = {
+    'bad_cron/apps.lua:3: application "shop/api": restart.prod: "61 * * * *": minute 61 out of range 0-59',
+  },
+  bad_unknown_key = {
+    'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval)',
+    'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" (known: build, deploy, environments, health, limits, restart, restart_command, timeouts)',
+    'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
+    'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" (known: build, deploy, health, restart)',
+    'bad_unknown_key/apps.lua:8: alert.cpu: unknown key "window" (known: percent, sustained)',
+    'bad_unknown_key/apps.lua:9: gateway "simulated": unknown key "workdir" (known: build, deploy, rollout)',
+  },
+  bad_duration = {
+    'bad_duration/oopsd.lua:1: scan.interval: "5x": not a duration (use e.g. 500ms, 5s, 10m, 2h)',
+    "bad_duration/oopsd.lua:2: deploy.timeout: 600: not a duration (use e.g. 500ms, 5s, 10m, 2h)",
+    'bad_duration/oopsd.lua:3: rollout.timeout: "0s": must be more than zero',
+    'bad_duration/oopsd.lua:4: locks.validate_every: "500ms": must be at least 1s',
+    'bad_duration/oopsd.lua:5: gateway "simulated": build: "2 s": not a duration (use e.g. 500ms, 5s, 10m, 2h)',
+    'bad_duration/oopsd.lua:6: alert.cpu.sustained: "1.5m": not a duration (use e.g. 500ms, 5s, 10m, 2h)',
+    'bad_duration/oopsd.lua:6: alert.every: "soon": not a duration (use e.g. 500ms, 5s, 10m, 2h)',
+    'bad_duration/oopsd.lua:7: restarts.grace: "-1m": not a duration (use e.g. 500ms, 5s, 10m, 2h)',
+  },
+  ["bad_restarts/oopsd.lua"] = {
+    'bad_restarts/oopsd.lua:1: restarts.timezone: "Europe Paris": not a time zone name (like "Europe/Paris" or "UTC")',
+  },
+  bad_argv = {
+    'bad_argv/apps.lua:1: application "shop/api": build: must be an argv list of strings like {"make", "image"}, not a string (commands never run through a shell)',
+    'bad_argv/apps.lua:1: application "shop/api": deploy: must be a non-empty argv list of strings like {"make", "image"}',
+    'bad_argv/apps.lua:1: application "shop/api": health: argument 2 is a number, not a string',
+    'bad_argv/apps.lua:1: application "shop/api": restart_command: argument 2: "{artifact}": unknown placeholder {artifact} (known: {application}, {environment}, {namespace})',
+    'bad_argv/apps.lua:8: application "shop/web": build: argument 2: "TAG={artefact}": unknown placeholder {artefact} (known: {application}, {artifact}, {environment}, {id}, {namespace})',
+    'bad_argv/apps.lua:8: application "shop/web": deploy: argument 1 (the program) is empty',
+    'bad_argv/apps.lua:8: application "shop/web": health: must be an argv list of strings like {"make", "image"} (it has named keys)',
+  },
+  bad_limits = {
+    'bad_limits/apps.lua:1: application "shop/a": limits.memory: 512: needs a unit (e.g. 512Mi, 4Gi, 1G)',
+    'bad_limits/apps.lua:2: application "shop/b": limits.memory: "512": needs a unit (e.g. 512Mi, 4Gi, 1G)',
+    'bad_limits/apps.lua:3: application "shop/c": limits.cpu: 2: must be a string (e.g. "500m", "2", "0.5"), not a number',
+    'bad_limits/apps.lua:4: application "shop/d": limits.cpu: "0": must be more than zero',
+    'bad_limits/apps.lua:4: application "shop/d": limits.memory: "512m": unit "m" means thousandths; did you mean Mi or M?',
+    'bad_limits/apps.lua:5: application "shop/e": limits.cpu: "two": not a CPU quantity (e.g. 500m, 2, 0.5)',
+    'bad_limits/apps.lua:5: application "shop/e": limits.memory: "4GB": unknown unit "GB" (use Ki, Mi, Gi, Ti or k, M, G, T)',
+    'bad_limits/apps.lua:6: application "shop/f": limits: must be a table with keys cpu, memory, not a string',
+  },
+  bad_app = {
+    'bad_app/apps.lua:1: application "Shop/API": name must be "namespace/application", each part lowercase letters, digits and "-" (like "shop/api")',
+    'bad_app/apps.lua:2: application "shop": name must be "namespace/application", each part lowercase letters, digits and "-" (like "shop/api")',
+    'bad_app/apps.lua:3: application "shop/api": restart.prod: must be a cron string like "0 3 * * *", not a number',
+    'bad_app/apps.lua:3: application "shop/api": restart.qa: "qa" is not one of its environments (staging, prod)',
+    'bad_app/apps.lua:7: application "shop/web": environments: required, like environments = { "staging", "prod" }',
+    'bad_app/apps.lua:8: application "shop/db": environments: "prod" is listed twice',
+    'bad_app/apps.lua:9: application "shop/cache": environments: "Prod": must be lowercase letters, digits and "-" (like "prod")',
+    'bad_app/apps.lua:10: application "shop/queue": environments: must be a list of environment names like {"staging", "prod"}',
+    'bad_app/apps.lua:11: application "shop/mail": restart: must be a table like { prod = "0 3 * * *" }, not a string',
+    'bad_app/apps.lua:11: application "shop/mail": timeouts.build: "0s": must be more than zero',
+  },
+  ["bad_alert/oopsd.lua"] = {
+    'bad_alert/oopsd.lua:1: alert.enabled: "yes": must be true or false',
+    "bad_alert/oopsd.lua:1: alert.cpu.percent: 150: must be a whole number from 1 to 100",
+    'bad_alert/oopsd.lua:1: alert.memory.percent: "90%": must be a whole number from 1 to 100',
+    'bad_alert/oopsd.lua:1: alert.probe: "nagios": must be "simulated" or { prometheus = "http://..." }',
+  },
+  ["bad_alert/probe.lua"] = {
+    "bad_alert/probe.lua:2: alert.probe.prometheus: required (the Prometheus base URL)",
+    'bad_alert/probe.lua:2: alert.probe.token: "": must be a non-empty string',
+  },
+  ["bad_alert/shape.lua"] = {
+    "bad_alert/shape.lua:2: alert.cpu: must be a table with keys percent, sustained, not a number",
+    'bad_alert/shape.lua:2: alert.probe.prometheus: "127.0.0.1:9090": must be an http:// or https:// URL',
+  },
+  bad_global = {
+    'bad_global/policy.lua:2: assignment to unknown global "foo" (hooks: on_build_lost, on_transition)',
+    'bad_global/policy.lua:3: cannot assign to "scan" (it is part of the policy language)',
+    "bad_global/policy.lua:4: on_build_lost: must be a function, not a string",
+    'bad_global/policy.lua:6: unknown name "io"',
+  },
+  ["bad_gateway/kubernetes.lua"] = {
+    'bad_gateway/kubernetes.lua:1: gateway "kubernetes": not available in this build (use "simulated" or "exec")',
+  },
+  ["bad_gateway/unknown.lua"] = {
+    'bad_gateway/unknown.lua:1: gateway "docker": unknown gateway (known: exec, kubernetes, simulated)',
+  },
+  bad_notify = {
+    'bad_notify/oopsd.lua:1: notify.webhook: "ftp://example.com/hook": must be an http:// or https:// URL',
+    'bad_notify/oopsd.lua:2: notify.command: must be an argv list of strings like {"make", "image"}, not a string (commands never run through a shell)',
+    'bad_notify/oopsd.lua:3: notify: names no route (use webhook = "http://...", command = {...} or log = true)',
+    'bad_notify/oopsd.lua:4: notify.log: "yes": must be true or false',
+    "bad_notify/oopsd.lua:4: notify.retry: initial 2m is longer than max 1m",
+    "bad_notify/oopsd.lua:5: notify.retry: already set at " .. FIX .. "bad_notify/oopsd.lua:4",
+    'bad_notify/oopsd.lua:6: notify: unknown key "email" (known: command, log, retry, webhook)',
+    'bad_notify/oopsd.lua:6: notify: names no route (use webhook = "http://...", command = {...} or log = true)',
+  },
+  bad_shape = {
+    'bad_shape/oopsd.lua:1: scan: expects a table, like scan { interval = "5s" }',
+    'bad_shape/oopsd.lua:2: application: expects a name and a table, like application "shop/api" { environments = { "prod" } }',
+    'bad_shape/oopsd.lua:3: gateway "simulated": expects a table, like gateway "simulated" { build = "2s" }',
+  },
+  bad_hooks = {
+    "bad_hooks/b.lua:1: on_build_lost: already defined at " .. FIX .. "bad_hooks/a.lua:1",
+  },
+  duplicate = {
+    "duplicate/b.lua:2: scan: already declared at " .. FIX .. "duplicate/a.lua:1",
+    'duplicate/b.lua:3: application "shop/api": already declared at ' .. FIX .. "duplicate/a.lua:2",
+    'duplicate/b.lua:4: gateway "exec": already declared at ' .. FIX .. "duplicate/a.lua:3",
+  },
+  missing_body = {
+    'missing_body/apps.lua:1: application "shop/api": missing { ... } after the name',
+    'missing_body/apps.lua:2: gateway "exec": missing { ... } after the name',
+  },
+  runaway = {
+    "runaway/a_loop.lua: runaway: more than 10000000 instructions",
+    "runaway/b_pcall.lua: runaway: more than 10000000 instructions",
+  },
+  syntax = {
+    "syntax/broken.lua:2: '}' expected (to close '{' at line 1) near 'deploy'",
+  },
+  runtime_error = {
+    "runtime_error/boom.lua:2: boom",
+  },
+  exec_missing = {
+    'exec_missing/apps.lua:1: application "shop/api": deploy: required by gateway "exec"',
+    'exec_missing/apps.lua:1: application "shop/api": health: required by gateway "exec"',
+    'exec_missing/apps.lua:1: application "shop/api": restart_command: required by gateway "exec" for restart schedules',
+    'exec_missing/apps.lua:1: application "shop/api": timeouts.deploy: 15m is longer than deploy.timeout 10m (the pipeline would fail first)',
+  },
+  multi_error = {
+    'multi_error/a.lua:1: scan.interval: "5x": not a duration (use e.g. 500ms, 5s, 10m, 2h)',
+    'multi_error/a.lua:2: application "shop/api": build: must be an argv list of strings like {"make", "image"}, not a string (commands never run through a shell)',
+    'multi_error/a.lua:2: application "shop/api": restart.prod: "61 * * * *": minute 61 out of range 0-59',
+    "multi_error/b.lua:2: '}' expected (to close '{' at line 1) near <eof>",
+    'multi_error/c.lua:2: unknown name "undefined_thing"',
+    "multi_error/d.lua:1: locks.validate_every: 30: not a duration (use e.g. 500ms, 5s, 10m, 2h)",
+  },
+}
+
+local FAIL_NAMES = {}
+for name in pairs(FAILS) do FAIL_NAMES[#FAIL_NAMES + 1] = name end
+table.sort(FAIL_NAMES)
+
+describe("policy errors", function()
+  for _, name in ipairs(FAIL_NAMES) do
+    describe(name, function()
+      local want = {}
+      for i, msg in ipairs(FAILS[name]) do want[i] = FIX .. msg end
+
+      for _, msg in ipairs(want) do
+        it(msg:sub(#FIX + 1), function()
+          for _, got in ipairs(errors_of(name)) do
+            if got == msg then return end
+          end
+          error("not reported; got:\n  " .. table.concat(errors_of(name), "\n  "))
+        end)
+      end
+
+      it("reports these errors and no other, in file and line order", function()
+        assert.are.same(want, errors_of(name))
+      end)
+    end)
+  end
+
+  it("reports an unknown time zone where the system has a zone database", function()
+    local probe = io.open("/usr/share/zoneinfo/UTC")
+    if not probe then return end -- no tzdata: only the name's form is checked
+    probe:close()
+    assert.are.same({
+      FIX .. 'bad_restarts/tz.lua:2: restarts.timezone: "Europe/Pariss": unknown time zone (not in /usr/share/zoneinfo)',
+    }, errors_of("bad_restarts/tz.lua"))
+  end)
+
+  it("stops a runaway file at the configured instruction count", function()
+    assert.are.same({ FIX .. "runaway/a_loop.lua: runaway: more than 50000 instructions" },
+      errors_of("runaway/a_loop.lua", { cron_parse = fake_cron, instruction_limit = 50000 }))
+  end)
+
+  it("names a long path in full, though Lua shortens chunk names", function()
+    local long = FIX .. "syntax/" .. string.rep("./", 30) .. "broken.lua"
+    assert.are.same({ long .. ":2: '}' expected (to close '{' at line 1) near 'deploy'" },
+      select(2, policy.load_files({ long }, OPTS)))
+    local boom = FIX .. "runtime_error/" .. string.rep("./", 30) .. "boom.lua"
+    assert.are.same({ boom .. ":2: boom" }, select(2, policy.load_files({ boom }, OPTS)))
+  end)
+
+  it("reports a missing directory", function()
+    assert.are.same({ FIX .. "nowhere: no such directory" }, select(2, policy.load_dir(FIX .. "nowhere", OPTS)))
+  end)
+
+  it("reports a missing file among good ones and keeps checking the rest", function()
+    local p, errs = policy.load_files({ FIX .. "nowhere.lua", FIX .. "bad_cron/apps.lua" }, OPTS)
+    assert.is_nil(p)
+    assert.are.same({
+      FIX .. "nowhere.lua: No such file or directory",
+      FIX .. 'bad_cron/apps.lua:3: application "shop/api": restart.prod: "61 * * * *": minute 61 out of range 0-59',
+    }, errs)
+  end)
+
+  it("reports a cron parser that raises like one that refuses", function()
+    local function raising() error("cron exploded", 0) end
+    assert.are.same({ FIX .. 'bad_cron/apps.lua:3: application "shop/api": restart.prod: "61 * * * *": cron exploded' },
+      errors_of("bad_cron/apps.lua", { cron_parse = function(e) if e == "61 * * * *" then raising() end return {} end }))
+  end)
+end)
+
+describe("the shipped policies/", function()
+  local p
+  before_each(function()
+    p = assert(policy.load_dir(ROOT .. "policies", OPTS))
+  end)
+
+  it("loads cleanly, files in name order", function()
+    assert.are.same({ ROOT .. "policies/apps.lua", ROOT .. "policies/oopsd.lua" }, p.files)
+    assert.are.equal("string", type(p.version_hash))
+  end)
+
+  it("carries the documented defaults", function()
+    assert.are.same({ interval_ms = 5000 }, p.scan)
+    assert.are.same({ timeout_ms = 600000 }, p.deploy)
+    assert.are.same({ timeout_ms = 300000 }, p.rollout)
+    assert.are.same({ validate_every_ms = 30000 }, p.locks)
+    assert.are.same({ kind = "simulated", build_ms = 2000, deploy_ms = 0, rollout_ms = 1000, options = {} }, p.gateway)
+    assert.are.same({ grace_ms = 120000 }, p.restarts)
+    assert.are.same({
+      enabled = false,
+      cpu = { percent = 95, sustained_ms = 600000 },
+      memory = { percent = 90, sustained_ms = 300000 },
+      every_ms = 1800000,
+      probe = { kind = "simulated", scrape_interval_ms = 30000 },
+    }, p.alert)
+    assert.are.same({ routes = { { kind = "log" } }, retry = { initial_ms = 1000, max_ms = 60000 } }, p.notify)
+    assert.are.same({}, p.hooks)
+  end)
+
+  it("declares two example applications, one with a restart schedule", function()
+    local api, worker = p.applications["shop/api"], p.applications["shop/worker"]
+    assert.are.same({ "shop/api", "shop/worker" }, (function()
+      local names = {}
+      for name in pairs(p.applications) do names[#names + 1] = name end
+      table.sort(names)
+      return names
+    end)())
+    assert.are.same({ prod = { cron = "0 3 * * *", expr = { expr = "0 3 * * *" } } }, api.restart)
+    assert.are.same({}, worker.restart)
+    assert.are.same({ cpu_millicores = 2000, memory_bytes = 4294967296 }, api.limits)
+    assert.are.same({ cpu_millicores = 500, memory_bytes = 536870912 }, worker.limits)
+  end)
+
+  it("would also satisfy the exec gateway", function()
+    -- Every command is written out, so switching the gateway is one line.
+    for _, a in pairs(p.applications) do
+      assert.is_table(a.build)
+      assert.is_table(a.deploy)
+      assert.is_table(a.health)
+    end
+  end)
+end)
+
+describe("a good policy", function()
+  local p
+  before_each(function() p = assert_loads("good") end)
+
+  it("fills every declaration", function()
+    assert.are.same({ interval_ms = 2000 }, p.scan)
+    assert.are.same({ timeout_ms = 900000 }, p.deploy)
+    assert.are.same({ timeout_ms = 5400000 }, p.rollout)
+    assert.are.same({ validate_every_ms = 10000 }, p.locks)
+    assert.are.same({ kind = "simulated", build_ms = 500, deploy_ms = 1000, rollout_ms = 3000, options = {} }, p.gateway)
+    assert.are.same({ timezone = "Europe/Paris", grace_ms = 90000 }, p.restarts)
+    assert.are.same({
+      enabled = true,
+      cpu = { percent = 80, sustained_ms = 120000 },
+      memory = { percent = 85, sustained_ms = 300000 },
+      every_ms = 3600000,
+      probe = { kind = "prometheus", url = "http://127.0.0.1:9090", scrape_interval_ms = 15000, token = "t0ken" },
+    }, p.alert)
+  end)
+
+  it("gathers notify routes from every notify block, in order", function()
+    assert.are.same({
+      routes = {
+        { kind = "webhook", url = "http://127.0.0.1:9000/hook" },
+        { kind = "log" },
+        { kind = "command", argv = { "/usr/local/bin/page", "--team", "shop" } },
+      },
+      retry = { initial_ms = 2000, max_ms = 300000 },
+    }, p.notify)
+  end)
+
+  it("turns applications into plain data", function()
+    assert.are.same({
+      namespace = "shop", application = "api",
+      environments = { "staging", "prod" },
+      build = { "make", "image", "TAG={artifact}" },
+      deploy = { "./deploy.sh", "{artifact}", "{environment}" },
+      health = { "./healthy.sh", "{environment}" },
+      restart_cmd = { "./restart.sh", "{namespace}", "{application}", "{environment}" },
+      restart = {
+        prod = { cron = "0 3 * * *", expr = { expr = "0 3 * * *" } },
+        staging = { cron = "*/5 * * * * *", expr = { expr = "*/5 * * * * *" } },
+      },
+      limits = { cpu_millicores = 2000, memory_bytes = 4294967296 },
+      timeout_ms = { build = 1200000, deploy = 600000, health = 10000, restart = 120000 },
+    }, p.applications["shop/api"])
+    assert.are.same({
+      namespace = "shop", application = "worker", environments = { "prod" }, restart = {},
+      limits = { cpu_millicores = 500 },
+      timeout_ms = { build = 1800000, deploy = 300000, health = 30000, restart = 60000 },
+    }, p.applications["shop/worker"])
+    assert.are.same({ memory_bytes = 1000000000 }, p.applications["billing/web-2"].limits)
+  end)
+
+  it("copies operator tables rather than keeping them", function()
+    -- 10_apps.lua shares one `envs` table; the policy must not alias it.
+    local api = p.applications["shop/api"]
+    api.environments[1] = "changed"
+    assert.are.same({ "staging", "prod" }, assert_loads("good").applications["shop/api"].environments)
+  end)
+
+  it("records where each declaration came from", function()
+    local dir = FIX .. "good/"
+    assert.are.equal(dir .. "00_settings.lua:2", p.sources.scan)
+    assert.are.equal(dir .. "00_settings.lua:6", p.sources.gateway)
+    assert.are.equal(dir .. "00_settings.lua:8", p.sources.alert)
+    assert.are.same({ dir .. "00_settings.lua:14", dir .. "00_settings.lua:15" }, p.sources.notify)
+    assert.are.equal(dir .. "10_apps.lua:5", p.sources.applications["shop/api"])
+    assert.are.equal(dir .. "20_hooks.lua:4", p.sources.hooks.on_build_lost)
+  end)
+
+  it("skips hidden files and files not ending in .lua", function()
+    local dir = FIX .. "good/"
+    assert.are.same({ dir .. "00_settings.lua", dir .. "10_apps.lua", dir .. "20_hooks.lua" }, p.files)
+  end)
+
+  it("returns hooks as functions the engine can call", function()
+    assert.are.equal("function", type(p.hooks.on_build_lost))
+    assert.are.equal("fail", p.hooks.on_build_lost({ id = "abc" }))
+    assert.are.equal(1, p.hooks.on_transition({}))
+    assert.are.equal(2, p.hooks.on_transition({}))
+  end)
+
+  it("loads the exec gateway with its options", function()
+    local e = assert_loads("good_exec")
+    assert.are.same("exec", e.gateway.kind)
+    assert.are.same({ workdir = "/srv/deploy" }, e.gateway.options)
+    assert.are.same({ "./restart.sh", "{environment}" }, e.applications["shop/api"].restart_cmd)
+  end)
+
+  it("keeps one application's deploy timeout within deploy.timeout by default", function()
+    local short = policy.load_files({ FIX .. "good_exec/apps.lua" }, OPTS)
+    assert.are.equal(300000, short.applications["shop/api"].timeout_ms.deploy)
+  end)
+end)
+
+describe("defaults", function()
+  it("are the whole policy when no file declares anything", function()
+    local p = assert(policy.load_files({}, OPTS))
+    local want = policy.defaults()
+    assert.are.same(without(want, "version_hash"), without(p, "version_hash"))
+    assert.are.equal("string", type(p.version_hash))
+  end)
+
+  it("are fresh tables on every call", function()
+    local a, b = policy.defaults(), policy.defaults()
+    a.scan.interval_ms = 1
+    assert.are.equal(5000, b.scan.interval_ms)
+  end)
+end)
+
+describe("the sandbox", function()
+  it("reaches none of io, require, load, debug, os.execute ...", function()
+    assert_loads("escape")
+  end)
+
+  it("keeps each file's locals and library changes to itself", function()
+    assert_loads("isolation")
+    assert.are.equal("X", string.upper("x"))
+    assert.is_true(math.pi > 3.14)
+  end)
+
+  it("leaks no state from one load into the next", function()
+    local a, b = assert_loads("good"), assert_loads("good")
+    assert.are_not.equal(a, b)
+    assert.are.equal(a.version_hash, b.version_hash)
+    a.scan.interval_ms = 1
+    assert.are.equal(2000, b.scan.interval_ms)
+    -- Each load has its own hook closures and their own upvalues.
+    assert.are_not.equal(a.hooks.on_transition, b.hooks.on_transition)
+    assert.are.equal(1, a.hooks.on_transition({}))
+    assert.are.equal(2, a.hooks.on_transition({}))
+    assert.are.equal(1, b.hooks.on_transition({}))
+  end)
+
+  it("gives a different version hash to a different policy", function()
+    assert.are_not.equal(assert_loads("good").version_hash, assert_loads("good_exec").version_hash)
+  end)
+
+  it("runs hooks outside the loading instruction limit", function()
+    local p = assert_loads("hooks_heavy", { cron_parse = fake_cron, instruction_limit = 100000 })
+    assert.are.equal(500000500000, p.hooks.on_transition({}))
+  end)
+
+  it("refuses declarations and unknown names from hooks after loading", function()
+    local p = assert_loads("hooks_late")
+    local file = FIX .. "hooks_late/hooks.lua"
+    local ok, err = pcall(p.hooks.on_build_lost, {})
+    assert.is_false(ok)
+    assert.are.equal(file .. ":3: scan: declarations are only allowed while the policy loads", err)
+    ok, err = pcall(p.hooks.on_transition, {})
+    assert.is_false(ok)
+    assert.are.equal(file .. ':7: unknown name "io"', err)
+  end)
+end)
+
+describe("cron validation", function()
+  local saved
+  before_each(function() saved = package.loaded["oops"] end)
+  after_each(function() package.loaded["oops"] = saved end)
+
+  it("uses the oops module's cron.parse when none is injected", function()
+    package.loaded["oops"] = { cron = { parse = fake_cron } }
+    assert.are.same({
+      FIX .. 'bad_cron/apps.lua:3: application "shop/api": restart.prod: "61 * * * *": minute 61 out of range 0-59',
+    }, select(2, policy.load_dir(FIX .. "bad_cron")))
+  end)
+
+  it("raises when there is no parser and no_cron is not set", function()
+    package.loaded["oops"] = {}
+    assert.has_error(function() policy.load_dir(FIX .. "bad_cron") end,
+      "policy: no cron parser (pass opts.cron_parse, load the oops module, or set opts.no_cron)")
+  end)
+
+  it("skips cron checks only with no_cron, keeping the text", function()
+    package.loaded["oops"] = {}
+    local p = assert(policy.load_dir(FIX .. "bad_cron", { no_cron = true }))
+    assert.are.same({ prod = { cron = "61 * * * *" }, staging = { cron = "0 3 * * *" } },
+      p.applications["shop/api"].restart)
+  end)
+end)
+
+describe("caller mistakes", function()
+  it("raise", function()
+    assert.has_error(function() policy.load_dir(nil, OPTS) end)
+    assert.has_error(function() policy.load_files("policies/oopsd.lua", OPTS) end)
+    assert.has_error(function() policy.load_files({ 42 }, OPTS) end)
+    assert.has_error(function() policy.load_files({}, { cron_parse = "yes" }) end)
+    assert.has_error(function() policy.load_files({}, { cron_parse = fake_cron, instruction_limit = 0 }) end)
+    assert.has_error(function() policy.load_files({}, "opts") end)
+  end)
+end)
