@@ -14,7 +14,7 @@ pass() { # label, build dir
   echo "=== $1"
   local out rc
   out=$(mktemp)
-  bash tests/run.sh "$2" "$@" 2>&1 | tee "$out"
+  bash tests/run.sh "$2" 2>&1 | tee "$out"
   local line; line=$(tail -n 1 "$out")
   rm -f "$out"
   if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <mysql.h>
 #include <errmsg.h>
 #include <stdio.h>
@@ -308,6 +309,12 @@ static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
         mysql_close(m);
         return NULL;
     }
+    /* Child processes (the exec gateway's commands) must not inherit the
+     * session: a build outliving a SIGKILLed oopsd would keep its lock
+     * session, hence its locks, open. */
+    int fd = (int)mysql_get_socket(m);
+    if (fd >= 0)
+        fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
     return m;
 }
 

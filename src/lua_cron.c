@@ -11,8 +11,7 @@
 
 typedef struct lcron {
     cron_expr e;
-    char text[128];
-} lcron;
+} lcron; /* the text is the userdata's user value */
 
 /* Evaluate in zone tz (NULL = the process's): TZ is switched around the call.
  * The daemon is single-threaded, so nothing else reads TZ meanwhile. */
@@ -49,14 +48,15 @@ static void tz_leave(tzswap *s)
 static int l_parse(lua_State *L)
 {
     const char *text = luaL_checkstring(L, 1);
-    lcron *c = lua_newuserdatauv(L, sizeof *c, 0);
+    lcron *c = lua_newuserdatauv(L, sizeof *c, 1);
     char err[256];
     if (cron_parse(text, &c->e, err, sizeof err) != 0) {
         lua_pushnil(L);
         lua_pushstring(L, err);
         return 2;
     }
-    snprintf(c->text, sizeof c->text, "%s", text);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
     luaL_setmetatable(L, CRON_MT);
     return 1;
 }
@@ -103,8 +103,8 @@ static int m_has_seconds(lua_State *L)
 
 static int m_tostring(lua_State *L)
 {
-    lcron *c = luaL_checkudata(L, 1, CRON_MT);
-    lua_pushstring(L, c->text);
+    luaL_checkudata(L, 1, CRON_MT);
+    lua_getiuservalue(L, 1, 1);
     return 1;
 }
 

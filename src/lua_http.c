@@ -54,6 +54,7 @@ static int l_request(lua_State *L)
     enum { MAXH = 32 };
     const char *hv[MAXH + 1];
     int nh = 0;
+    luaL_checkstack(L, MAXH + 4, "too many headers");
     if (lua_istable(L, ht)) {
         lua_pushnil(L);
         while (nh < MAXH && lua_next(L, ht)) {

@@ -32,6 +32,13 @@ static int l_acquire_many(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_Integer n = luaL_len(L, 1);
+    if (n < 0)
+        n = 0;
+    for (lua_Integer i = 1; i <= n; i++) { /* raise before allocating */
+        if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
+            luaL_error(L, "names[%d] is a %s, not a string", (int)i, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
     const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
     bool *got = calloc((size_t)(n ? n : 1), sizeof *got);
     for (lua_Integer i = 1; i <= n; i++) {

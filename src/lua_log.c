@@ -42,6 +42,7 @@ static int l_log(lua_State *L)
         }
         qsort(keys, (size_t)n, sizeof *keys, cmp_keys);
     }
+    luaL_checkstack(L, n + 2, "too many log fields");
     int top = lua_gettop(L);
     for (int i = 0; i < n; i++) {
         lua_getfield(L, 3, keys[i]);

@@ -177,6 +177,50 @@ static void on_output_cb(void *ud, int stream, const char *data, size_t len)
     runtime_call(lp->L, 2, 0, "process output callback", NULL, 0);
 }
 
+/* Every caller mistake in the options, raised before anything is allocated
+ * (a raise after would leak it). */
+static void check_opts(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_getfield(L, 1, "argv");
+    if (!lua_istable(L, -1))
+        luaL_error(L, "argv must be a list of strings like {\"make\", \"image\"} (never a shell string)");
+    lua_Integer n = luaL_len(L, -1);
+    if (n < 1)
+        luaL_error(L, "argv is empty");
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, -1, i) != LUA_TSTRING)
+            luaL_error(L, "argv[%d] is a %s, not a string", (int)i, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "env");
+    if (!lua_isnil(L, -1) && !lua_istable(L, -1))
+        luaL_error(L, "env must map names to strings");
+    if (lua_istable(L, -1)) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+                luaL_error(L, "env must map names to strings");
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    static const char *const strs[] = {"cwd", "stdin", NULL}, *const ints[] = {"timeout_ms", "max_output", NULL};
+    for (int i = 0; strs[i]; i++) {
+        lua_getfield(L, 1, strs[i]);
+        if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s must be a string", strs[i]);
+        lua_pop(L, 1);
+    }
+    for (int i = 0; ints[i]; i++) {
+        lua_getfield(L, 1, ints[i]);
+        if (!lua_isnil(L, -1) && (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0))
+            luaL_error(L, "%s must be a whole number >= 0", ints[i]);
+        lua_pop(L, 1);
+    }
+}
+
 static proc *spawn(lua_State *L, lproc *lp, char *err, size_t errlen)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -205,6 +249,7 @@ static proc *spawn(lua_State *L, lproc *lp, char *err, size_t errlen)
 static int l_run(lua_State *L)
 {
     runtime_check_task(L, "oops.proc.run");
+    check_opts(L);
     lproc *lp = calloc(1, sizeof *lp);
     lp->on_exit = lp->on_output = LUA_NOREF;
     lp->co = L;
@@ -221,7 +266,7 @@ static int l_run(lua_State *L)
 
 static int l_start(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    check_opts(L);
     lproc **ud = lua_newuserdatauv(L, sizeof *ud, 0);
     *ud = NULL;
     lproc *lp = calloc(1, sizeof *lp);

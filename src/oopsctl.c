@@ -55,6 +55,7 @@ static void usage(FILE *f)
           "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
           "  deploy ID                            request the deploy of a manual pipeline\n"
           "  locks                                which server holds which lock\n"
+          "  scenario FILE                        run a scenario (servers, pipelines, checks; TAP)\n"
           "  logs ID [--step build|deploy|health] the commands a pipeline ran and their output\n"
           "\n"
           "The database URL is mysql://user[:password]@host[:port]/database[?socket=PATH],\n"
@@ -623,6 +624,38 @@ static int cmd_locks(ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
+/*
+ * scenario FILE: run a scenario (lua/oops/scenario.lua) with the oopsd next
+ * to this binary. The URL travels in the environment, never in argv.
+ */
+static int run_scenario(ctl *c, int argc, char **argv)
+{
+    if (argc != 2)
+        return fail(EXIT_INPUT, "scenario: expects one FILE");
+    const char *url = c->db_url ? c->db_url : getenv("OOPS_DB");
+    if (!url || !*url)
+        return fail(EXIT_INPUT, "scenario: no database URL: pass --db mysql://user@host/db or set OOPS_DB");
+    char self[4096], dir[4096], oopsd[4200], script[4200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return fail(EXIT_INPUT, "scenario: cannot find my own binary");
+    self[n] = '\0';
+    snprintf(dir, sizeof dir, "%s", self);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(oopsd, sizeof oopsd, "%s/oopsd", dir);
+    const char *lua_dir = getenv("OOPS_LUA_DIR") ? getenv("OOPS_LUA_DIR") : OOPS_LUA_DIR;
+    snprintf(script, sizeof script, "%s/oops/scenario_cli.lua", lua_dir);
+    setenv("OOPS_DB", url, 1);
+    setenv("OOPSD", oopsd, 1);
+    setenv("OOPSCTL", self, 1);
+    fflush(stdout);
+    char *args[] = {oopsd, "lua", script, argv[1], NULL};
+    execv(oopsd, args);
+    return fail(EXIT_INPUT, "scenario: cannot run %s: %s", oopsd, strerror(errno));
+}
+
 typedef struct command {
     const char *name;
     int (*run)(ctl *, int, char **);
@@ -631,7 +664,7 @@ typedef struct command {
 static const command commands[] = {
     {"migrate", cmd_migrate}, {"create", cmd_create}, {"list", cmd_list},
     {"show", cmd_show},       {"stop", cmd_stop},     {"deploy", cmd_deploy},
-    {"locks", cmd_locks},     {"logs", cmd_logs},
+    {"locks", cmd_locks},     {"logs", cmd_logs},     {"scenario", run_scenario},
 };
 
 int main(int argc, char **argv)
@@ -675,6 +708,12 @@ int main(int argc, char **argv)
         fail(EXIT_INPUT, "unknown command \"%s\"", rest[0]);
         usage(stderr);
         return EXIT_INPUT;
+    }
+    if (strcmp(rest[0], "scenario") == 0) { /* talks to the database through its servers */
+        int rc = run_scenario(&c, nrest, rest);
+        free(rest);
+        free(db_url_copy);
+        return rc;
     }
     int rc = open_db(&c);
     if (rc == EXIT_OK)

@@ -440,6 +440,7 @@ proc *proc_spawn(uv_loop_t *loop, const proc_options *o, char *err, size_t errle
     start_reading(p);
     if (o->timeout_ms) {
         p->phase = PHASE_TIMEOUT;
+        uv_update_time(loop);
         uv_timer_start(&p->timer, on_timer, o->timeout_ms, 0);
     }
     return p;

@@ -261,6 +261,7 @@ int runtime_l_sleep(lua_State *L)
     if (s->next)
         s->next->prev = s;
     rt->sleepers = s;
+    uv_update_time(rt->ctx->loop); /* the loop's cached time is stale after Lua ran: sleep would end early */
     uv_timer_start(&s->timer, sleeper_fired, (uint64_t)ms, 0);
     return lua_yield(L, 0);
 }

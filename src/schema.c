@@ -73,8 +73,8 @@ static const char *const v2[] = {
      * reached, 'pending' = exists without a status, 'failed' (build) or a
      * failure reason (rollout), 'stopped'. */
     "CREATE TABLE IF NOT EXISTS sim_job ("
-    " pipeline_id VARCHAR(200) NOT NULL," /* a pipeline id, or ns/app/env for restarts */
-    " kind VARCHAR(16) NOT NULL,"
+    " pipeline_id VARCHAR(200) NOT NULL," /* a pipeline id, or ns/app/env for faults */
+    " kind VARCHAR(32) NOT NULL,"
     " started_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
     " ready_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
     " outcome VARCHAR(255) NULL,"

@@ -79,8 +79,8 @@ for suite in "${suites[@]}"; do
       for t in "$here"/scenarios/*.lua; do
         [[ -e $t ]] || continue
         n=$(basename "$t" .lua)
-        OOPS_TEST_DB=$(mariadb_new_db "sc_$n") run_one "scenarios/$n" \
-          "$build/oopsctl" --db "$(mariadb_new_db "sc_$n")" scenario "$t"
+        db=$(mariadb_new_db "sc_$n")
+        OOPS_TEST_DB=$db run_one "scenarios/$n" "$build/oopsctl" --db "$db" scenario "$t"
       done ;;
     *) echo "unknown suite $suite" >&2; failed=$((failed + 1)) ;;
   esac

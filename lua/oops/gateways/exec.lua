@@ -8,10 +8,12 @@
 --     timeouts = { build = "30m", deploy = "5m", health = "30s", restart = "1m" },
 --   }
 --
--- Placeholders {namespace} {application} {environment} {artifact} {pipeline}
--- (alias {id}) are replaced inside arguments by plain text substitution; the
--- values are never looked at again, so a field holding "$(touch x)" or
--- "{id}" reaches the command as that literal text. Unknown ones stay as written.
+-- Placeholders {id} (the pipeline id; {pipeline} also works) {namespace}
+-- {application} {environment} {artifact} are replaced inside arguments by
+-- plain text substitution; the values are never looked at again, so a field
+-- holding "$(touch x)" or "{id}" reaches the command as that literal text.
+-- Unknown ones stay as written. restart_command gets {namespace}
+-- {application} {environment}; {id} and {artifact} are empty there.
 --
 -- Working directory: the gateway's `workdir` when set (a relative one is
 -- taken from the policy directory), else the policy directory (the directory
@@ -32,7 +34,13 @@
 --
 -- Health exit codes: 0 complete, 1 not ready yet (the rollout timeout
 -- applies), 2 the workload is missing, anything else (or a signal, or the
--- timeout) a failure named by the last line of its output.
+-- timeout) a failure named by the last line of its output. Health runs are
+-- logged only when the verdict changes, so a long rollout stays small.
+--
+-- Stopping: build_stop (the sweep, for a STOPPED pipeline) sends SIGTERM to
+-- the process group of every command this server runs for the pipeline
+-- (build, deploy, health), SIGKILL after KILL_GRACE_MS. At shutdown stop()
+-- sends SIGTERM to every build and waits for them within oopsd's drain.
 local oops = require("oops")
 local log = require("oops.log")
 local duration = require("oops.duration")
@@ -219,7 +227,8 @@ local function env_for(values, step)
 end
 
 -- State that outlives a policy reload: the processes this server runs.
---   builds[id] = { handle, argv, started, result?, output?, shutdown?, stopped? }
+--   builds[id] = { handle, run = { argv, result?, output? }, stopped?, shutdown?, logged? }
+--                (until its end is recorded in exec_job)
 --   procs[id][step] = handle of a deploy/health command being waited for
 --   health[id] = the last health verdict logged
 local function new_state() return { builds = {}, procs = {}, health = {} } end
