@@ -267,18 +267,25 @@ local function cleanup()
   end
 end
 
+-- Connect, migrate and make the scenario functions ready (the demo uses
+-- them too). The functions table, or nil, err.
+function M.begin(url, oopsd, oopsctl_bin, workdir, base)
+  run = { servers = {}, order = {}, db = url, oopsd = oopsd, oopsctl = oopsctl_bin,
+    dir = workdir, base = base or "." }
+  local connected, cerr = oops.connect { db = url, name = "scenario", locks = false }
+  if not connected then return nil, cerr end
+  local applied, merr = oops.migrate()
+  if not applied then return nil, merr end
+  return environment()
+end
+
+M.cleanup = function() cleanup() end
+
 -- Run the scenario at path against database url; returns the exit code.
 function M.main(path, url, oopsd, oopsctl_bin, workdir)
-  run = { servers = {}, order = {}, db = url, oopsd = oopsd, oopsctl = oopsctl_bin,
-    dir = workdir, base = path:match("^(.*)/[^/]*$") or "." }
-  local connected, cerr = oops.connect { db = url, name = "scenario", locks = false }
-  if not connected then
-    io.stderr:write("oopsctl scenario: " .. tostring(cerr) .. "\n")
-    return 2
-  end
-  local applied, merr = oops.migrate()
-  if not applied then
-    io.stderr:write("oopsctl scenario: " .. tostring(merr) .. "\n")
+  local env, err = M.begin(url, oopsd, oopsctl_bin, workdir, path:match("^(.*)/[^/]*$"))
+  if not env then
+    io.stderr:write("oopsctl scenario: " .. tostring(err) .. "\n")
     return 2
   end
   local existing = oops.db.exec("SELECT COUNT(*) AS n FROM pipeline")[1].n
@@ -287,7 +294,7 @@ function M.main(path, url, oopsd, oopsctl_bin, workdir)
       "a database of its own (it starts servers and creates and stops pipelines)\n"):format(existing))
     return 1
   end
-  local chunk, lerr = loadfile(path, "t", environment())
+  local chunk, lerr = loadfile(path, "t", env)
   if not chunk then
     io.stderr:write("oopsctl scenario: " .. lerr .. "\n")
     return 1
