@@ -298,6 +298,8 @@ static void prom_metrics(server_state *d, http_response *out)
     metrics_set(m, "oops_policy_version", "", d->ctx.policy_version);
     metrics_set(m, "oops_policy_stale", "", d->ctx.policy_error != NULL);
     metrics_set(m, "oops_tasks", "", (double)runtime_task_count(d->ctx.rt));
+    metrics_set(m, "oops_db_round_trips_total", "conn=\"work\"", (double)db_round_trips(d->ctx.work));
+    metrics_set(m, "oops_db_round_trips_total", "conn=\"locks\"", (double)lock_registry_round_trips(r));
     buf b = {0};
     metrics_render(m, &b);
     out->status = 200;
@@ -379,6 +381,9 @@ static void describe_metrics(metrics *m)
     metrics_describe(m, "oops_policy_version", METRIC_GAUGE, "successful policy loads");
     metrics_describe(m, "oops_policy_stale", METRIC_GAUGE, "1 when the last reload failed");
     metrics_describe(m, "oops_tasks", METRIC_GAUGE, "live Lua tasks");
+    metrics_describe(m, "oops_db_round_trips_total", METRIC_COUNTER, "statements and prepares sent, per connection");
+    metrics_describe(m, "oops_lock_acquire_statements_total", METRIC_COUNTER, "GET_LOCK statements sent by scans");
+    metrics_describe(m, "oops_lock_acquire_batches_total", METRIC_COUNTER, "scan ticks that asked for new locks");
     metrics_add(m, "oops_policy_reloads_total", "result=\"ok\"", 0);
     metrics_add(m, "oops_policy_reloads_total", "result=\"failed\"", 0);
 }

@@ -23,6 +23,7 @@ struct db_conn {
     uint64_t connection_id;
     bool alive;
     uint64_t statements;
+    uint64_t prepares;
     uint64_t clock; /* for LRU */
     cached_stmt cache[STMT_CACHE_SIZE];
 };
@@ -374,6 +375,7 @@ void db_close(db_conn *c)
 uint64_t db_connection_id(const db_conn *c) { return c ? c->connection_id : 0; }
 bool db_is_alive(const db_conn *c) { return c && c->alive; }
 uint64_t db_statement_count(const db_conn *c) { return c ? c->statements : 0; }
+uint64_t db_round_trips(const db_conn *c) { return c ? c->statements + c->prepares : 0; }
 
 unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
 {
@@ -434,6 +436,7 @@ static MYSQL_STMT *cache_get(db_conn *c, const char *sql, char *err, size_t errl
     }
     my_bool on = 1;
     mysql_stmt_attr_set(st, STMT_ATTR_UPDATE_MAX_LENGTH, &on);
+    c->prepares++;
     if (mysql_stmt_prepare(st, sql, strlen(sql)) != 0) {
         *code = stmt_fail(c, st, "prepare", err, errlen);
         mysql_stmt_close(st);

@@ -82,6 +82,8 @@ bool db_is_alive(const db_conn *c);
 unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen);
 /* Statements executed on this connection since it was opened (bench). */
 uint64_t db_statement_count(const db_conn *c);
+/* Round trips to the server: executions plus prepares (statement cache misses). */
+uint64_t db_round_trips(const db_conn *c);
 /* True when this MySQL/MariaDB error number means "connection lost or unreachable". */
 bool db_errno_is_connection(unsigned code);
 

@@ -163,6 +163,11 @@ uint64_t lock_registry_connection_id(const lock_registry *r) { return r ? r->con
 uint64_t lock_registry_losses(const lock_registry *r) { return r->losses; }
 uint64_t lock_registry_reconnects(const lock_registry *r) { return r->reconnects; }
 uint64_t lock_registry_statements(const lock_registry *r) { return r->statements; }
+uint64_t lock_registry_round_trips(const lock_registry *r)
+{
+    /* Closed sessions' trips are counted in `statements`; the open one's prepares are added. */
+    return r->statements + (r->conn ? db_round_trips(r->conn) - db_statement_count(r->conn) : 0);
+}
 
 bool lock_registry_holds(const lock_registry *r, const char *name)
 {

@@ -57,6 +57,8 @@ uint64_t lock_registry_losses(const lock_registry *r);
 uint64_t lock_registry_reconnects(const lock_registry *r);
 /* Statements sent on the lock session (bench). */
 uint64_t lock_registry_statements(const lock_registry *r);
+/* Round trips on the lock session, prepares included (bench). */
+uint64_t lock_registry_round_trips(const lock_registry *r);
 
 /* Change the validation interval (policy reload); the session's
  * wait_timeout follows at the next connect. */

@@ -29,7 +29,7 @@ end
 -- plus a fair share of the free ones (so that several servers drive), taken
 -- in one GET_LOCK statement. Pipelines held by another server are not asked
 -- for at all. nil, err when the lock session is down (fail closed).
-function M.take(candidates)
+function M.take(candidates, scan)
   local mine, free = {}, {}
   for _, p in ipairs(candidates) do
     if oops.locks.holds(M.lock_name(p.id)) then
@@ -43,8 +43,12 @@ function M.take(candidates)
   shuffle(free)
   local names = {}
   for i = 1, share do names[i] = M.lock_name(free[i].id) end
+  local before = oops.locks.statements()
   local got, err = oops.locks.acquire_many(names)
   if not got then return nil, err end
+  -- The bench reads these: one statement per scan, whatever the number of pipelines.
+  oops.metrics.inc("oops_lock_acquire_statements_total", { scan = scan }, oops.locks.statements() - before)
+  oops.metrics.inc("oops_lock_acquire_batches_total", { scan = scan })
   for i = 1, share do
     if got[names[i]] then
       mine[#mine + 1] = free[i]

@@ -88,7 +88,7 @@ function M.run(pol, gw)
       candidates[#candidates + 1] = p
     end
   end
-  local mine, lerr = P.take(candidates)
+  local mine, lerr = P.take(candidates, SCAN)
   if not mine then
     log.warn("lock session down: driving nothing (" .. tostring(lerr) .. ")", { scan = SCAN })
     return

@@ -88,7 +88,7 @@ function M.run(pol, gw)
   for _, p in ipairs(active) do
     if p.status == "DEPLOYING" or p.status == "ROLLING_OUT" then candidates[#candidates + 1] = p end
   end
-  local mine, lerr = P.take(candidates)
+  local mine, lerr = P.take(candidates, SCAN)
   if not mine then
     log.warn("lock session down: driving nothing (" .. tostring(lerr) .. ")", { scan = SCAN })
     return
