@@ -46,7 +46,7 @@ lock_registry *lock_registry_new(const db_config *cfg, const lock_registry_optio
         r->o.validate_interval_ms = 30000;
     if (!r->o.wait_timeout_s) {
         unsigned w = 3 * r->o.validate_interval_ms / 1000;
-        r->o.wait_timeout_s = w < 10 ? 10 : w;
+        r->o.wait_timeout_s = w < 3 ? 3 : w;
     }
     if (!r->o.backoff_initial_ms)
         r->o.backoff_initial_ms = 500;
@@ -153,9 +153,18 @@ int lock_registry_connect(lock_registry *r, char *err, size_t errlen)
 
 void lock_registry_set_validate_interval(lock_registry *r, unsigned ms)
 {
-    r->o.validate_interval_ms = ms;
     unsigned w = 3 * ms / 1000;
-    r->o.wait_timeout_s = w < 10 ? 10 : w;
+    w = w < 3 ? 3 : w;
+    r->o.validate_interval_ms = ms;
+    if (w == r->o.wait_timeout_s)
+        return;
+    r->o.wait_timeout_s = w;
+    if (r->conn) { /* the bound on a vanished host's locks changes now, not at the next connect */
+        db_value p[] = {db_int(w)};
+        char e[256];
+        if (q(r, "SET SESSION wait_timeout = ?", p, 1, NULL, e, sizeof e))
+            go_down(r);
+    }
 }
 
 bool lock_registry_is_up(const lock_registry *r) { return r && r->conn; }

@@ -29,7 +29,7 @@ enum {
 
 typedef struct lock_registry_options {
     unsigned validate_interval_ms; /* idle-session check; default 30000 */
-    unsigned wait_timeout_s;       /* session wait_timeout; default 3 validation intervals, >= 10 */
+    unsigned wait_timeout_s;       /* session wait_timeout; default 3 validation intervals, >= 3 s */
     unsigned backoff_initial_ms;   /* first reconnect delay; default 500 */
     unsigned backoff_max_ms;       /* reconnect delay cap; default 30000 */
 } lock_registry_options;
@@ -60,8 +60,8 @@ uint64_t lock_registry_statements(const lock_registry *r);
 /* Round trips on the lock session, prepares included (bench). */
 uint64_t lock_registry_round_trips(const lock_registry *r);
 
-/* Change the validation interval (policy reload); the session's
- * wait_timeout follows at the next connect. */
+/* Change the validation interval (policy load or reload); the session's
+ * wait_timeout (3 intervals, at least 3 s) follows at once. */
 void lock_registry_set_validate_interval(lock_registry *r, unsigned ms);
 
 /*

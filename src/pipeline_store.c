@@ -116,10 +116,21 @@ static unsigned insert_event(db_conn *c, const char *id, const char *from, pipel
     db_value p[] = {db_text(id), db_text(pipeline_event_type(to)), db_text(from),
                     db_text(pipeline_status_name(to)), db_text(message),
                     db_text(actor ? actor : "unknown")};
-    return db_exec(c,
-                   "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, to_status, "
-                   "message, server, created_at) VALUES (?, ?, ?, ?, ?, ?, NOW(6))",
-                   p, 6, NULL, err, errlen);
+    db_result *r = NULL;
+    unsigned rc = db_exec(c,
+                          "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, "
+                          "to_status, message, server, created_at) VALUES (?, ?, ?, ?, ?, ?, NOW(6))",
+                          p, 6, &r, err, errlen);
+    if (rc)
+        return rc;
+    /* The notification, in the same transaction: never lost across a crash. */
+    long long event = (long long)r->insert_id;
+    db_result_free(r);
+    char event_id[64];
+    snprintf(event_id, sizeof event_id, "pipeline-event-%lld", event);
+    db_value o[] = {db_text(event_id), db_int(event)};
+    return db_exec(c, "INSERT INTO outbox (event_id, kind, ref_id) VALUES (?, 'pipeline', ?)", o, 2,
+                   NULL, err, errlen);
 }
 
 int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], char *err,

@@ -128,9 +128,83 @@ static const char *const v2[] = {
     NULL,
 };
 
+/* 3: scheduled restarts, resource alerts, and the notification outbox. */
+static const char *const v3[] = {
+    /* One row per restart occurrence: inserting it is the claim, so even two
+     * leaders (a frozen one waking up) fire an occurrence once. */
+    "CREATE TABLE IF NOT EXISTS restart_run ("
+    " namespace VARCHAR(63) NOT NULL,"
+    " application VARCHAR(63) NOT NULL,"
+    " environment VARCHAR(63) NOT NULL,"
+    " occurrence DATETIME NOT NULL," /* the scheduled second, UTC */
+    " fired_by VARCHAR(64) NOT NULL,"
+    " fired_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " outcome VARCHAR(1024) NULL," /* NULL while running; 'ok', 'missed', or the error's text */
+    " finished_at DATETIME(6) NULL,"
+    " PRIMARY KEY (namespace, application, environment, occurrence)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    /* How far the restart leaders have looked: a new leader carries on from
+     * here, so occurrences missed during a failover fire late (within grace)
+     * or are recorded as missed. Only ever moves forward. */
+    "CREATE TABLE IF NOT EXISTS restart_watermark ("
+    " id TINYINT NOT NULL PRIMARY KEY,"
+    " checked_up_to DATETIME NOT NULL,"
+    " server VARCHAR(64) NOT NULL,"
+    " updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    /* Alert state per target and metric; every write is conditional on the
+     * version it read, so two leaders cannot both announce one edge. */
+    "CREATE TABLE IF NOT EXISTS alert_state ("
+    " namespace VARCHAR(63) NOT NULL,"
+    " application VARCHAR(63) NOT NULL,"
+    " environment VARCHAR(63) NOT NULL,"
+    " metric VARCHAR(16) NOT NULL,"
+    " firing TINYINT NOT NULL DEFAULT 0,"
+    " firing_since DATETIME(6) NULL,"
+    " last_notified_at DATETIME(6) NULL,"
+    " pods TEXT NULL,"
+    " version BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (namespace, application, environment, metric)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    /* The simulated probe's metrics: a pod's current usage (millicores or bytes). */
+    "CREATE TABLE IF NOT EXISTS sim_metric ("
+    " namespace VARCHAR(63) NOT NULL,"
+    " application VARCHAR(63) NOT NULL,"
+    " environment VARCHAR(63) NOT NULL,"
+    " metric VARCHAR(16) NOT NULL,"
+    " pod VARCHAR(128) NOT NULL,"
+    " value DOUBLE NOT NULL,"
+    " PRIMARY KEY (namespace, application, environment, metric, pod)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+
+    /* Notifications to deliver, written in the same transaction as the change
+     * they announce; marked delivered with a conditional update. event_id is
+     * the stable id receivers deduplicate on. */
+    "CREATE TABLE IF NOT EXISTS outbox ("
+    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " event_id VARCHAR(160) NOT NULL,"
+    " kind VARCHAR(16) NOT NULL," /* 'pipeline' | 'alert' */
+    " ref_id BIGINT UNSIGNED NULL," /* pipeline_event.id for kind 'pipeline' */
+    " payload MEDIUMTEXT NULL," /* JSON facts for kind 'alert' */
+    " created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " delivered_routes TEXT NULL," /* routes already done, for events with several */
+    " delivered_at DATETIME(6) NULL,"
+    " attempts INT NOT NULL DEFAULT 0,"
+    " next_attempt_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " last_error TEXT NULL,"
+    " UNIQUE KEY uq_outbox_event (event_id),"
+    " KEY ix_outbox_pending (delivered_at, next_attempt_at)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+    NULL,
+};
+
 static const migration migrations[] = {
     {1, "pipelines, events and servers", v1},
     {2, "simulated cluster, exec jobs, pipeline logs", v2},
+    {3, "restarts, alerts, notification outbox", v3},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

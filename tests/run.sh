@@ -22,8 +22,10 @@ trap 'exit 130' INT TERM
 
 mariadb_start "$work/mariadb" || exit 1
 export OOPS_TEST_DB="$MDB_URL" OOPS_BUILD="$build" OOPS_ROOT="$root" OOPS_TEST_WORK="$work"
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+# Sanitizer reports of every process — oopsd servers started by the tests
+# included — land in $work/sanitizer.*; any such file fails the run.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}:log_path=$work/sanitizer"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}:log_path=$work/sanitizer"
 export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
 
 passed=0 failed=0
@@ -86,6 +88,16 @@ for suite in "${suites[@]}"; do
   esac
 done
 
+shopt -s nullglob
+reports=("$work"/sanitizer.*)
+shopt -u nullglob
+if ((${#reports[@]})); then
+  echo "== sanitizer reports from processes the tests started"
+  for r in "${reports[@]}"; do
+    echo "not ok - sanitizer report $(basename "$r")"; head -30 "$r"
+  done
+  failed=$((failed + ${#reports[@]})); failures+=("sanitizer")
+fi
 ((${#failures[@]})) && echo "failed: ${failures[*]}"
 echo "$passed passed, $failed failed"
 ((failed == 0))

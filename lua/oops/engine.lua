@@ -18,9 +18,21 @@ local current        -- { policy = p, gateway = gw }
 local running = false
 
 -- Scans: name → module with run(policy, gateway) and the interval it wants.
+-- The restart scan ticks at the start of every minute, or of every second when
+-- a schedule has a seconds field; the alert scan at the start of every minute;
+-- the notifier every second (its retries are scheduled in the outbox).
+local leader = require("oops.leader")
 M.scans = {
   { mod = "oops.scans.build", interval = function(p) return p.scan.interval_ms end },
   { mod = "oops.scans.rollout", interval = function(p) return p.scan.interval_ms end },
+  { mod = "oops.scans.restart", interval = function(p)
+      return leader.until_next(require("oops.scans.restart").needs_seconds(p) and 1000 or 60000)
+    end },
+  { mod = "oops.scans.alert", interval = function(p)
+      local every = p.alert.interval_ms or 60000
+      return every == 60000 and leader.until_next(60000) or every
+    end },
+  { mod = "oops.scans.notify", interval = function() return 1000 end },
 }
 
 function M.policy() return current and current.policy end

@@ -68,6 +68,7 @@ function M.defaults()
       cpu = { percent = 95, sustained_ms = 600000 },
       memory = { percent = 90, sustained_ms = 300000 },
       every_ms = 1800000,
+      interval_ms = 60000,
       probe = { kind = "simulated", scrape_interval_ms = 30000 },
     },
     notify = { routes = { { kind = "log" } }, retry = { initial_ms = 1000, max_ms = 60000 } },
@@ -380,10 +381,13 @@ local function alert_probe(d, v)
 end
 
 function build.alert(d, t)
-  d:only(nil, t, { "cpu", "enabled", "every", "memory", "probe" })
+  d:only(nil, t, { "cpu", "enabled", "every", "interval", "memory", "probe" })
   local a = M.defaults().alert
   -- Writing an alert block means wanting alerts, unless it says enabled = false.
   a.enabled = d:field(t, "enabled", boolean, true)
+  -- How often the alert scan probes: every minute (at its start) unless set
+  -- shorter, which tests and scenarios do.
+  a.interval_ms = d:field(t, "interval", dur(1000), a.interval_ms)
   a.cpu = alert_metric(d, t, "cpu", a.cpu)
   a.memory = alert_metric(d, t, "memory", a.memory)
   a.every_ms = d:field(t, "every", dur(1000), a.every_ms)

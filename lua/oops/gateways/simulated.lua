@@ -117,25 +117,15 @@ function M.new(cfg)
     if not ok then return nil, err end
     local f = fault(tgt, "restart")
     if f then return nil, f end
+    -- A slow target, for tests: kind 'slow_restart', outcome = milliseconds.
+    local slow = oops.db.exec("SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = 'slow_restart'", tgt)
+    if slow and slow[1] and tonumber(slow[1].outcome) then oops.sleep(math.floor(tonumber(slow[1].outcome))) end
     return true
   end
 
-  -- Firing pods for a target: rows of sim_metric (issue 5 fills the table's use).
-  function gw.probe(t)
-    local tgt = t.namespace .. "/" .. t.application .. "/" .. t.environment
-    local ok, err = record(nil, tgt, "probe")
-    if not ok then return nil, err end
-    local f = fault(tgt, "probe")
-    if f then return nil, f end
-    local rows, perr = oops.db.exec(
-      "SELECT pod FROM sim_metric WHERE namespace = ? AND application = ? AND environment = ? " ..
-      "AND metric = ? AND value > ? ORDER BY pod",
-      t.namespace, t.application, t.environment, t.metric, t.threshold)
-    if not rows then return nil, perr end
-    local pods = {}
-    for _, r in ipairs(rows) do pods[#pods + 1] = r.pod end
-    return pods
-  end
+  -- Firing pods for a target { namespace, application, environment, metric,
+  -- threshold }: the one simulated probe, shared with the alert scan.
+  function gw.probe(t) return require("oops.probes.simulated").probe(t) end
 
   return gw
 end

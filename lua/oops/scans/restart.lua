@@ -1,0 +1,148 @@
+-- The restart scan (REFERENCE.md section 7, DESIGN.md "Restart scan and
+-- alert scan"): scheduled restarts, each occurrence fired exactly once across
+-- servers.
+--
+--   * One leader: the sticky lock oops:leader:restart, taken on the first
+--     tick and kept until the server stops or loses its lock session.
+--     Releasing it after each tick would let another server's tick in the
+--     same minute fire the same restart again.
+--   * Claim, then fire: an occurrence is inserted into restart_run first; only
+--     the inserter fires it. Two leaders (a frozen one waking up after its
+--     session was reaped) therefore fire an occurrence once.
+--   * Late, not never: an occurrence missed while no server led (a failover
+--     across the minute) fires late when it is at most `grace` old; older
+--     ones are recorded as missed.
+--   * Restarts run side by side, detached from the tick: one slow or
+--     unreachable target delays no other, nor the next tick.
+local oops = require("oops")
+local log = require("oops.log")
+local leader = require("oops.leader")
+
+local M = { name = "restart" }
+local SCAN = "restart"
+local LOCK = "oops:leader:restart"
+-- How far back a new leader looks for occurrences it must fire late or record
+-- as missed, and how many it records as missed per target (a "* * * * * *"
+-- schedule has 3,600 occurrences an hour).
+local LOOKBACK_S = 3600
+local MAX_MISSED = 100
+
+local last_checked -- epoch second this server has handled up to, while it leads
+
+-- Does any schedule have a seconds field? Then the scan ticks every second.
+function M.needs_seconds(p)
+  for _, a in pairs(p.applications) do
+    for _, r in pairs(a.restart or {}) do
+      if r.expr and r.expr:has_seconds() then return true end
+    end
+  end
+  return false
+end
+
+local function schedules(p)
+  local list = {}
+  for name, a in pairs(p.applications) do
+    for env, r in pairs(a.restart or {}) do
+      if r.expr then
+        list[#list + 1] = { app = name, namespace = a.namespace, application = a.application,
+          environment = env, expr = r.expr, cron = r.cron }
+      end
+    end
+  end
+  table.sort(list, function(x, y) return x.app .. "/" .. x.environment < y.app .. "/" .. y.environment end)
+  return list
+end
+
+-- Where the previous leader stopped looking (epoch seconds), or nil.
+local function watermark()
+  local rows = oops.db.exec("SELECT UNIX_TIMESTAMP(checked_up_to) AS t FROM restart_watermark WHERE id = 1")
+  return rows and rows[1] and math.floor(tonumber(rows[1].t)) or nil
+end
+
+-- Forward only: a frozen leader waking up must not move it back.
+local function advance(now)
+  oops.db.exec("INSERT INTO restart_watermark (id, checked_up_to, server) VALUES (1, FROM_UNIXTIME(?), ?) " ..
+    "ON DUPLICATE KEY UPDATE server = IF(FROM_UNIXTIME(?) > checked_up_to, VALUES(server), server), " ..
+    "checked_up_to = GREATEST(checked_up_to, FROM_UNIXTIME(?)), updated_at = NOW(6)",
+    now, oops.server_name(), now, now)
+end
+
+-- Insert the claim. true: ours to fire; false: another leader has it.
+local function claim(s, t, outcome)
+  local ok, err, code = oops.db.exec(
+    "INSERT INTO restart_run (namespace, application, environment, occurrence, fired_by, outcome, finished_at) " ..
+    "VALUES (?, ?, ?, FROM_UNIXTIME(?), ?, ?, IF(? IS NULL, NULL, NOW(6)))",
+    s.namespace, s.application, s.environment, t, oops.server_name(), outcome, outcome)
+  if ok then return true end
+  if code ~= 1062 then -- not a duplicate: the database is in trouble; try again next tick
+    error("claiming " .. s.app .. "/" .. s.environment .. ": " .. tostring(err))
+  end
+  return false
+end
+
+local function fire(s, t, gw)
+  local when = os.date("!%Y-%m-%d %H:%M:%S", t)
+  oops.task("restart " .. s.app .. "/" .. s.environment, function()
+    local ok, err = gw.restart(s.app, s.environment)
+    local outcome = ok and "ok" or tostring(err)
+    oops.db.exec("UPDATE restart_run SET outcome = ?, finished_at = NOW(6) WHERE namespace = ? " ..
+      "AND application = ? AND environment = ? AND occurrence = FROM_UNIXTIME(?) AND outcome IS NULL",
+      outcome, s.namespace, s.application, s.environment, t)
+    oops.metrics.inc("oops_restarts_total", { result = ok and "ok" or "failed" })
+    if ok then
+      log.info("restarted " .. s.app .. " " .. s.environment .. " (" .. when .. " UTC)", { scan = SCAN })
+    else
+      log.warn("restart of " .. s.app .. " " .. s.environment .. " failed: " .. outcome, { scan = SCAN })
+    end
+  end)
+end
+
+local function handle(s, from, now, p, gw)
+  local tz = p.restarts.timezone
+  local grace_s = p.restarts.grace_ms / 1000
+  local missed = 0
+  local t = s.expr:next(from - 1, tz)
+  while t and t <= now do
+    if now - t <= grace_s then
+      if claim(s, t) then
+        if now - t >= 1 then
+          log.info(("firing %s %s late: its occurrence was %ds ago (grace %ds)"):format(
+            s.app, s.environment, now - t, grace_s), { scan = SCAN })
+        end
+        fire(s, t, gw)
+      end
+    elseif missed < MAX_MISSED then
+      if claim(s, t, "missed") then
+        missed = missed + 1
+        oops.metrics.inc("oops_restarts_total", { result = "missed" })
+      end
+    end
+    t = s.expr:next(t, tz)
+  end
+  if missed > 0 then
+    log.warn(("%d restart(s) of %s %s were missed (older than grace, while no server led)"):format(
+      missed, s.app, s.environment), { scan = SCAN })
+  end
+end
+
+function M.run(p, gw)
+  if not leader.hold(LOCK, SCAN) then
+    last_checked = nil -- when we lead again, look back from what is recorded
+    return
+  end
+  local now_f, err = oops.db.now() -- the database's clock: every leader agrees on what is due
+  if not now_f then error("reading the database's time: " .. tostring(err)) end
+  local now = math.floor(now_f)
+  local from = last_checked and last_checked + 1
+  if not from then
+    -- A new leader carries on where the previous one stopped looking (bounded);
+    -- the very first leader starts now: nothing was due before anyone looked.
+    local w = watermark()
+    from = w and math.max(w + 1, now - LOOKBACK_S) or now
+  end
+  for _, s in ipairs(schedules(p)) do handle(s, from, now, p, gw) end
+  advance(now)
+  last_checked = now
+end
+
+return M
