@@ -156,14 +156,20 @@ static void on_exit_cb(void *ud, const proc_result *r)
         runtime_resume(co, 1);
         return;
     }
-    if (lp->on_exit != LUA_NOREF) { /* start(): the callback runs as a task of its own */
-        lua_rawgeti(lp->L, LUA_REGISTRYINDEX, lp->on_exit);
-        push_result(lp->L, r);
-        runtime_spawn(lp->L, 1, "process exit callback");
+    /* start(): the callback runs as a task of its own. It may drop the last
+     * reference to the handle, whose __gc then frees lp: so lp is finished
+     * with (refs released, freed if no handle) before the task runs. */
+    lua_State *L = lp->L;
+    bool callback = lp->on_exit != LUA_NOREF;
+    if (callback) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, lp->on_exit);
+        push_result(L, r);
     }
     release(lp);
     if (!lp->has_handle)
         free(lp);
+    if (callback)
+        runtime_spawn(L, 1, "process exit callback");
 }
 
 static void on_output_cb(void *ud, int stream, const char *data, size_t len)

@@ -35,8 +35,8 @@
 --   threshold    limit * percent // 100, millicores (cpu) or bytes     number or null
 --   limit        the limit, millicores (cpu) or bytes (memory)         number or null
 --                (null: a RESOLVED target whose limit left the policy)
---   pods         ["api-0", "api-3"]: the pods over the threshold        list ([] allowed;
---                (RESOLVED: the last ones seen)                          RESOLVED may omit it)
+--   pods         ["api-0", "api-3"]: the pods over the threshold        list ([] allowed)
+--                (RESOLVED: the last ones seen)
 --   since        firing_since, UTC "YYYY-MM-DD HH:MM:SS[.ffffff]"      string or null
 --   time         the edge, same format; absent: the outbox row's       optional
 --                created_at (the same transaction's NOW(6))

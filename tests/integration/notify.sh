@@ -172,4 +172,16 @@ like "$alert" '"kind":"alert","type":"FIRING","level":"warning","title":"resourc
 like "$alert" '\{"name":"threshold","value":"95% \(1900m / 2000m\)"\}' "... the threshold in human units"
 like "$alert" '"advice":"CPU over the limit is throttled' "... and the advice"
 
+############################################### a reload removes the failing route
+
+stop_sink
+id5=$(ctl create --app shop/n5 --env prod)
+wait_for 60 "with the webhook down again, the command route gets a new pipeline's events" \
+  bash -c "grep -qF '\"title\":\"shop/n5 prod: SUCCEEDED\"' '$work/command.rec'"
+check "... which wait for the webhook" bash -c '! all_delivered'
+sed -i '/webhook/d' "$work/policies/oopsd.lua"
+kill -HUP "${SRV_PID[s2]}"
+wait_for 20 "a reload that removes the webhook completes them: delivered to every route left" all_delivered
+is "$(ids "$work/command.rec" | sort -u)" "$(event_ids | sort)" "the command route got every event of the run"
+
 done_testing

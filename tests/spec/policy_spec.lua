@@ -272,6 +272,7 @@ describe("the shipped policies/", function()
       cpu = { percent = 95, sustained_ms = 600000 },
       memory = { percent = 90, sustained_ms = 300000 },
       every_ms = 1800000,
+      interval_ms = 60000,
       probe = { kind = "simulated", scrape_interval_ms = 30000 },
     }, p.alert)
     assert.are.same({ routes = { { kind = "log" } }, retry = { initial_ms = 1000, max_ms = 60000 } }, p.notify)
@@ -318,6 +319,7 @@ describe("a good policy", function()
       cpu = { percent = 80, sustained_ms = 120000 },
       memory = { percent = 85, sustained_ms = 300000 },
       every_ms = 3600000,
+      interval_ms = 60000,
       probe = { kind = "prometheus", url = "http://127.0.0.1:9090", scrape_interval_ms = 15000, token = "t0ken" },
     }, p.alert)
   end)

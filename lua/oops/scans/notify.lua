@@ -274,10 +274,13 @@ function M.run(pol)
     reconciled_version = nil -- a later leadership starts afresh
     return
   end
-  local routes = pol.notify.routes
+  -- The same route declared twice is one route: one delivery, one record.
+  local routes, keys, seen = {}, {}, {}
+  for _, r in ipairs(pol.notify.routes) do
+    local k = M.route_key(r)
+    if not seen[k] then seen[k], routes[#routes + 1], keys[#keys + 1] = true, r, k end
+  end
   if #routes == 0 then return end -- nowhere to send: the outbox keeps them
-  local keys = {}
-  for i, r in ipairs(routes) do keys[i] = M.route_key(r) end
   reconcile(pol, keys)
   local due, err = anything_due()
   if not due then
