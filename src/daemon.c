@@ -384,6 +384,9 @@ static void describe_metrics(metrics *m)
     metrics_describe(m, "oops_alert_probes_total", METRIC_COUNTER, "alert probes by result (firing, clear, error)");
     metrics_describe(m, "oops_alert_edges_total", METRIC_COUNTER, "alert edges announced (FIRING, REPEAT, RESOLVED)");
     metrics_describe(m, "oops_restarts_total", METRIC_COUNTER, "restart occurrences by result (ok, failed, missed)");
+    metrics_describe(m, "oops_notifications_delivered_total", METRIC_COUNTER, "notifications delivered, by route");
+    metrics_describe(m, "oops_notification_failures_total", METRIC_COUNTER, "failed delivery attempts, by route");
+    metrics_describe(m, "oops_notifications_undeliverable_total", METRIC_COUNTER, "outbox rows whose message could not be built");
     metrics_describe(m, "oops_db_round_trips_total", METRIC_COUNTER, "statements and prepares sent, per connection");
     metrics_describe(m, "oops_lock_acquire_statements_total", METRIC_COUNTER, "GET_LOCK statements sent by scans");
     metrics_describe(m, "oops_lock_acquire_batches_total", METRIC_COUNTER, "scan ticks that asked for new locks");
