@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <mysql.h>
 
 #include "buf.h"
 #include "db.h"
@@ -667,28 +668,23 @@ static const command commands[] = {
     {"locks", cmd_locks},     {"logs", cmd_logs},     {"scenario", run_scenario},
 };
 
-int main(int argc, char **argv)
+/* Parse global flags (anywhere on the line) and run the command. */
+static int run(ctl *c, int argc, char **argv, char **rest, char **db_url_copy)
 {
-    ctl c = {0};
-    char *db_url_copy = NULL;
-    char host[64] = "localhost";
-    gethostname(host, sizeof host - 1);
-    snprintf(c.actor, sizeof c.actor, "oopsctl@%.50s", host);
-
-    /* Global flags may come anywhere; the rest is the command's. */
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--db") == 0) {
             if (i + 1 >= argc)
                 return fail(EXIT_INPUT, "--db needs a URL");
-            c.db_url = db_url_copy = strdup(argv[++i]);
+            free(*db_url_copy);
+            c->db_url = *db_url_copy = strdup(argv[++i]);
             db_mask_url_password(argv[i]); /* keep the password out of `ps` */
         } else if (strncmp(argv[i], "--db=", 5) == 0) {
-            c.db_url = db_url_copy = strdup(argv[i] + 5);
+            free(*db_url_copy);
+            c->db_url = *db_url_copy = strdup(argv[i] + 5);
             db_mask_url_password(argv[i] + 5);
         } else if (strcmp(argv[i], "--json") == 0) {
-            c.json = true;
+            c->json = true;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return EXIT_OK;
@@ -709,17 +705,26 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_INPUT;
     }
-    if (strcmp(rest[0], "scenario") == 0) { /* talks to the database through its servers */
-        int rc = run_scenario(&c, nrest, rest);
-        free(rest);
-        free(db_url_copy);
-        return rc;
-    }
-    int rc = open_db(&c);
+    if (cmd->run == run_scenario) /* talks to the database through its servers */
+        return run_scenario(c, nrest, rest);
+    int rc = open_db(c);
     if (rc == EXIT_OK)
-        rc = cmd->run(&c, nrest, rest);
-    db_close(c.db);
+        rc = cmd->run(c, nrest, rest);
+    db_close(c->db);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    ctl c = {0};
+    char *db_url_copy = NULL;
+    char host[64] = "localhost";
+    gethostname(host, sizeof host - 1);
+    snprintf(c.actor, sizeof c.actor, "oopsctl@%.50s", host);
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int rc = run(&c, argc, argv, rest, &db_url_copy);
     free(rest);
     free(db_url_copy);
+    mysql_library_end();
     return rc;
 }
