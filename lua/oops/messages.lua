@@ -5,6 +5,8 @@ return {
   build_started     = "Build started.",
   build_succeeded   = "Image built, waiting for a manual release.",
   build_failed      = "Image build failed, see the pipeline log.",
+  build_not_submitted = "Build could not be submitted: ",   -- .. the gateway's error
+  build_timed_out   = "Build timed out: still running after the build timeout.",
   build_missing     = "Build failed: build job missing (deleted, reaped, or its server died).",
   deploying         = "The release has entered the deploy phase.",
   rolling_out       = "Waiting for the new version to take effect…",

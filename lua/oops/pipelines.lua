@@ -4,6 +4,7 @@
 local oops = require("oops")
 local log = require("oops.log")
 local hooks = require("oops.hooks")
+local tasks = require("oops.tasks")
 
 local M = {}
 
@@ -56,6 +57,24 @@ function M.take(candidates, scan)
     end
   end
   return mine
+end
+
+-- Take the candidates' locks (one batch) and run the step handlers[status](p)
+-- of every pipeline held, each in its own task, so a slow gateway call for one
+-- application delays no other; returns when all are done, so a tick never
+-- overlaps the next. With the lock session down nothing is driven.
+function M.drive(candidates, scan, handlers)
+  local mine, err = M.take(candidates, scan)
+  if not mine then
+    log.warn("lock session down: driving nothing (" .. tostring(err) .. ")", { scan = scan })
+    return
+  end
+  local steps = {}
+  for _, p in ipairs(mine) do
+    local step = handlers[p.status]
+    if step then steps[#steps + 1] = function() step(p) end end
+  end
+  tasks.all(steps, scan .. " step")
 end
 
 -- Still ours? A lock lost mid-step (session gone) means: touch nothing more.

@@ -7,7 +7,6 @@ local log = require("oops.log")
 local msg = require("oops.messages")
 local P = require("oops.pipelines")
 local hooks = require("oops.hooks")
-local tasks = require("oops.tasks")
 
 local M = { name = "build" }
 
@@ -40,7 +39,7 @@ local function initialized(p, gw)
   local ok, err = gw.build_submit(p)
   if not ok then
     -- REFERENCE 12.5: never leave it INITIALIZED/RUNNING without a job.
-    t(p, "RUNNING", "ERROR", "Build could not be submitted: " .. tostring(err))
+    t(p, "RUNNING", "ERROR", msg.build_not_submitted .. tostring(err))
   end
 end
 
@@ -74,7 +73,7 @@ local function running(p, gw, pol)
   end
   -- running, pending (a job without a status yet), or a gateway error
   if p.status_age * 1000 >= pol.build.timeout_ms then
-    t(p, "RUNNING", "ERROR", "Build timed out: still running after the build timeout.")
+    t(p, "RUNNING", "ERROR", msg.build_timed_out)
   end
 end
 
@@ -88,26 +87,11 @@ function M.run(pol, gw)
       candidates[#candidates + 1] = p
     end
   end
-  local mine, lerr = P.take(candidates, SCAN)
-  if not mine then
-    log.warn("lock session down: driving nothing (" .. tostring(lerr) .. ")", { scan = SCAN })
-    return
-  end
-  -- Each pipeline's step runs in its own task: a slow build system or deploy
-  -- for one application delays no other.
-  local steps = {}
-  for _, p in ipairs(mine) do
-    steps[#steps + 1] = function()
-      if p.status == "INITIALIZED" then
-        initialized(p, gw)
-      elseif p.status == "RUNNING" then
-        running(p, gw, pol)
-      elseif p.status == "BUILD_SUCCEEDED" then
-        M.deploy(p, "BUILD_SUCCEEDED", gw)
-      end
-    end
-  end
-  tasks.all(steps, "build step")
+  P.drive(candidates, SCAN, {
+    INITIALIZED = function(p) initialized(p, gw) end,
+    RUNNING = function(p) running(p, gw, pol) end,
+    BUILD_SUCCEEDED = function(p) M.deploy(p, "BUILD_SUCCEEDED", gw) end,
+  })
 end
 
 return M

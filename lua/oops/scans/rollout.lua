@@ -11,7 +11,6 @@ local oops = require("oops")
 local log = require("oops.log")
 local msg = require("oops.messages")
 local P = require("oops.pipelines")
-local tasks = require("oops.tasks")
 
 local M = { name = "rollout" }
 local SCAN = "rollout"
@@ -88,22 +87,10 @@ function M.run(pol, gw)
   for _, p in ipairs(active) do
     if p.status == "DEPLOYING" or p.status == "ROLLING_OUT" then candidates[#candidates + 1] = p end
   end
-  local mine, lerr = P.take(candidates, SCAN)
-  if not mine then
-    log.warn("lock session down: driving nothing (" .. tostring(lerr) .. ")", { scan = SCAN })
-    return
-  end
-  local steps = {}
-  for _, p in ipairs(mine) do
-    steps[#steps + 1] = function()
-      if p.status == "DEPLOYING" then
-        deploying(p, pol)
-      elseif p.status == "ROLLING_OUT" then
-        rolling_out(p, pol, gw)
-      end
-    end
-  end
-  tasks.all(steps, "rollout step")
+  P.drive(candidates, SCAN, {
+    DEPLOYING = function(p) deploying(p, pol) end,
+    ROLLING_OUT = function(p) rolling_out(p, pol, gw) end,
+  })
 end
 
 return M
