@@ -37,7 +37,7 @@ locks { validate_every = "30s" }
 --                Defaults 2s, 0s, 1s.
 --   "exec":      runs each application's build/deploy/health/restart_command
 --                (see apps.lua); `workdir` sets where relative commands run
---                (default: oopsd's working directory).
+--                (default: the directory of these policy files; a relative workdir is taken from there).
 --     gateway "exec" { workdir = "/srv/deploy" }
 gateway "simulated" { build = "2s", deploy = "0s", rollout = "1s" }
 

@@ -10,7 +10,7 @@ packages=(
   build-essential cmake pkg-config
   liblua5.4-dev lua5.4 libuv1-dev libmariadb-dev libmariadb-dev-compat
   libcmocka-dev lua-busted lua-cjson lua-filesystem libcurl4-openssl-dev libmicrohttpd-dev
-  mariadb-server mariadb-client curl procps
+  mariadb-server mariadb-client curl procps bc
 )
 
 missing=()

@@ -348,7 +348,7 @@ function build.gateway(d, t, kind)
     g.rollout_ms = d:field(t, "rollout", dur(0), g.rollout_ms)
   else
     -- Relative command paths ("./deploy.sh") resolve against workdir;
-    -- without it, against oopsd's working directory.
+    -- without it, against the policy directory (the exec gateway decides).
     g.options.workdir = d:field(t, "workdir", text, nil)
   end
   return g

@@ -73,7 +73,11 @@ local function running(p, gw, pol)
   end
   -- running, pending (a job without a status yet), or a gateway error
   if p.status_age * 1000 >= pol.build.timeout_ms then
-    t(p, "RUNNING", "ERROR", msg.build_timed_out)
+    -- The job must not outlive its pipeline: stop it once the timeout failed it.
+    if t(p, "RUNNING", "ERROR", msg.build_timed_out) then
+      local ok, serr = gw.build_stop(p)
+      if not ok then log.warn("stopping a timed-out build failed: " .. tostring(serr), { scan = SCAN, pipeline = p.id }) end
+    end
   end
 end
 
