@@ -15,7 +15,7 @@ pass() { # label, build dir
   local out rc
   out=$(mktemp)
   bash tests/run.sh "$2" 2>&1 | tee "$out"
-  local line; line=$(tail -n 1 "$out")
+  local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)
   rm -f "$out"
   if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
     total_p=$((total_p + BASH_REMATCH[1])); total_f=$((total_f + BASH_REMATCH[2]))
