@@ -187,11 +187,6 @@ void runtime_resume(lua_State *co, int nargs)
     drain(rt);
 }
 
-void runtime_pin(lua_State *L)
-{
-    (void)L; /* tasks are pinned in K_TASKS for their whole life */
-}
-
 void runtime_spawn(lua_State *L, int nargs, const char *what)
 {
     runtime *rt = runtime_of(L);

@@ -44,9 +44,7 @@ int runtime_call(lua_State *L, int nargs, int nres, const char *what, char *err,
 void runtime_spawn(lua_State *L, int nargs, const char *what);
 /* Raise a Lua error unless L is a task (a call that waits must run in one). */
 void runtime_check_task(lua_State *L, const char *fname);
-/* Keep the task L alive until runtime_resume: call before yielding. */
-void runtime_pin(lua_State *L);
-/* Resume a pinned task with nargs values already pushed on its stack. Safe
+/* Resume a waiting task (tasks stay referenced for their whole life) with nargs values already pushed on its stack. Safe
  * from any loop callback; resumes requested while Lua runs are queued. */
 void runtime_resume(lua_State *co, int nargs);
 /* Live tasks (running or waiting). */

@@ -63,20 +63,17 @@ local function loop(def)
   local name = scan.name
   while running do
     local cur = current
-    if oops.locks.is_up() or def.without_locks then
+    if oops.locks.is_up() then
       local t0 = oops.now_ms()
       local ok, err = xpcall(scan.run, debug.traceback, cur.policy, cur.gateway)
       oops.metrics.inc("oops_scan_runs_total", labels(name))
       oops.metrics.observe("oops_scan_duration_seconds", labels(name), (oops.now_ms() - t0) / 1000)
       if not ok then
         oops.metrics.inc("oops_scan_errors_total", labels(name))
-        local text = tostring(err)
-        local first, tb = text:match("^(.-)\n(stack traceback:.*)$")
-        log.error("scan failed: " .. (first or text), { scan = name, traceback = tb })
+        log.failure("scan", err, { scan = name })
       end
     end
-    local wait = def.next_ms and def.next_ms(current.policy) or def.interval(current.policy)
-    if not oops.sleep(wait) then break end
+    if not oops.sleep(def.interval(current.policy)) then break end
   end
 end
 

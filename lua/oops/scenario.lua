@@ -143,7 +143,6 @@ local function servers(opts)
   local dir = opts.policies
   if opts.policy then
     dir = run.dir .. "/policy-" .. (#run.order + 1)
-    assert(os.execute and true)
     require("lfs").mkdir(dir)
     write_file(dir .. "/scenario.lua", opts.policy)
   elseif dir and not dir:match("^/") then

@@ -19,9 +19,7 @@ function M.all(fns, what)
       local ok, err = xpcall(fn, debug.traceback)
       if not ok then
         failed = failed + 1
-        local text = tostring(err)
-        local first, tb = text:match("^(.-)\n(stack traceback:.*)$")
-        log.error((what or "step") .. " failed: " .. (first or text), { traceback = tb })
+        log.failure(what or "step", err)
       end
       left = left - 1
       if left == 0 then oops.wake(me) end
