@@ -201,10 +201,22 @@ static const char *const v3[] = {
     NULL,
 };
 
+/* v4: a restart claim records when its firing started, so a new leader can
+ * tell a claim whose server died before calling the gateway (safe to fire
+ * late) from one that died during the call (outcome unknown: never fired
+ * twice); unfinished claims are found through finished_at. */
+static const char *const v4[] = {
+    "ALTER TABLE restart_run"
+    " ADD COLUMN IF NOT EXISTS started_at DATETIME(6) NULL AFTER fired_at,"
+    " ADD INDEX IF NOT EXISTS ix_restart_run_unfinished (finished_at)",
+    NULL,
+};
+
 static const migration migrations[] = {
     {1, "pipelines, events and servers", v1},
     {2, "simulated cluster, exec jobs, pipeline logs", v2},
     {3, "restarts, alerts, notification outbox", v3},
+    {4, "restart claims record when their firing started", v4},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

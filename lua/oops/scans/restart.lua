@@ -12,6 +12,10 @@
 --   * Late, not never: an occurrence missed while no server led (a failover
 --     across the minute) fires late when it is at most `grace` old; older
 --     ones are recorded as missed.
+--   * A claim outlives its claimer: the firing is marked started before the
+--     gateway is called. A leader finds claims left unfinished by a server
+--     that is gone: unstarted ones it takes over and fires late (within
+--     grace), started ones it closes as "unknown" -- never fired twice.
 --   * Restarts run side by side, detached from the tick: one slow or
 --     unreachable target delays no other, nor the next tick.
 local oops = require("oops")
@@ -28,6 +32,8 @@ local LOOKBACK_S = 3600
 local MAX_MISSED = 100
 
 local last_checked -- epoch second this server has handled up to, while it leads
+local last_recovered -- when this leader last looked for claims left by a server that is gone
+local RECOVER_EVERY_S = 60
 
 -- Does any schedule have a seconds field? Then the scan ticks every second.
 function M.needs_seconds(p)
@@ -80,14 +86,44 @@ local function claim(s, t, outcome)
   return false
 end
 
+local KEY = "namespace = ? AND application = ? AND environment = ? AND occurrence = FROM_UNIXTIME(?)"
+
+-- Occurrences this process is firing now ("ns/app/env@t"): a claim under our
+-- own name that is not here was left by an earlier life of this server.
+local inflight = {}
+
+local function key_of(s, t) return s.namespace .. "/" .. s.application .. "/" .. s.environment .. "@" .. t end
+
+-- Fire a claimed occurrence, detached from the tick. The firing is marked
+-- started (conditionally: only while the claim is still ours and unstarted)
+-- before the gateway is called, so a leader taking over after we died knows
+-- whether the call may have gone out.
 local function fire(s, t, gw)
   local when = os.date("!%Y-%m-%d %H:%M:%S", t)
+  local k = key_of(s, t)
+  inflight[k] = true
   oops.task("restart " .. s.app .. "/" .. s.environment, function()
-    local ok, err = gw.restart(s.app, s.environment)
-    local outcome = ok and "ok" or tostring(err)
-    oops.db.exec("UPDATE restart_run SET outcome = ?, finished_at = NOW(6) WHERE namespace = ? " ..
-      "AND application = ? AND environment = ? AND occurrence = FROM_UNIXTIME(?) AND outcome IS NULL",
-      outcome, s.namespace, s.application, s.environment, t)
+    local started, err = oops.db.exec("UPDATE restart_run SET started_at = NOW(6) WHERE " .. KEY ..
+      " AND fired_by = ? AND started_at IS NULL AND finished_at IS NULL",
+      s.namespace, s.application, s.environment, t, oops.server_name())
+    if not started or started.affected ~= 1 then
+      inflight[k] = nil
+      if started then
+        log.info(("not restarting %s %s (%s UTC): another leader took the occurrence over"):format(
+          s.app, s.environment, when), { scan = SCAN })
+      else
+        log.warn(("not restarting %s %s (%s UTC): marking it started failed: %s"):format(
+          s.app, s.environment, when, tostring(err)), { scan = SCAN })
+      end
+      return
+    end
+    local ok, rerr = gw.restart(s.app, s.environment)
+    local outcome = ok and "ok" or tostring(rerr)
+    -- Ours even when a leader that thought us dead wrote "unknown: ..." meanwhile.
+    oops.db.exec("UPDATE restart_run SET outcome = ?, finished_at = NOW(6) WHERE " .. KEY ..
+      " AND fired_by = ? AND (finished_at IS NULL OR outcome LIKE 'unknown:%')",
+      outcome, s.namespace, s.application, s.environment, t, oops.server_name())
+    inflight[k] = nil
     oops.metrics.inc("oops_restarts_total", { result = ok and "ok" or "failed" })
     if ok then
       log.info("restarted " .. s.app .. " " .. s.environment .. " (" .. when .. " UTC)", { scan = SCAN })
@@ -95,6 +131,72 @@ local function fire(s, t, gw)
       log.warn("restart of " .. s.app .. " " .. s.environment .. " failed: " .. outcome, { scan = SCAN })
     end
   end)
+end
+
+-- Claims left unfinished by a server that is gone (or by an earlier life of
+-- this one). Unstarted ones are taken over and fired late (or recorded missed
+-- past the grace); started ones may have reached the gateway, so they are
+-- closed as unknown rather than fired twice.
+local function recover(now, p, gw)
+  local rows = oops.db.exec("SELECT namespace, application, environment, UNIX_TIMESTAMP(occurrence) AS t, " ..
+    "fired_by, started_at IS NOT NULL AS started FROM restart_run WHERE finished_at IS NULL " ..
+    "ORDER BY occurrence LIMIT 1000")
+  if not rows then return end
+  local me, alive = oops.server_name(), {}
+  local grace_s = p.restarts.grace_ms / 1000
+  local by_target = {}
+  for _, s in ipairs(schedules(p)) do by_target[s.namespace .. "/" .. s.application .. "/" .. s.environment] = s end
+  for _, r in ipairs(rows) do
+    local t = math.floor(tonumber(r.t))
+    local s = by_target[r.namespace .. "/" .. r.application .. "/" .. r.environment] or
+      { app = r.namespace .. "/" .. r.application, namespace = r.namespace, application = r.application,
+        environment = r.environment }
+    local gone
+    if t > now then
+      gone = false -- not due yet: nobody can have claimed it honestly; leave it be
+    elseif r.fired_by == me then
+      gone = not inflight[key_of(s, t)]
+    else
+      if alive[r.fired_by] == nil then
+        local l = oops.db.exec("SELECT IS_USED_LOCK(CONCAT('oops:server:', ?)) AS c", r.fired_by)
+        alive[r.fired_by] = l and l[1] and l[1].c ~= nil or false
+        if not l then alive[r.fired_by] = true end -- cannot tell: leave it for the next look
+      end
+      gone = not alive[r.fired_by]
+    end
+    if gone then
+      local when = os.date("!%Y-%m-%d %H:%M:%S", t)
+      if tonumber(r.started) == 1 then
+        local done = oops.db.exec("UPDATE restart_run SET outcome = ?, finished_at = NOW(6) WHERE " .. KEY ..
+          " AND fired_by = ? AND started_at IS NOT NULL AND finished_at IS NULL",
+          ("unknown: %s stopped while restarting; not fired again"):format(r.fired_by),
+          r.namespace, r.application, r.environment, t, r.fired_by)
+        if done and done.affected == 1 then
+          oops.metrics.inc("oops_restarts_total", { result = "unknown" })
+          log.warn(("restart of %s %s (%s UTC) has no outcome: %s stopped during the call; not firing it again"):format(
+            s.app, r.environment, when, r.fired_by), { scan = SCAN })
+        end
+      else
+        local late = now - t <= grace_s and s.expr ~= nil
+        local took = oops.db.exec("UPDATE restart_run SET fired_by = ?, fired_at = NOW(6), outcome = ?, " ..
+          "finished_at = IF(? IS NULL, NULL, NOW(6)) WHERE " .. KEY ..
+          " AND fired_by = ? AND started_at IS NULL AND finished_at IS NULL",
+          me, (not late) and "missed" or nil, (not late) and "missed" or nil,
+          r.namespace, r.application, r.environment, t, r.fired_by)
+        if took and took.affected == 1 then
+          if late then
+            log.info(("firing %s %s late: %s claimed its %s UTC occurrence and stopped before firing it"):format(
+              s.app, r.environment, r.fired_by, when), { scan = SCAN })
+            fire(s, t, gw)
+          else
+            oops.metrics.inc("oops_restarts_total", { result = "missed" })
+            log.warn(("restart of %s %s (%s UTC) was missed: %s claimed it and stopped before firing it"):format(
+              s.app, r.environment, when, r.fired_by), { scan = SCAN })
+          end
+        end
+      end
+    end
+  end
 end
 
 local function handle(s, from, now, p, gw)
@@ -128,6 +230,7 @@ end
 function M.run(p, gw)
   if not leader.hold(LOCK, SCAN) then
     last_checked = nil -- when we lead again, look back from what is recorded
+    last_recovered = nil
     return
   end
   local now_f, err = oops.db.now() -- the database's clock: every leader agrees on what is due
@@ -139,6 +242,10 @@ function M.run(p, gw)
     -- the very first leader starts now: nothing was due before anyone looked.
     local w = watermark()
     from = w and math.max(w + 1, now - LOOKBACK_S) or now
+  end
+  if not last_recovered or now - last_recovered >= RECOVER_EVERY_S then
+    recover(now, p, gw)
+    last_recovered = now
   end
   for _, s in ipairs(schedules(p)) do handle(s, from, now, p, gw) end
   advance(now)
