@@ -259,7 +259,8 @@ static int l_create(lua_State *L)
     return 1;
 }
 
-/* oops.store.transition(id, from, to, message) -> true (this call made it) | false (it was not in `from`) */
+/* oops.store.transition(id, from, to, message) -> true (this call made it) |
+ * false (it was not in `from`, or our lock session does not hold its lock) */
 static int l_transition(lua_State *L)
 {
     const char *id = luaL_checkstring(L, 1);
@@ -274,8 +275,16 @@ static int l_transition(lua_State *L)
     if (!db)
         return pushed;
     char err[512];
-    int rc = pipeline_store_transition(db, id, from, to, msg, c->server_name, c->server_name, err,
-                                       sizeof err);
+    /* Fenced by our lock session when we have one (a server; not oopsctl).
+     * While it is down, a fence no session matches: nothing is changed. */
+    uint64_t session = 0;
+    if (c->locks) {
+        session = lock_registry_connection_id(c->locks);
+        if (!session)
+            session = UINT64_MAX;
+    }
+    int rc = pipeline_store_transition(db, id, from, to, msg, c->server_name, c->server_name,
+                                       session, err, sizeof err);
     if (rc < 0)
         return store_fail(L, rc, err);
     if (rc == 1) {

@@ -421,7 +421,7 @@ static int cmd_stop(ctl *c, int argc, char **argv)
                     pipeline_status_name(from));
     char err[512];
     rc = pipeline_store_transition(c->db, id, from, PS_STOPPED, "Stopped by the operator.", NULL,
-                                   c->actor, err, sizeof err);
+                                   c->actor, 0, err, sizeof err);
     if (rc == PSTORE_ILLEGAL)
         return fail(EXIT_INPUT, "stop %s: %s (a rollout cannot be stopped)", id, err);
     if (rc < 0)

@@ -111,16 +111,22 @@ static int check_field(const char *what, const char *v, size_t max, char *err, s
 }
 
 static unsigned insert_event(db_conn *c, const char *id, const char *from, pipeline_status to,
-                             const char *message, const char *actor, char *err, size_t errlen)
+                             const char *message, const char *actor, uint64_t lock_session,
+                             char *err, size_t errlen)
 {
-    db_value p[] = {db_text(id), db_text(pipeline_event_type(to)), db_text(from),
-                    db_text(pipeline_status_name(to)), db_text(message),
-                    db_text(actor ? actor : "unknown")};
+    db_value p[] = {db_text(id),
+                    db_text(pipeline_event_type(to)),
+                    db_text(from),
+                    db_text(pipeline_status_name(to)),
+                    db_text(message),
+                    db_text(actor ? actor : "unknown"),
+                    lock_session ? db_int((long long)lock_session) : db_null()};
     db_result *r = NULL;
     unsigned rc = db_exec(c,
                           "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, "
-                          "to_status, message, server, created_at) VALUES (?, ?, ?, ?, ?, ?, NOW(6))",
-                          p, 6, &r, err, errlen);
+                          "to_status, message, server, lock_session, created_at) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))",
+                          p, 7, &r, err, errlen);
     if (rc)
         return rc;
     /* The notification, in the same transaction: never lost across a crash. */
@@ -164,7 +170,7 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
                           "NOW(6), NOW(6))",
                           p, 9, NULL, e, sizeof e);
     if (rc == 0)
-        rc = insert_event(c, out_id, NULL, PS_INITIALIZED, "Pipeline created.", n->actor, e,
+        rc = insert_event(c, out_id, NULL, PS_INITIALIZED, "Pipeline created.", n->actor, 0, e,
                           sizeof e);
     if (rc == 0)
         rc = db_commit(c, e, sizeof e);
@@ -186,7 +192,7 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
 
 int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
                               pipeline_status to, const char *message, const char *driver,
-                              const char *actor, char *err, size_t errlen)
+                              const char *actor, uint64_t lock_session, char *err, size_t errlen)
 {
     if (!pipeline_transition_allowed(from, to)) {
         snprintf(err, errlen, "illegal transition %s -> %s",
@@ -198,19 +204,24 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
     if (db_begin(c, err, errlen))
         return PSTORE_DB;
     db_result *r = NULL;
+    /* With a lock session, the update is fenced: it counts only while that
+     * session holds the pipeline's lock, so a server that lost its session
+     * (frozen, cut off) and does not know it yet changes nothing. */
+    long long fence = (long long)lock_session;
     db_value p[] = {db_text(pipeline_status_name(to)), db_text(message), db_text(driver),
-                    db_text(id), db_text(pipeline_status_name(from))};
+                    db_text(id), db_text(pipeline_status_name(from)), db_int(fence), db_int(fence)};
     unsigned rc = db_exec(c,
                           "UPDATE pipeline SET status = ?, message = ?, status_changed_at = NOW(6), "
-                          "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ?",
-                          p, 5, &r, e, sizeof e);
+                          "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ? AND "
+                          "(? = 0 OR IS_USED_LOCK(CONCAT('oops:pipeline:', id)) <=> ?)",
+                          p, 7, &r, e, sizeof e);
     int won = 0;
     if (rc == 0) {
         won = r->affected == 1;
         db_result_free(r);
         if (won)
             rc = insert_event(c, id, pipeline_status_name(from), to, message,
-                              actor ? actor : driver, e, sizeof e);
+                              actor ? actor : driver, lock_session, e, sizeof e);
     }
     if (rc == 0)
         rc = db_commit(c, e, sizeof e);

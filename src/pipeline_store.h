@@ -72,11 +72,15 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
  * PSTORE_ILLEGAL ("illegal transition A -> B" in err, no SQL sent),
  * PSTORE_EXISTS (moving to an unfinished status would make a second
  * unfinished pipeline), PSTORE_DB. `driver` (may be NULL) becomes driven_by;
- * `actor` is the event's server.
+ * `actor` is the event's server. A non-zero `lock_session` (the caller's
+ * lock-session connection id) fences the update: it counts only while that
+ * session holds oops:pipeline:ID (0 otherwise, like a lost race), and the
+ * event records it. 0 = an operator's change, not fenced.
  */
 int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
                               pipeline_status to, const char *message, const char *driver,
-                              const char *actor, char *err, size_t errlen);
+                              const char *actor, uint64_t lock_session, char *err,
+                              size_t errlen);
 
 /* 1 found (*out filled, pipeline_clear it), 0 not found, PSTORE_DB. */
 int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen);

@@ -209,6 +209,10 @@ static const char *const v4[] = {
     "ALTER TABLE restart_run"
     " ADD COLUMN IF NOT EXISTS started_at DATETIME(6) NULL AFTER fired_at,"
     " ADD INDEX IF NOT EXISTS ix_restart_run_unfinished (finished_at)",
+    /* The lock session a server's transition was fenced by (NULL for an
+     * operator's change): scenarios check no transition came from a session
+     * that had lost the pipeline's lock. */
+    "ALTER TABLE pipeline_event ADD COLUMN IF NOT EXISTS lock_session BIGINT UNSIGNED NULL AFTER server",
     NULL,
 };
 
@@ -216,7 +220,7 @@ static const migration migrations[] = {
     {1, "pipelines, events and servers", v1},
     {2, "simulated cluster, exec jobs, pipeline logs", v2},
     {3, "restarts, alerts, notification outbox", v3},
-    {4, "restart claims record when their firing started", v4},
+    {4, "restart claims record when their firing started; events their lock session", v4},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

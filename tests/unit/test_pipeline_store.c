@@ -74,12 +74,12 @@ static void an_illegal_transition_sends_no_sql(void **state)
     char id[25], err[512];
     create_app(c, "illegal", "prod", id);
     uint64_t before = db_statement_count(c);
-    int rc = pipeline_store_transition(c, id, PS_INITIALIZED, PS_SUCCEEDED, "x", "s1", NULL, err,
+    int rc = pipeline_store_transition(c, id, PS_INITIALIZED, PS_SUCCEEDED, "x", "s1", NULL, 0, err,
                                        sizeof err);
     assert_int_equal(rc, PSTORE_ILLEGAL);
     assert_string_equal(err, "illegal transition INITIALIZED -> SUCCEEDED");
     assert_int_equal(db_statement_count(c), before);
-    rc = pipeline_store_transition(c, id, PS_ROLLING_OUT, PS_STOPPED, "x", "s1", NULL, err, sizeof err);
+    rc = pipeline_store_transition(c, id, PS_ROLLING_OUT, PS_STOPPED, "x", "s1", NULL, 0, err, sizeof err);
     assert_int_equal(rc, PSTORE_ILLEGAL);
     assert_int_equal(db_statement_count(c), before);
     db_close(c);
@@ -92,7 +92,7 @@ static void a_transition_records_its_event_time_and_driver(void **state)
     char id[25], err[512];
     create_app(c, "record", "prod", id);
     assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "Building.", "s1",
-                                               NULL, err, sizeof err), 1);
+                                               NULL, 0, err, sizeof err), 1);
     pipeline p;
     assert_int_equal(pipeline_store_get(c, id, &p, err, sizeof err), 1);
     assert_int_equal(p.status, PS_RUNNING);
@@ -112,11 +112,51 @@ static void a_transition_records_its_event_time_and_driver(void **state)
     assert_string_equal(ev[1].server, "s1");
     pipeline_events_free(ev, n);
     /* From a status it is no longer in: 0 rows, no event. */
-    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_ERROR, "late", "s2", NULL,
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_ERROR, "late", "s2", NULL, 0,
                                                err, sizeof err), 0);
     assert_int_equal(events_of(c, id, "ERROR"), 0);
     assert_int_equal(pipeline_store_transition(c, "nosuchid", PS_INITIALIZED, PS_ERROR, "x", "s2",
-                                               NULL, err, sizeof err), 0);
+                                               NULL, 0, err, sizeof err), 0);
+    db_close(c);
+}
+
+/* A fenced transition counts only while the given lock session holds the
+ * pipeline's lock: a server that lost its session (frozen past its timeout,
+ * cut off) and does not know it yet changes nothing. */
+static void a_fenced_transition_needs_the_lock_held_by_that_session(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open(), *holder = testdb_open();
+    char id[25], name[64], err[512];
+    create_app(c, "fence", "prod", id);
+    snprintf(name, sizeof name, "oops:pipeline:%s", id);
+    uint64_t mine = db_connection_id(holder), other = db_connection_id(c);
+    /* Nobody holds it: refused, no event. */
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s1", NULL,
+                                               mine, err, sizeof err), 0);
+    assert_int_equal(events_of(c, id, "RUNNING"), 0);
+    db_value n[] = {db_text(name)};
+    assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", n, 1), 1);
+    /* Held by another session: refused. */
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s2", NULL,
+                                               other, err, sizeof err), 0);
+    /* Held by this session: made, and the event records the session. */
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s1", NULL,
+                                               mine, err, sizeof err), 1);
+    db_value e[] = {db_text(id)};
+    assert_int_equal(testdb_int(c, "SELECT lock_session FROM pipeline_event WHERE pipeline_id = ? "
+                                   "AND to_status = 'RUNNING'", e, 1),
+                     (long long)mine);
+    /* Released (the session's end does the same): refused again. */
+    assert_int_equal(testdb_int(holder, "SELECT RELEASE_LOCK(?)", n, 1), 1);
+    assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_ERROR, "x", "s1", NULL, mine,
+                                               err, sizeof err), 0);
+    /* An operator's change (no session) is not fenced. */
+    assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_STOPPED, "s", NULL, "op", 0,
+                                               err, sizeof err), 1);
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = ? "
+                                   "AND to_status = 'STOPPED' AND lock_session IS NULL", e, 1), 1);
+    db_close(holder);
     db_close(c);
 }
 
@@ -136,7 +176,7 @@ static void *race_transition(void *arg)
     char err[512];
     pthread_barrier_wait(r->go);
     r->result = pipeline_store_transition(c, r->id, PS_RUNNING, PS_DEPLOYING, "Deploying.",
-                                          r->server, NULL, err, sizeof err);
+                                          r->server, NULL, 0, err, sizeof err);
     db_close(c);
     return NULL;
 }
@@ -151,7 +191,7 @@ static void two_connections_race_one_transition_and_exactly_one_wins(void **stat
         snprintf(app, sizeof app, "race%d", round);
         create_app(c, app, "prod", id);
         assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s0",
-                                                   NULL, err, sizeof err), 1);
+                                                   NULL, 0, err, sizeof err), 1);
         pthread_barrier_t go;
         pthread_barrier_init(&go, NULL, 2);
         race a = {.go = &go, .id = id, .server = "A"}, b = {.go = &go, .id = id, .server = "B"};
@@ -229,7 +269,7 @@ static void a_finished_pipeline_frees_its_app_and_env_for_the_next(void **state)
     n.environment = "staging"; /* another environment is independent */
     assert_int_equal(pipeline_store_create(c, &n, id2, err, sizeof err), 0);
     n.environment = "prod";
-    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_STOPPED, "s", NULL, "t",
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_STOPPED, "s", NULL, "t", 0,
                                                err, sizeof err), 1);
     assert_int_equal(pipeline_store_create(c, &n, id2, err, sizeof err), 0);
     db_close(c);
@@ -241,10 +281,10 @@ static void a_build_succeeded_pipeline_cannot_deploy_beside_an_unfinished_one(vo
     db_conn *c = testdb_open();
     char a[25], b[25], err[512];
     create_app(c, "manual", "prod", a);
-    assert_int_equal(pipeline_store_transition(c, a, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, err, sizeof err), 1);
-    assert_int_equal(pipeline_store_transition(c, a, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL, err, sizeof err), 1);
+    assert_int_equal(pipeline_store_transition(c, a, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0, err, sizeof err), 1);
+    assert_int_equal(pipeline_store_transition(c, a, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL, 0, err, sizeof err), 1);
     create_app(c, "manual", "prod", b); /* BUILD_SUCCEEDED is not unfinished */
-    int rc = pipeline_store_transition(c, a, PS_BUILD_SUCCEEDED, PS_DEPLOYING, "", "s", NULL, err, sizeof err);
+    int rc = pipeline_store_transition(c, a, PS_BUILD_SUCCEEDED, PS_DEPLOYING, "", "s", NULL, 0, err, sizeof err);
     assert_int_equal(rc, PSTORE_EXISTS);
     pipeline p;
     assert_int_equal(pipeline_store_get(c, a, &p, err, sizeof err), 1);
@@ -263,8 +303,8 @@ static void pipelines_in_a_status_longer_than_n_seconds_on_the_database_clock(vo
     create_app(c, "fresh", "prod", fresh);
     for (int i = 0; i < 2; i++) {
         const char *id = i ? fresh : old;
-        assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, err, sizeof err), 1);
-        assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_DEPLOYING, "", "s", NULL, err, sizeof err), 1);
+        assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0, err, sizeof err), 1);
+        assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_DEPLOYING, "", "s", NULL, 0, err, sizeof err), 1);
     }
     /* Age one of them by moving its status_changed_at back ten minutes. */
     db_value p[] = {db_text(old)};
@@ -310,8 +350,8 @@ static void manual_deploy_request_is_conditional(void **state)
     char id[25], err[512];
     create_app(c, "request", "prod", id);
     assert_int_equal(pipeline_store_request_deploy(c, id, err, sizeof err), 0); /* INITIALIZED */
-    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, err, sizeof err), 1);
-    assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL, err, sizeof err), 1);
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0, err, sizeof err), 1);
+    assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL, 0, err, sizeof err), 1);
     assert_int_equal(pipeline_store_request_deploy(c, id, err, sizeof err), 1);
     assert_int_equal(pipeline_store_request_deploy(c, id, err, sizeof err), 0); /* once */
     db_close(c);
@@ -323,6 +363,7 @@ int main(void)
         cmocka_unit_test(every_allowed_transition_is_in_the_table_and_nothing_else),
         cmocka_unit_test(an_illegal_transition_sends_no_sql),
         cmocka_unit_test(a_transition_records_its_event_time_and_driver),
+        cmocka_unit_test(a_fenced_transition_needs_the_lock_held_by_that_session),
         cmocka_unit_test(two_connections_race_one_transition_and_exactly_one_wins),
         cmocka_unit_test(concurrent_creates_for_one_app_and_env_leave_exactly_one),
         cmocka_unit_test(a_finished_pipeline_frees_its_app_and_env_for_the_next),
