@@ -21,6 +21,7 @@ struct lock_registry {
     unsigned backoff_ms;
     bool ever_up;
     uint64_t losses, reconnects, statements;
+    uint64_t losses_reported; /* losses the tick has reported (LOCK_EV_LOST) */
 };
 
 void lock_name_shorten(const char *name, char out[LOCK_NAME_MAX + 1])
@@ -347,6 +348,11 @@ int lock_registry_tick(lock_registry *r, uint64_t now_ms, char *err, size_t errl
         r->last_checked_ms = now_ms;
         if (lock_registry_validate(r))
             return 0;
+    }
+    /* Lost here, or by a statement (acquire, release) since the last tick:
+     * reported once either way. */
+    if (r->losses > r->losses_reported) {
+        r->losses_reported = r->losses;
         snprintf(err, errlen, "lock session lost: every lock is released");
         ev |= LOCK_EV_LOST;
         r->next_attempt_ms = now_ms; /* first reconnect right away */

@@ -153,6 +153,29 @@ static void killed_session_is_noticed_within_one_validation_and_reacquires(void 
     db_close(admin);
 }
 
+/* A loss found by a statement (here an acquire) rather than by validation is
+ * reported by the next tick all the same: operators see every loss. */
+static void a_loss_found_by_a_statement_is_reported_by_the_next_tick(void **state)
+{
+    (void)state;
+    lock_registry *a = new_registry(30000);
+    db_conn *admin = testdb_open();
+    char err[512];
+    assert_int_equal(lock_registry_acquire(a, "oops:pipeline:stmt-lost"), 1);
+    db_value p[] = {db_int((long long)lock_registry_connection_id(a))};
+    db_result_free(testdb_q(admin, "KILL ?", p, 1));
+    for (int i = 0; i < 50 && holder(admin, "oops:pipeline:stmt-lost") != 0; i++)
+        usleep(20000);
+    assert_true(lock_registry_acquire(a, "oops:pipeline:other") < 0); /* finds the loss */
+    assert_false(lock_registry_is_up(a));
+    int ev = lock_registry_tick(a, 5000000, err, sizeof err);
+    assert_true(ev & LOCK_EV_LOST);
+    assert_true(ev & LOCK_EV_RECONNECTED);
+    assert_int_equal(lock_registry_tick(a, 5000001, err, sizeof err) & LOCK_EV_LOST, 0);
+    lock_registry_free(a);
+    db_close(admin);
+}
+
 static void while_down_acquire_fails_closed(void **state)
 {
     (void)state;
@@ -235,6 +258,7 @@ int main(void)
         cmocka_unit_test(release_frees_the_name_for_the_other_registry),
         cmocka_unit_test(a_batch_is_split_between_contenders_in_one_statement),
         cmocka_unit_test(killed_session_is_noticed_within_one_validation_and_reacquires),
+        cmocka_unit_test(a_loss_found_by_a_statement_is_reported_by_the_next_tick),
         cmocka_unit_test(while_down_acquire_fails_closed),
         cmocka_unit_test(long_names_map_to_one_name_of_at_most_64_characters),
         cmocka_unit_test(read_only_server_is_refused),
