@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "buf.h"
+
 /* Idle keep-alive connections are dropped after this many seconds. */
 #define HTTP_IDLE_TIMEOUT_S 30u
 /* Scrapers and probes need few sockets; cap them so a flood cannot
@@ -30,8 +32,12 @@ struct http_server {
     uv_poll_t poll;   /* watches MHD's epoll fd */
     uv_timer_t timer; /* fires MHD_run when MHD_get_timeout says so */
     struct MHD_Daemon *mhd;
-    http_handler handler;
+    http_serve_handler handler;
     void *ud;
+    http_handler get_handler; /* http_server_start's handler (GET only) */
+    void *get_ud;
+    int get_only;     /* non-GET: 405, body dropped, handler not called */
+    size_t max_body;
     int port;
     int in_run;       /* MHD_run is on the stack: stopping MHD must wait */
     int closing;      /* http_server_close was called */
@@ -184,35 +190,150 @@ static enum MHD_Result send_empty(struct MHD_Connection *conn,
     return ok;
 }
 
+/* ---- requests ---------------------------------------------------------- */
+
+/* What we keep per request between MHD's calls; freed by on_completed. */
+typedef struct req_state {
+    buf body;
+    int too_large; /* the body passed max_body: dropped, answered 413 */
+} req_state;
+
+/* Content-Length above max? (Unparsable: MHD itself refuses the request.) */
+static int declared_too_large(struct MHD_Connection *conn, size_t max)
+{
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    char *end;
+    unsigned long long n;
+
+    if (cl == NULL || *cl < '0' || *cl > '9')
+        return 0;
+    errno = 0;
+    n = strtoull(cl, &end, 10);
+    return errno == ERANGE || n > (unsigned long long)max;
+}
+
+/* One chunk of the body: kept while the total fits in max_body, dropped
+ * after. Returns 0, or -1 when out of memory. */
+static int take_chunk(http_server *s, req_state *rs, const char *data,
+                      size_t len)
+{
+    if (s->get_only || rs->too_large)
+        return 0;
+    if (len > s->max_body - rs->body.len) {
+        rs->too_large = 1;
+        buf_free(&rs->body);
+        return 0;
+    }
+    buf_add(&rs->body, data, len);
+    return rs->body.oom ? -1 : 0;
+}
+
+static void get_trampoline(void *ud, const http_incoming *in,
+                           http_response *out)
+{
+    http_server *s = ud;
+
+    s->get_handler(s->get_ud, in->method, in->path, out);
+}
+
 /* MHD calls this once after the headers, once per body chunk, and once
  * more when the request is complete. We answer only on that last call so
- * any body is consumed and the connection can stay alive. `url` is
- * already the percent-decoded path without the query string. */
+ * the body is consumed and the connection can stay alive; except a body
+ * whose Content-Length is over the limit, answered 413 at once (MHD then
+ * drops the rest and closes the connection). `url` is already the
+ * percent-decoded path without the query string. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **req_state)
+                                  size_t *upload_data_size, void **req_ptr)
 {
     http_server *s = cls;
+    req_state *rs = *req_ptr;
     http_response out = {0};
+    http_incoming in;
 
     (void)version;
-    (void)upload_data;
-    if (*req_state == NULL) {
-        *req_state = s; /* any non-NULL marker: "headers seen" */
+    if (rs == NULL) { /* headers seen */
+        rs = calloc(1, sizeof *rs);
+        if (rs == NULL)
+            return MHD_NO;
+        *req_ptr = rs;
+        if (!s->get_only && !s->closing &&
+            declared_too_large(conn, s->max_body)) {
+            rs->too_large = 1;
+            return send_empty(conn, 413u, NULL);
+        }
         return MHD_YES;
     }
     if (*upload_data_size != 0) {
-        *upload_data_size = 0; /* discard: we serve GET only */
-        return MHD_YES;
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        return take_chunk(s, rs, upload_data, n) == 0 ? MHD_YES : MHD_NO;
     }
     if (s->closing) /* closed from a handler earlier in this MHD_run */
         return send_empty(conn, MHD_HTTP_SERVICE_UNAVAILABLE, NULL);
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0)
+    if (s->get_only && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
         return send_empty(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
                           MHD_HTTP_METHOD_GET);
-    s->handler(s->ud, method, url, &out);
+    if (rs->too_large)
+        return send_empty(conn, 413u, NULL);
+    in.method = method;
+    in.path = url;
+    in.body = rs->body.p != NULL ? rs->body.p : "";
+    in.body_len = rs->body.len;
+    in.conn = conn;
+    s->handler(s->ud, &in, &out);
     return send_response(conn, &out);
+}
+
+/* Every request ends here (answered, aborted, or the server stopping). */
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **req_ptr, enum MHD_RequestTerminationCode toe)
+{
+    req_state *rs = *req_ptr;
+
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (rs != NULL) {
+        buf_free(&rs->body);
+        free(rs);
+        *req_ptr = NULL;
+    }
+}
+
+const char *http_incoming_header(const http_incoming *in, const char *name)
+{
+    if (in == NULL || in->conn == NULL || name == NULL)
+        return NULL;
+    return MHD_lookup_connection_value(in->conn, MHD_HEADER_KIND, name);
+}
+
+typedef struct header_walk {
+    http_header_fn fn;
+    void *ud;
+} header_walk;
+
+static enum MHD_Result each_header(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value)
+{
+    header_walk *w = cls;
+
+    (void)kind;
+    if (w->fn != NULL && key != NULL)
+        w->fn(w->ud, key, value != NULL ? value : "");
+    return MHD_YES;
+}
+
+int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud)
+{
+    header_walk w = {fn, ud};
+
+    if (in == NULL || in->conn == NULL)
+        return 0;
+    return MHD_get_connection_values(in->conn, MHD_HEADER_KIND, each_header,
+                                     &w);
 }
 
 /* ---- loop integration -------------------------------------------------- */
@@ -283,6 +404,7 @@ static struct MHD_Daemon *start_mhd(http_server *s, int listen_fd)
                             MHD_OPTION_CONNECTION_TIMEOUT,
                             HTTP_IDLE_TIMEOUT_S,
                             MHD_OPTION_CONNECTION_LIMIT, HTTP_MAX_CONNECTIONS,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_END);
 }
 
@@ -311,32 +433,19 @@ static int attach_to_loop(http_server *s, uv_loop_t *loop)
     return rc;
 }
 
-http_server *http_server_start(uv_loop_t *loop, const char *where,
-                               http_handler handler, void *ud,
-                               char *err, size_t errlen)
+/* Both start functions end here; `s` is freed on failure. */
+static http_server *start(http_server *s, uv_loop_t *loop, const char *where,
+                          char *err, size_t errlen)
 {
     struct sockaddr_in sa;
-    http_server *s;
     int fd, rc;
 
-    if (where == NULL)
-        where = "(null)";
-    if (loop == NULL || handler == NULL) {
-        set_err(err, errlen, where, "no loop or handler given");
-        return NULL;
-    }
     if (parse_listen(where, &sa) != 0) {
         set_err(err, errlen, where,
                 "invalid address (want IPV4:PORT or localhost:PORT)");
+        free(s);
         return NULL;
     }
-    s = calloc(1, sizeof *s);
-    if (s == NULL) {
-        set_err(err, errlen, where, strerror(ENOMEM));
-        return NULL;
-    }
-    s->handler = handler;
-    s->ud = ud;
     fd = open_listener(&sa, &s->port);
     if (fd < 0) {
         set_err(err, errlen, where, strerror(-fd));
@@ -357,6 +466,62 @@ http_server *http_server_start(uv_loop_t *loop, const char *where,
     }
     arm_timer(s);
     return s;
+}
+
+http_server *http_server_start(uv_loop_t *loop, const char *where,
+                               http_handler handler, void *ud,
+                               char *err, size_t errlen)
+{
+    http_server *s;
+
+    if (where == NULL)
+        where = "(null)";
+    if (loop == NULL || handler == NULL) {
+        set_err(err, errlen, where, "no loop or handler given");
+        return NULL;
+    }
+    s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        set_err(err, errlen, where, strerror(ENOMEM));
+        return NULL;
+    }
+    s->handler = get_trampoline;
+    s->ud = s;
+    s->get_handler = handler;
+    s->get_ud = ud;
+    s->get_only = 1;
+    return start(s, loop, where, err, errlen);
+}
+
+http_server *http_server_serve(uv_loop_t *loop, const char *where,
+                               const http_serve_options *o,
+                               char *err, size_t errlen)
+{
+    http_server *s;
+
+    if (where == NULL)
+        where = "(null)";
+    if (loop == NULL || o == NULL || o->handler == NULL) {
+        set_err(err, errlen, where, "no loop or handler given");
+        return NULL;
+    }
+    s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        set_err(err, errlen, where, strerror(ENOMEM));
+        return NULL;
+    }
+    s->handler = o->handler;
+    s->ud = o->ud;
+    s->max_body = o->max_body != 0 ? o->max_body : HTTP_DEFAULT_MAX_BODY;
+    return start(s, loop, where, err, errlen);
+}
+
+void http_server_unref(http_server *s)
+{
+    if (s == NULL || s->closing)
+        return;
+    uv_unref((uv_handle_t *)&s->poll);
+    uv_unref((uv_handle_t *)&s->timer);
 }
 
 int http_server_port(const http_server *s)

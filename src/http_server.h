@@ -1,8 +1,15 @@
-/* http_server: a tiny HTTP/1.1 server for /healthz, /metrics and /status.
+/* http_server: a tiny HTTP/1.1 server on the libuv loop.
  *
  * Built on libmicrohttpd (HTTP parsing, keep-alive, timeouts) and driven
  * from the daemon's libuv loop: no extra threads. The handler therefore
  * runs on the loop thread and may read daemon state without locks.
+ *
+ * Two ways to start one:
+ *   - http_server_start: GET only (the daemon's /healthz, /metrics,
+ *     /status); any other method is answered 405 without the handler.
+ *   - http_server_serve: every method reaches the handler, with the
+ *     request body (bounded: a bigger one is answered 413) and its headers
+ *     (oops.http.serve, webhook receivers in tests and scenarios).
  */
 #ifndef OOPS_HTTP_SERVER_H
 #define OOPS_HTTP_SERVER_H
@@ -32,6 +39,46 @@ typedef void (*http_handler)(void *ud, const char *method, const char *path,
 
 typedef struct http_server http_server;
 
+/* A request as http_server_serve's handler sees it. Everything here is
+ * valid only during the handler call. */
+struct MHD_Connection;
+typedef struct http_incoming {
+    const char *method;   /* "GET", "POST", "PUT", ... as sent */
+    const char *path;     /* percent-decoded, without the query string */
+    const char *body;     /* the whole body, NUL-terminated; "" when none */
+    size_t body_len;      /* bytes of body (it may hold NUL bytes) */
+    struct MHD_Connection *conn; /* private: read headers with the functions below */
+} http_incoming;
+
+/* The value of request header `name` (case-insensitive), or NULL when the
+ * request has none. With a repeated header, the first one. */
+const char *http_incoming_header(const http_incoming *in, const char *name);
+
+/* Calls fn once per request header, in the order received, with the name
+ * as the client spelled it. Returns the number of headers. */
+typedef void (*http_header_fn)(void *ud, const char *name, const char *value);
+int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud);
+
+/* Called on the loop thread for every complete request; fill *out (same
+ * contract as http_handler: must not block, may close its own server;
+ * out->content_type must stay valid until the handler returns and the
+ * response is queued, i.e. must not be freed by the handler). */
+typedef void (*http_serve_handler)(void *ud, const http_incoming *in,
+                                   http_response *out);
+
+/* The request body limit when http_serve_options.max_body is 0. */
+#define HTTP_DEFAULT_MAX_BODY ((size_t)1 << 20) /* 1 MiB */
+
+typedef struct http_serve_options {
+    http_serve_handler handler; /* required; borrowed like ud */
+    void *ud;
+    size_t max_body;            /* bytes; 0 = HTTP_DEFAULT_MAX_BODY. A longer
+                                   body is answered 413 without calling the
+                                   handler (at once when Content-Length says
+                                   so, then the connection is closed; after
+                                   reading and dropping it when chunked) */
+} http_serve_options;
+
 /* Starts listening on `listen` ("HOST:PORT", HOST an IPv4 literal or
  * "localhost"; PORT 0 = any free port) and serves requests on `loop`.
  * Non-GET requests are answered 405 without calling the handler.
@@ -43,6 +90,18 @@ typedef struct http_server http_server;
 http_server *http_server_start(uv_loop_t *loop, const char *listen,
                                http_handler handler, void *ud,
                                char *err, size_t errlen);
+
+/* Like http_server_start, but every method reaches o->handler with the
+ * request's body and headers (see http_serve_options). Same errors, plus
+ * "no loop or handler given" when o or o->handler is NULL. */
+http_server *http_server_serve(uv_loop_t *loop, const char *listen,
+                               const http_serve_options *o,
+                               char *err, size_t errlen);
+
+/* The server's uv handles stop keeping uv_run going: the loop ends when
+ * nothing else is pending, while the server still answers whenever the
+ * loop runs. For servers owned by scripts (oops.http.serve). */
+void http_server_unref(http_server *s);
 
 /* The port actually bound (useful after asking for port 0). */
 int http_server_port(const http_server *s);

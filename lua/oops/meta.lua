@@ -261,8 +261,11 @@ function oops.store.create(opts) end
 --- the event, only if it is still in `from`. Raises on an unknown status and
 --- on a transition not in the table ("illegal transition INITIALIZED ->
 --- SUCCEEDED"). false means the pipeline was not in `from` any more (another
---- server won the claim, or it does not exist): nothing changed. nil, msg,
---- "exists" when `to` would make a second unfinished pipeline.
+--- server won the claim, or it does not exist): nothing changed. On a server
+--- with a lock session the update is fenced: it also returns false unless
+--- this session holds oops:pipeline:ID right now (the event records the
+--- session). nil, msg, "exists" when `to` would make a second unfinished
+--- pipeline.
 ---@param id string
 ---@param from oops.Status
 ---@param to oops.Status
@@ -494,6 +497,57 @@ oops.http = {}
 ---@return integer? code
 function oops.http.request(opts) end
 
+---@class oops.HttpServeOptions
+---@field listen? string "HOST:PORT" (HOST an IPv4 literal or localhost; PORT 0 = any free port), default "127.0.0.1:0"
+---@field handler fun(req: oops.HttpServerRequest): integer, string?, string? answers one request: status [, body [, content_type]]
+---@field max_body? integer request body limit in bytes (default 1 MiB); a longer body is answered 413 without the handler
+
+---@class oops.HttpServerRequest
+---@field method string "GET", "POST", "PUT", ... as sent
+---@field path string percent-decoded, without the query string
+---@field body string the whole request body ("" when none)
+---@field headers table<string, string> by lower-case name; a repeated header's values joined with ", "
+
+--- Serve HTTP on the loop: handler(req) answers every request (any method)
+--- and returns status (integer 200-599) [, body [, content_type]] (default
+--- content type "text/plain; charset=utf-8"). The handler runs on the loop
+--- thread, outside any task: it must not wait (oops.sleep, oops.http.request,
+--- oops.proc.run raise there; coroutine.yield fails) nor run the loop, and
+--- should be quick. An error in it, or a result of the wrong type, is logged
+--- ("HTTP handler for POST /hook failed: ...") and answered 500.
+--- The server is closed by :close(), when it is garbage collected (keep a
+--- reference while it should serve) and when the state closes. An open server
+--- does not by itself keep `oopsd lua` or oops.wait running: it answers
+--- while something else is pending (a task's sleep, a request, a process).
+--- Raises when opts, listen, handler or max_body has the wrong type; returns
+--- nil, msg, 0 when it cannot listen ("cannot listen on 127.0.0.1:7070:
+--- Address already in use"). Needs no task.
+---@param opts oops.HttpServeOptions
+---@return oops.HttpServer|nil server
+---@return string? msg
+---@return integer? code
+function oops.http.serve(opts) end
+
+--- A server started by oops.http.serve. Also a to-be-closed value:
+--- `local srv <close> = oops.http.serve{...}`.
+---@class oops.HttpServer
+local HttpServer = {}
+
+--- The port actually bound (the free port chosen for PORT 0); kept after close.
+---@return integer
+function HttpServer:port() end
+
+--- "http://HOST:PORT" without a trailing slash: HOST as in listen, 127.0.0.1
+--- for localhost or 0.0.0.0.
+---@return string
+function HttpServer:url() end
+
+--- Stop listening and drop open connections; the handler is not called any
+--- more. Idempotent; allowed from inside the handler (that request's
+--- response may then not be sent).
+---@return nil
+function HttpServer:close() end
+
 ------------------------------------------------------ metrics (lua_metrics.c)
 
 ---@class oops.metrics
@@ -527,4 +581,4 @@ function oops.metrics.get(name, labels) end
 
 -- The userdata types, by the metatable name the binary registers them under,
 -- so the specs can compare their methods too. Not part of the API.
-return oops, { ["oops.cron"] = CronHandle, ["oops.proc"] = ProcHandle }
+return oops, { ["oops.cron"] = CronHandle, ["oops.proc"] = ProcHandle, ["oops.http.server"] = HttpServer }

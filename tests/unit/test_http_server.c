@@ -50,6 +50,14 @@ struct fixture {
     int calls;
     pthread_t handler_thread;
     char last_path[128];
+    char last_method[16];
+    char *last_body;          /* malloc'd copy of the body (serve handler) */
+    size_t last_body_len;
+    int last_body_terminated; /* body[body_len] was NUL */
+    char event_id[64];        /* header looked up as "x-oops-event-id" */
+    int has_missing_header;   /* lookup of an absent header was not NULL */
+    char x_headers[256];      /* "Name=value;" for each X-* header, in order */
+    int nheaders;             /* what http_incoming_headers returned */
 
     /* written by the client thread, read after join */
     pthread_t client_thread;
@@ -96,6 +104,52 @@ static void handler(void *ud, const char *method, const char *path,
         atomic_store(&f->server_closed, 1);
     }
     /* anything else: body left NULL -> 404 */
+}
+
+/* The handler of servers started with http_server_serve. */
+static void add_x_header(void *ud, const char *name, const char *value)
+{
+    fixture *f = ud;
+    size_t used = strlen(f->x_headers);
+
+    if (strncasecmp(name, "X-", 2) == 0)
+        snprintf(f->x_headers + used, sizeof f->x_headers - used, "%s=%s;",
+                 name, value);
+}
+
+static void serve_handler(void *ud, const http_incoming *in,
+                          http_response *out)
+{
+    fixture *f = ud;
+    const char *id = http_incoming_header(in, "x-oops-event-id");
+
+    f->calls++;
+    f->handler_thread = pthread_self();
+    snprintf(f->last_path, sizeof f->last_path, "%s", in->path);
+    snprintf(f->last_method, sizeof f->last_method, "%s", in->method);
+    free(f->last_body);
+    f->last_body = malloc(in->body_len + 1);
+    memcpy(f->last_body, in->body, in->body_len + 1);
+    f->last_body_len = in->body_len;
+    f->last_body_terminated = in->body[in->body_len] == '\0';
+    snprintf(f->event_id, sizeof f->event_id, "%s", id != NULL ? id : "-");
+    f->has_missing_header = http_incoming_header(in, "X-Not-Sent") != NULL;
+    f->x_headers[0] = '\0';
+    f->nheaders = http_incoming_headers(in, add_x_header, f);
+
+    if (strcmp(in->path, "/echo") == 0) { /* 201 with the body back */
+        out->status = 201;
+        out->content_type = "application/octet-stream";
+        out->body = malloc(in->body_len + 1);
+        memcpy(out->body, in->body, in->body_len);
+        out->len = in->body_len;
+    } else if (strcmp(in->path, "/quit") == 0) {
+        http_server_close(f->srv);
+        f->srv = NULL;
+        atomic_store(&f->server_closed, 1);
+    } else {
+        out->status = 204;
+    }
 }
 
 /* ---- client side (runs on the second thread) ----------------------------- */
@@ -160,6 +214,64 @@ static CURLcode perform(fixture *f, CURL *c, const char *path, reply *r)
     return r->rc;
 }
 
+/* A request with a body: method "POST" or "PUT"; chunked = no
+ * Content-Length (Transfer-Encoding: chunked); headers NULL-terminated. */
+typedef struct upload {
+    const char *data;
+    size_t len, off;
+} upload;
+
+static size_t on_read(char *dst, size_t size, size_t n, void *ud)
+{
+    upload *u = ud;
+    size_t room = size * n, left = u->len - u->off;
+    size_t take = left < room ? left : room;
+
+    if (take > 7)
+        take = 7; /* several chunks */
+    memcpy(dst, u->data + u->off, take);
+    u->off += take;
+    return take;
+}
+
+static CURLcode send_body(fixture *f, CURL *c, const char *method,
+                          const char *path, const char *body, size_t len,
+                          int chunked, const char *const *headers)
+{
+    struct curl_slist *h = NULL;
+    upload u = {body, len, 0};
+    CURLcode rc;
+
+    for (; headers != NULL && *headers != NULL; headers++)
+        h = curl_slist_append(h, *headers);
+    if (chunked) {
+        h = curl_slist_append(h, "Transfer-Encoding: chunked");
+        curl_easy_setopt(c, CURLOPT_POST, 1L);
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(c, CURLOPT_READDATA, &u);
+    } else {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    }
+    if (strcmp(method, "POST") != 0)
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    rc = perform(f, c, path, &f->replies[f->nreplies++]);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(h);
+    return rc;
+}
+
+static void send_one(fixture *f, const char *method, const char *path,
+                     const char *body, size_t len, int chunked,
+                     const char *const *headers)
+{
+    CURL *c = client_new();
+
+    send_body(f, c, method, path, body, len, chunked, headers);
+    curl_easy_cleanup(c);
+}
+
 static void get_one(fixture *f, const char *path)
 {
     CURL *c = client_new();
@@ -220,7 +332,9 @@ static int count_open_fds(void)
     return n;
 }
 
-static int setup(void **state)
+/* max_body < 0: a GET-only server (http_server_start); else one from
+ * http_server_serve with that limit (0 = the default). */
+static int setup_with(void **state, long max_body)
 {
     char err[256] = "";
     fixture *f = calloc(1, sizeof *f);
@@ -229,8 +343,15 @@ static int setup(void **state)
         return -1;
     uv_async_init(&f->loop, &f->done, on_done);
     f->done.data = f;
-    f->srv = http_server_start(&f->loop, "127.0.0.1:0", handler, f, err,
-                               sizeof err);
+    if (max_body < 0) {
+        f->srv = http_server_start(&f->loop, "127.0.0.1:0", handler, f, err,
+                                   sizeof err);
+    } else {
+        http_serve_options o = {.handler = serve_handler, .ud = f,
+                                .max_body = (size_t)max_body};
+        f->srv = http_server_serve(&f->loop, "127.0.0.1:0", &o, err,
+                                   sizeof err);
+    }
     if (f->srv == NULL) {
         fprintf(stderr, "setup: %s\n", err);
         return -1;
@@ -240,6 +361,11 @@ static int setup(void **state)
     return 0;
 }
 
+static int setup(void **state) { return setup_with(state, -1); }
+static int setup_serve(void **state) { return setup_with(state, 0); }
+#define SMALL_LIMIT 16
+static int setup_serve_small(void **state) { return setup_with(state, SMALL_LIMIT); }
+
 /* uv_loop_close fails with UV_EBUSY if any handle were still open, so this
  * checks that http_server_close released its handles. */
 static int teardown(void **state)
@@ -247,6 +373,7 @@ static int teardown(void **state)
     fixture *f = *state;
     int rc = uv_loop_close(&f->loop);
 
+    free(f->last_body);
     free(f);
     return rc == 0 ? 0 : -1;
 }
@@ -466,6 +593,238 @@ static void test_close_from_inside_handler(void **state)
      * that nothing crashes or leaks and the loop winds down. */
 }
 
+/* ---- servers from http_server_serve ----------------------------------- */
+
+#define WEBHOOK_BODY "{\"id\":\"e1\",\"type\":\"x\"}"
+
+static void client_post_webhook(fixture *f)
+{
+    const char *const headers[] = {"Content-Type: application/json",
+                                   "X-Oops-Event-Id: e1",
+                                   "X-Oops-Server: s-1", "Expect:", NULL};
+
+    send_one(f, "POST", "/echo", WEBHOOK_BODY, strlen(WEBHOOK_BODY), 0,
+             headers);
+}
+
+static void test_serve_post_body_and_headers_reach_handler(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_post_webhook);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 201);
+    assert_string_equal(f->replies[0].body, WEBHOOK_BODY);
+    assert_string_equal(f->replies[0].content_type, "application/octet-stream");
+    assert_int_equal(f->calls, 1);
+    assert_true(pthread_equal(f->handler_thread, pthread_self()));
+    assert_string_equal(f->last_method, "POST");
+    assert_string_equal(f->last_path, "/echo");
+    assert_int_equal(f->last_body_len, strlen(WEBHOOK_BODY));
+    assert_string_equal(f->last_body, WEBHOOK_BODY);
+    assert_true(f->last_body_terminated);
+    /* looked up in lower case, sent as X-Oops-Event-Id */
+    assert_string_equal(f->event_id, "e1");
+    assert_false(f->has_missing_header);
+    /* the walk sees every header with its spelling, in order */
+    assert_string_equal(f->x_headers, "X-Oops-Event-Id=e1;X-Oops-Server=s-1;");
+    /* Host, Accept, Content-Type, Content-Length and the two X- ones */
+    assert_true(f->nheaders >= 6);
+}
+
+static void client_put_binary(fixture *f)
+{
+    const char *const headers[] = {"Expect:", NULL};
+
+    send_one(f, "PUT", "/echo", "a\0b\0c", 5, 0, headers);
+}
+
+static void test_serve_put_binary_body(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_put_binary);
+    assert_int_equal(f->replies[0].status, 201);
+    assert_int_equal(f->replies[0].body_len, 5);
+    assert_memory_equal(f->replies[0].body, "a\0b\0c", 5);
+    assert_string_equal(f->last_method, "PUT");
+    assert_int_equal(f->last_body_len, 5);
+    assert_memory_equal(f->last_body, "a\0b\0c", 5);
+    assert_true(f->last_body_terminated);
+}
+
+static void client_get_plain(fixture *f) { get_one(f, "/plain?q=1"); }
+
+static void test_serve_get_has_empty_body(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_get_plain);
+    assert_int_equal(f->replies[0].status, 204);
+    assert_string_equal(f->last_method, "GET");
+    assert_string_equal(f->last_path, "/plain");
+    assert_int_equal(f->last_body_len, 0);
+    assert_string_equal(f->last_body, "");
+    assert_string_equal(f->event_id, "-");
+    assert_string_equal(f->x_headers, "");
+}
+
+/* SMALL_LIMIT bytes pass, one more is 413 without the handler. */
+static void client_at_and_over_small_limit(fixture *f)
+{
+    const char *const headers[] = {"Expect:", NULL};
+    char body[SMALL_LIMIT + 2];
+
+    memset(body, 'x', sizeof body);
+    send_one(f, "POST", "/echo", body, SMALL_LIMIT, 0, headers);
+    send_one(f, "POST", "/echo", body, SMALL_LIMIT + 1, 0, headers);
+}
+
+static void test_serve_body_limit_with_content_length(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_at_and_over_small_limit);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 201);
+    assert_int_equal(f->replies[0].body_len, SMALL_LIMIT);
+    assert_int_equal(f->replies[1].rc, CURLE_OK);
+    assert_int_equal(f->replies[1].status, 413);
+    assert_int_equal(f->calls, 1);
+    assert_int_equal(f->last_body_len, SMALL_LIMIT);
+}
+
+/* Chunked: the size is known only while reading. Over the limit: read,
+ * dropped, 413; the connection stays usable for the next request. */
+static void client_chunked(fixture *f)
+{
+    const char *const headers[] = {"Expect:", NULL};
+    const char *big = "0123456789012345678901234567890123456789"; /* 40 */
+    CURL *c = client_new();
+
+    send_body(f, c, "POST", "/echo", big, strlen(big), 1, headers);
+    send_body(f, c, "POST", "/echo", "chunked ok", 10, 1, headers);
+    curl_easy_cleanup(c);
+}
+
+static void test_serve_body_limit_chunked(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_chunked);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 413);
+    assert_int_equal(f->replies[1].rc, CURLE_OK);
+    assert_int_equal(f->replies[1].status, 201);
+    assert_string_equal(f->replies[1].body, "chunked ok");
+    assert_int_equal(f->calls, 1);
+    assert_string_equal(f->last_body, "chunked ok");
+}
+
+/* The default limit is 1 MiB: exactly that passes, one byte more is 413
+ * (curl sends Expect: 100-continue for these sizes, so the 413 comes
+ * before the body). */
+static void client_default_limit(fixture *f)
+{
+    size_t n = HTTP_DEFAULT_MAX_BODY + 1;
+    char *body = malloc(n);
+
+    memset(body, 'y', n);
+    send_one(f, "POST", "/big", body, n - 1, 0, NULL);
+    send_one(f, "POST", "/big", body, n, 0, NULL);
+    free(body);
+}
+
+static void test_serve_default_limit_is_1mib(void **state)
+{
+    fixture *f = *state;
+
+    assert_int_equal(HTTP_DEFAULT_MAX_BODY, 1048576);
+    run_client(f, client_default_limit);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 204);
+    assert_int_equal(f->replies[1].status, 413);
+    assert_int_equal(f->calls, 1);
+    assert_int_equal(f->last_body_len, HTTP_DEFAULT_MAX_BODY);
+    assert_int_equal(f->last_body[HTTP_DEFAULT_MAX_BODY - 1], 'y');
+}
+
+static void client_quit_post(fixture *f)
+{
+    const char *const headers[] = {"Expect:", NULL};
+
+    send_one(f, "POST", "/quit", "bye", 3, 0, headers);
+}
+
+static void test_serve_close_from_inside_handler(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_quit_post);
+    assert_int_equal(f->calls, 1);
+    assert_null(f->srv);
+    assert_string_equal(f->last_body, "bye");
+}
+
+static void client_put(fixture *f)
+{
+    CURL *c = client_new();
+
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, "x");
+    perform(f, c, "/healthz", &f->replies[f->nreplies++]);
+    curl_easy_cleanup(c);
+}
+
+static void test_get_only_server_refuses_put(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_put);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 405);
+    assert_string_equal(f->replies[0].allow, "GET");
+    assert_int_equal(f->calls, 0);
+}
+
+static void test_serve_without_handler_gives_error(void **state)
+{
+    fixture *f = *state;
+    http_serve_options o = {0};
+    char err[256] = "";
+
+    assert_null(http_server_serve(&f->loop, "127.0.0.1:0", &o, err, sizeof err));
+    assert_string_equal(err, "cannot listen on 127.0.0.1:0: no loop or handler given");
+    assert_null(http_server_serve(&f->loop, "127.0.0.1:0", NULL, err, sizeof err));
+    run_without_client(f);
+}
+
+/* An unref'd server does not keep the loop alive by itself... */
+static void test_unref_server_does_not_keep_loop_alive(void **state)
+{
+    fixture *f = *state;
+
+    uv_close((uv_handle_t *)&f->done, NULL);
+    uv_run(&f->loop, UV_RUN_NOWAIT); /* the async handle is gone */
+    assert_true(uv_loop_alive(&f->loop)); /* the server keeps it alive */
+    http_server_unref(f->srv);
+    assert_false(uv_loop_alive(&f->loop));
+    http_server_close(f->srv);
+    f->srv = NULL;
+    assert_int_equal(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
+}
+
+/* ...but still answers while something else does. */
+static void test_unref_server_still_answers(void **state)
+{
+    fixture *f = *state;
+
+    http_server_unref(f->srv);
+    run_client(f, client_post_webhook);
+    assert_int_equal(f->replies[0].status, 201);
+    assert_int_equal(f->calls, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -493,6 +852,28 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_close_from_inside_handler, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_get_only_server_refuses_put, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_serve_post_body_and_headers_reach_handler, setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_put_binary_body, setup_serve,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_serve_get_has_empty_body,
+                                        setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_body_limit_with_content_length,
+                                        setup_serve_small, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_body_limit_chunked,
+                                        setup_serve_small, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_default_limit_is_1mib,
+                                        setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_close_from_inside_handler,
+                                        setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_without_handler_gives_error,
+                                        setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_unref_server_does_not_keep_loop_alive,
+                                        setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_unref_server_still_answers,
+                                        setup_serve, teardown),
     };
     int failed;
 
