@@ -11,6 +11,8 @@ packages=(
   liblua5.4-dev lua5.4 libuv1-dev libmariadb-dev libmariadb-dev-compat
   libcmocka-dev lua-busted lua-cjson lua-filesystem libcurl4-openssl-dev libmicrohttpd-dev
   mariadb-server mariadb-client curl procps bc
+  iproute2 # `ip netns`: the partition scenario (tests/scenarios/partition.lua)
+  gnuplot-nox # bench/run: the PNG plots
 )
 
 missing=()

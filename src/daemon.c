@@ -20,6 +20,8 @@
 
 #define TICK_MS 200
 #define HEARTBEAT_MS 10000
+#define WORK_WAIT_TIMEOUT_S 60 /* > HEARTBEAT_MS, which keeps the work connection busy */
+#define WORK_ROW_LOCK_WAIT_S 5
 
 typedef struct server_state {
     oops_ctx ctx;
@@ -397,7 +399,15 @@ static void describe_metrics(metrics *m)
 static int connect_all(server_state *d)
 {
     char err[1024];
-    d->ctx.work = db_open(&d->ctx.dbcfg, err, sizeof err);
+    /* The work connection is never idle longer than a heartbeat. A bounded
+     * wait_timeout frees what a vanished host left open (a transaction's row
+     * locks) within a minute rather than hours; a short row-lock wait makes a
+     * statement blocked by such a transaction fail (and be retried next tick)
+     * instead of stalling the whole loop for innodb's default 50 s. */
+    db_config wcfg = d->ctx.dbcfg;
+    wcfg.session_wait_timeout_s = WORK_WAIT_TIMEOUT_S;
+    wcfg.row_lock_wait_s = WORK_ROW_LOCK_WAIT_S;
+    d->ctx.work = db_open(&wcfg, err, sizeof err);
     if (!d->ctx.work) {
         fprintf(stderr, "oopsd: %s\n", err);
         return OOPSD_DB;

@@ -326,6 +326,16 @@ static unsigned session_setup(db_conn *c, char *err, size_t errlen)
     unsigned rc = db_exec(c, "SET time_zone = '+00:00'", NULL, 0, NULL, err, errlen);
     if (rc)
         return rc;
+    if (c->cfg.session_wait_timeout_s) {
+        db_value p[] = {db_int(c->cfg.session_wait_timeout_s)};
+        if ((rc = db_exec(c, "SET SESSION wait_timeout = ?", p, 1, NULL, err, errlen)))
+            return rc;
+    }
+    if (c->cfg.row_lock_wait_s) {
+        db_value p[] = {db_int(c->cfg.row_lock_wait_s)};
+        if ((rc = db_exec(c, "SET SESSION innodb_lock_wait_timeout = ?", p, 1, NULL, err, errlen)))
+            return rc;
+    }
     db_result *r = NULL;
     rc = db_exec(c, "SELECT CONNECTION_ID()", NULL, 0, &r, err, errlen);
     if (rc)

@@ -39,6 +39,12 @@ typedef struct db_config {
     unsigned connect_timeout_s;
     unsigned read_timeout_s;
     unsigned write_timeout_s;
+    /* Session settings, 0 = the server's default: how long an idle session
+     * lives (a vanished host's session, and the row locks of a transaction
+     * it left open, are freed within it), and how long a statement waits for
+     * a row lock before failing (instead of blocking the caller). */
+    unsigned session_wait_timeout_s;
+    unsigned row_lock_wait_s;
 } db_config;
 
 /*

@@ -56,7 +56,8 @@ static void usage(FILE *f)
           "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
           "  deploy ID                            request the deploy of a manual pipeline\n"
           "  locks                                which server holds which lock\n"
-          "  scenario FILE                        run a scenario (servers, pipelines, checks; TAP)\n"
+          "  scenario FILE                        run a scenario (servers, pipelines, checks; TAP);\n"
+          "                                       without --db/$OOPS_DB on a throwaway MariaDB of its own\n"
           "  logs ID [--step build|deploy|health] the commands a pipeline ran and their output\n"
           "\n"
           "The database URL is mysql://user[:password]@host[:port]/database[?socket=PATH],\n"
@@ -633,9 +634,9 @@ static int run_scenario(ctl *c, int argc, char **argv)
 {
     if (argc != 2)
         return fail(EXIT_INPUT, "scenario: expects one FILE");
+    /* Without a URL the scenario starts a throwaway MariaDB of its own
+     * (lua/oops/mariadb.lua) and removes it at the end. */
     const char *url = c->db_url ? c->db_url : getenv("OOPS_DB");
-    if (!url || !*url)
-        return fail(EXIT_INPUT, "scenario: no database URL: pass --db mysql://user@host/db or set OOPS_DB");
     char self[4096], dir[4096], oopsd[4200], script[4200];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0)
@@ -648,7 +649,10 @@ static int run_scenario(ctl *c, int argc, char **argv)
     snprintf(oopsd, sizeof oopsd, "%s/oopsd", dir);
     const char *lua_dir = getenv("OOPS_LUA_DIR") ? getenv("OOPS_LUA_DIR") : OOPS_LUA_DIR;
     snprintf(script, sizeof script, "%s/oops/scenario_cli.lua", lua_dir);
-    setenv("OOPS_DB", url, 1);
+    if (url && *url)
+        setenv("OOPS_DB", url, 1);
+    else
+        unsetenv("OOPS_DB");
     setenv("OOPSD", oopsd, 1);
     setenv("OOPSCTL", self, 1);
     fflush(stdout);

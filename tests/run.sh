@@ -2,7 +2,12 @@
 # One pass of every suite against a throwaway MariaDB that this script starts
 # in a temporary directory and always removes (also on failure or Ctrl-C).
 #   tests/run.sh BUILD_DIR [SUITE...]     SUITE: unit spec integration scenarios
-# Prints each suite's results and ends with "N passed, N failed".
+# Prints each suite's results and ends with "N passed, N failed". A test that
+# reports "ok N # SKIP why" is listed as skipped (with why), not counted as passed.
+# Scenarios get a fresh database of that server each (--db), except one whose
+# first lines say `-- needs: own database` (or `-- needs: network namespaces`):
+# it runs without --db and starts, restarts and removes a MariaDB of its own
+# (lua/oops/mariadb.lua) in its work directory, under this run's directory.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -29,7 +34,7 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}:log_p
 export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
 
 passed=0 failed=0
-failures=()
+failures=() skipped=()
 
 # Run one test program; count its TAP lines ("ok" / "not ok"). A program that
 # exits non-zero without reporting a failure (a crash, a sanitizer report)
@@ -40,12 +45,19 @@ run_one() { # name, command...
   local t0=$SECONDS
   "$@" >"$log" 2>&1
   local rc=$?
-  local ok nok
+  local ok nok sk
   ok=$(grep -cE '^ok ' "$log")
   nok=$(grep -cE '^not ok ' "$log")
+  # A skip ("ok N # SKIP why") is shown as one, never counted as a pass.
+  sk=$(grep -ciE '^ok [0-9]+ # skip' "$log")
+  ok=$((ok - sk))
   if ((rc != 0 && nok == 0)); then nok=1; echo "not ok - $name exited $rc" >>"$log"; fi
   passed=$((passed + ok)); failed=$((failed + nok))
   printf '  %-44s %3d passed %3d failed  (%ds)\n' "$name" "$ok" "$nok" $((SECONDS - t0))
+  if ((sk)); then
+    skipped+=("$name")
+    grep -iE '^ok [0-9]+ # skip' "$log" | sed -E 's/^ok [0-9]+ # [Ss][Kk][Ii][Pp] ?/    SKIPPED: /'
+  fi
   if ((nok)); then
     failures+=("$name")
     echo "----- $name -----"; grep -E '^not ok|^#|ERROR|Error|error|FAIL|runtime error|Sanitizer' "$log" | head -40
@@ -81,8 +93,12 @@ for suite in "${suites[@]}"; do
       for t in "$here"/scenarios/*.lua; do
         [[ -e $t ]] || continue
         n=$(basename "$t" .lua)
-        db=$(mariadb_new_db "sc_$n")
-        OOPS_TEST_DB=$db run_one "scenarios/$n" "$build/oopsctl" --db "$db" scenario "$t"
+        if head -n 10 "$t" | grep -qE '^--[[:space:]]*needs:.*(own database|network namespaces)'; then
+          TMPDIR=$work run_one "scenarios/$n" env -u OOPS_DB "$build/oopsctl" scenario "$t"
+        else
+          db=$(mariadb_new_db "sc_$n")
+          OOPS_TEST_DB=$db run_one "scenarios/$n" "$build/oopsctl" --db "$db" scenario "$t"
+        fi
       done ;;
     *) echo "unknown suite $suite" >&2; failed=$((failed + 1)) ;;
   esac
@@ -98,6 +114,7 @@ if ((${#reports[@]})); then
   done
   failed=$((failed + ${#reports[@]})); failures+=("sanitizer")
 fi
+((${#skipped[@]})) && echo "skipped: ${skipped[*]}"
 ((${#failures[@]})) && echo "failed: ${failures[*]}"
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -32,9 +32,19 @@ end
 -- for at all. nil, err when the lock session is down (fail closed).
 function M.take(candidates, scan)
   local mine, free = {}, {}
+  local me = oops.locks.connection_id()
   for _, p in ipairs(candidates) do
     if oops.locks.holds(M.lock_name(p.id)) then
-      mine[#mine + 1] = p
+      -- The query read the lock's owner: when it is not our session, our
+      -- session is gone (cut, or frozen past its timeout) and we do not know
+      -- yet. Leave the pipeline alone; the validation takes the session down.
+      if p.lock_owner == me then
+        mine[#mine + 1] = p
+      else
+        log.warn(("not ours any more: the database says its lock is %s, not our session %s"):format(
+          p.lock_owner and ("held by session " .. p.lock_owner) or "free", tostring(me)),
+          { scan = scan, pipeline = p.id })
+      end
     elseif not p.lock_owner then
       free[#free + 1] = p
     end

@@ -8,7 +8,8 @@
 -- tests are scenarios too (tests/scenarios/). Output is TAP.
 --
 -- The scenario file is plain Lua with these functions in scope:
---   servers { count = 3, policy = [[ ... ]] | policies = "dir", names = {...} }
+--   servers { count = 3, policy = [[ ... ]] | policies = "dir" [, overrides = { ["f.lua"] = [[...]] }],
+--             names = {...}, netns = true }   each server runs a copy of its own
 --                                   → list of servers (s.name, s:kill(sig), s:stop(),
 --                                     s:start(), s:alive(), s:log())
 --   server(name)                    → one of them
@@ -21,7 +22,28 @@
 --   sql(query, ...)                 rows from the scenario's database (bound parameters)
 --   fault(target, call, message)    inject a simulated gateway error ("ns/app/env", "deploy")
 --   clear_fault(target, call)
+--   fail_job(p), delete_job(p [, "rollout"])  the pipeline's simulated build fails / its
+--                                   build (or rollout) job vanishes
+--   fail_rollout(p [, reason])      its simulated rollout fails
+--   receiver { fail_first = n }     a webhook receiver for the policy's notify block
+--                                   (r.url, r:fail(true|false|n), r:deliveries(), r:ids())
+--   settle(seconds)                 how long the end checks wait for things to finish (30)
+--   restart_database { down = s }   stop the scenario's own database, wait, start it again
+--                                   (only without --db: the runner owns it then)
 --   sleep(seconds), note(text), oopsctl(args...) → exit code, stdout, stderr
+--
+-- Faults on a server s: s:kill("KILL"), s:freeze() / s:thaw() (SIGSTOP /
+-- SIGCONT), s:cut() (its lock session killed from the database side),
+-- s:reload([policy text]) → true | false, the refusal's log line.
+--
+-- Checked at the end of every scenario, whatever it did
+-- (lua/oops/scenario_check.lua): no pipeline left a status twice, no side
+-- effect twice (build submit, deploy, restart, alert announcement), every
+-- notification delivered (and received by every receiver), every pipeline
+-- finished, every restart claim resolved, and after each fault no
+-- transition by the server's lost session. Then a report: faults, pipelines,
+-- takeovers with their latency (fault → first transition by the new
+-- driver), violations. Exit 0 only when every check passed.
 local oops = require("oops")
 
 local M = {}
@@ -69,6 +91,30 @@ end
 
 local run = {}   -- the run's state: dir, db url, oopsd binary, servers by name
 
+---------------------------------------------------------------- the fault log
+
+-- Every fault the scenario injects, on the database's clock, with the lock
+-- session the server had at that moment: the end checks and the report
+-- (lua/oops/scenario_check.lua) read it.
+function M.record_fault(kind, server_name)
+  if kind == "db_restart" and not server_name then
+    -- Every server loses its lock session: one entry each, so the end
+    -- checks know each one's lost session.
+    for _, s in ipairs(run.order) do
+      if s:alive() then M.record_fault(kind, s.name) end
+    end
+    return
+  end
+  local session
+  if server_name then
+    local r = oops.db.exec("SELECT lock_connection_id AS c FROM server WHERE name = ?", server_name)
+    session = r and r[1] and tonumber(r[1].c) or nil
+  end
+  local at = oops.db.now() or oops.time() -- the database may be the thing that is down
+  run.faults[#run.faults + 1] = { kind = kind, server = server_name, session = session, at = at }
+  note(("fault: %s%s"):format(kind, server_name and (" " .. server_name) or ""))
+end
+
 local Server = {}
 Server.__index = Server
 
@@ -91,10 +137,12 @@ function Server:start()
   local log = io.open(self.log_path, "a")
   self.started = false
   local me = self
+  local argv = { run.oopsd, "--name", self.name, "--policies", self.policies,
+    "--listen", "off", "--drain", "3000" }
+  if self.ns then argv = self.ns:argv(argv) end -- servers{netns = ...}
   self.proc = assert(oops.proc.start {
-    argv = { run.oopsd, "--name", self.name, "--policies", self.policies,
-      "--listen", "off", "--drain", "3000" },
-    env = { OOPS_DB = run.db },       -- not in argv: ps must not show the password
+    argv = argv,
+    env = { OOPS_DB = self.db_url or run.db }, -- not in argv: ps must not show the password
     on_output = function(_, data)
       log:write(data)
       log:flush()
@@ -116,9 +164,12 @@ end
 
 function Server:alive() return self.proc ~= nil and self.exit == nil end
 
--- Send a signal: "KILL", "TERM", "STOP", "CONT" (or a number).
+-- Send a signal: "KILL", "TERM", "STOP", "CONT" (or a number). KILL, STOP
+-- and CONT are faults: recorded for the end checks and the report.
+local SIGNAL_FAULT = { [9] = "kill", [19] = "freeze", [18] = "thaw" }
 function Server:kill(sig)
   local n = ({ KILL = 9, TERM = 15, STOP = 19, CONT = 18, HUP = 1, INT = 2 })[sig or "KILL"] or sig
+  if SIGNAL_FAULT[n] and self:alive() then M.record_fault(SIGNAL_FAULT[n], self.name) end
   if self:alive() then self.proc:kill(n) end
   if n == 9 then
     local deadline = oops.now_ms() + 10000
@@ -138,27 +189,208 @@ end
 
 function Server:log() return read_file(self.log_path) end
 
+function Server:freeze() return self:kill("STOP") end
+function Server:thaw() return self:kill("CONT") end
+
+-- Cut the server's lock session from the database side (KILL CONNECTION):
+-- every lock it held is free at once; the server notices at its next
+-- validation and drives nothing until it has reconnected.
+function Server:cut()
+  local r = oops.db.exec("SELECT lock_connection_id AS c FROM server WHERE name = ?", self.name)
+  local id = r and r[1] and tonumber(r[1].c)
+  if not id then error("cut: " .. self.name .. " has no lock session recorded", 2) end
+  M.record_fault("cut", self.name)
+  local done, err, code = oops.db.exec("KILL CONNECTION ?", id)
+  if not done and code ~= 1094 then error("cut " .. self.name .. ": " .. tostring(err), 2) end
+  return id
+end
+
+-- Reload with another policy (SIGHUP) and wait for the outcome: true when the
+-- server reloaded it, false, its log line when it refused it (and kept the
+-- running one). A text replaces scenario.lua in the server's own directory;
+-- a table { ["file.lua"] = text | false } replaces or removes files; nothing
+-- reloads what is there.
+function Server:reload(policy)
+  if type(policy) == "string" then
+    write_file(self.policies .. "/scenario.lua", policy)
+  elseif type(policy) == "table" then
+    for file, text in pairs(policy) do
+      assert(not file:find("/", 1, true), "reload: file names in the policy directory")
+      if text then write_file(self.policies .. "/" .. file, text) else os.remove(self.policies .. "/" .. file) end
+    end
+  end
+  local before = #self:log()
+  self:kill("HUP")
+  local deadline = oops.now_ms() + 10000
+  while oops.now_ms() < deadline do
+    local new = self:log():sub(before + 1)
+    if new:find("policy reloaded", 1, true) then return true end
+    local line = new:match("[^\n]*policy reload failed[^\n]*")
+    if line then return false, line end
+    sleep(0.05)
+  end
+  error("reload: " .. self.name .. " logged neither success nor failure within 10s", 2)
+end
+
+---------------------------------------------------------------- network namespaces
+-- servers { netns = true | "name", ... } starts each of those servers in a
+-- network namespace of its own (lua/oops/netns.lua; "name" names it, with
+-- "-1", "-2"... when there are several); it reaches the database through the
+-- namespaces' hub address. s:partition() cuts its link (packets dropped
+-- silently), s:heal() restores it. The database must be the scenario's own
+-- and listen on the hub: a scenario that wants namespaces says so in its
+-- first lines (`-- needs: network namespaces`) and the runner starts its
+-- database with M.database_options(path). Namespaces and the hub are removed
+-- at cleanup. skip(reason) reports the whole scenario as skipped (one
+-- `ok N # SKIP reason` line) when what it needs is missing; the scenario
+-- should return right after.
+local netns = { made = {} } -- hub = address while it exists; made = namespaces of this run
+
+local function scenario_needs(path, what)
+  local f = io.open(path, "r")
+  if not f then return false end
+  local found = false
+  for _ = 1, 10 do
+    local line = f:read("l")
+    if not line then break end
+    local needs = line:match("^%-%-%s*needs:%s*(.*)$")
+    if needs and needs:find(what, 1, true) then found = true end
+  end
+  f:close()
+  return found
+end
+
+-- Extra options for oops.mariadb.start for the scenario at path: when it
+-- needs network namespaces and they can be made here, the hub address to
+-- listen on and the addresses its namespaced servers connect from.
+-- nil otherwise (the scenario then finds out through oops.netns.available).
+function M.database_options(path)
+  if not scenario_needs(path, "network namespaces") then return nil end
+  local N = require("oops.netns")
+  if not N.available() then return nil end
+  local hub, err = N.hub()
+  if not hub then
+    netns.hub_error = err -- servers{netns = ...} says so
+    return nil
+  end
+  netns.hub = hub
+  return { bind = { hub }, clients = { N.CLIENTS } }
+end
+
+local function netns_attach(list, want)
+  if want ~= true and (type(want) ~= "string" or want == "") then
+    error("servers{}: netns must be true or a namespace name", 3)
+  end
+  if not run.database then
+    error("servers{netns = ...}: needs a database the scenario owns (the namespaces reach it " ..
+      "through their hub address): run it without --db", 3)
+  end
+  local N = require("oops.netns")
+  local available, why = N.available()
+  if not available then
+    error("servers{netns = ...}: network namespaces unavailable: " .. tostring(why) ..
+      " (check oops.netns.available() first and skip())", 3)
+  end
+  if not netns.hub then
+    error("servers{netns = ...}: the scenario's database does not listen on the namespaces' hub: " ..
+      (netns.hub_error or "put `-- needs: network namespaces` in the scenario's first lines"), 3)
+  end
+  for i, s in ipairs(list) do
+    local name = want ~= true and (#list > 1 and want .. "-" .. i or want) or nil
+    local ns, err = N.create(name)
+    if not ns then error(("servers{netns = ...}: %s: %s"):format(s.name, err), 3) end
+    netns.made[#netns.made + 1] = ns
+    s.ns = ns
+    s.db_url = run.database:url_for(ns.hub)
+  end
+end
+
+local function record(kind, s)
+  if M.record_fault then M.record_fault(kind, s.name) end
+end
+
+-- Cut this server's link: its sessions hang, the database reaps its lock
+-- session after wait_timeout and its pipelines move to other servers.
+function Server:partition()
+  if not self.ns then error(self.name .. ": partition() needs a server started with servers{netns = true}", 2) end
+  record("partition", self)
+  local fine, err = self.ns:cut()
+  if not fine then error(self.name .. ": partition: " .. err, 2) end
+end
+
+function Server:heal()
+  if not self.ns then error(self.name .. ": heal() needs a server started with servers{netns = true}", 2) end
+  local fine, err = self.ns:heal()
+  if not fine then error(self.name .. ": heal: " .. err, 2) end
+  record("heal", self)
+end
+
+local function skip(reason)
+  run.skipped = tostring(reason) -- M.main then runs no end checks
+  tap.n = tap.n + 1
+  io.write(("ok %d # SKIP %s\n"):format(tap.n, (tostring(reason):gsub("\n", " "))))
+  io.flush()
+end
+
+-- Before the servers are stopped: a server still cut off could not drain.
+local function netns_heal_all()
+  for _, ns in ipairs(netns.made) do
+    if ns.is_cut then
+      local fine, err = ns:heal()
+      if not fine then note("cleanup: " .. err) end
+    end
+  end
+end
+
+-- After the servers stopped: remove the namespaces, then the hub. Runs in a
+-- task; a second call does nothing. The runner calls it too (M.netns_cleanup),
+-- for a run that never reached its cleanup.
+local function netns_cleanup()
+  local N = require("oops.netns")
+  for _, ns in ipairs(netns.made) do
+    local fine, err = ns:destroy()
+    if not fine then note("cleanup: " .. err) end
+  end
+  netns.made = {}
+  if netns.hub then
+    local fine, err = N.remove_hub()
+    if not fine then note("cleanup: " .. err) end
+    netns.hub = nil
+  end
+end
+M.netns_cleanup = netns_cleanup
+
+
 local function servers(opts)
   opts = opts or {}
   local dir = opts.policies
-  if opts.policy then
-    dir = run.dir .. "/policy-" .. (#run.order + 1)
-    require("lfs").mkdir(dir)
-    write_file(dir .. "/scenario.lua", opts.policy)
-  elseif dir and not dir:match("^/") then
-    dir = run.base .. "/" .. dir
-  end
-  assert(dir, "servers{}: give policy = [[...]] or policies = \"dir\"")
+  if dir and not dir:match("^/") then dir = run.base .. "/" .. dir end
+  assert(dir or opts.policy, "servers{}: give policy = [[...]] or policies = \"dir\"")
   local list = {}
   local count = opts.count or (opts.names and #opts.names) or 1
   for i = 1, count do
     local name = opts.names and opts.names[i] or ("s" .. (#run.order + 1))
-    local s = setmetatable({ name = name, policies = dir,
+    -- A directory of its own (a copy of `policies`, scripts included, plus
+    -- `policy` as scenario.lua, plus `overrides`), so one server can be
+    -- reloaded alone.
+    local own = run.dir .. "/policy-" .. name
+    require("lfs").mkdir(own)
+    if dir then
+      local r = oops.proc.run { argv = { "cp", "-a", dir .. "/.", own }, timeout_ms = 10000 }
+      if r.status ~= 0 then error(("servers{}: copying %s: %s"):format(dir, r.stderr or "cp failed"), 2) end
+    end
+    if opts.policy then write_file(own .. "/scenario.lua", opts.policy) end
+    for file, text in pairs(opts.overrides or {}) do
+      assert(not file:find("/", 1, true), "servers{}: overrides are file names in the policy directory")
+      if text then write_file(own .. "/" .. file, text) else os.remove(own .. "/" .. file) end
+    end
+    local s = setmetatable({ name = name, policies = own,
       log_path = run.dir .. "/" .. name .. ".log" }, Server)
     run.servers[name] = s
     run.order[#run.order + 1] = s
     list[#list + 1] = s
   end
+  if opts.netns then netns_attach(list, opts.netns) end
   for _, s in ipairs(list) do s:start() end
   return list
 end
@@ -245,6 +477,104 @@ local function clear_fault(target, call)
   sql("DELETE FROM sim_job WHERE pipeline_id = ? AND kind = ?", target, "fail_" .. call)
 end
 
+-- The simulated cluster's jobs of one pipeline (see gateways/simulated.lua).
+local function job_fault(p, kind, outcome, fault_kind)
+  local id = type(p) == "table" and p.id or p
+  local deadline = oops.now_ms() + 30000
+  repeat -- the job appears when its step runs
+    local r = sql("SELECT COUNT(*) AS n FROM sim_job WHERE pipeline_id = ? AND kind = ?", id, kind)[1]
+    if r.n > 0 then
+      M.record_fault(fault_kind)
+      if outcome == false then
+        sql("DELETE FROM sim_job WHERE pipeline_id = ? AND kind = ?", id, kind)
+      else
+        sql("UPDATE sim_job SET outcome = ? WHERE pipeline_id = ? AND kind = ?", outcome, id, kind)
+      end
+      return true
+    end
+    sleep(0.05)
+  until oops.now_ms() >= deadline
+  error(("%s: pipeline %s has no simulated %s job after 30s"):format(fault_kind, id, kind), 3)
+end
+
+-- Make a pipeline's build fail, its build (or rollout) job vanish, its
+-- rollout fail with a reason.
+local function fail_job(p) return job_fault(p, "build", "failed", "build_failed") end
+local function delete_job(p, kind)
+  kind = kind or "build"
+  return job_fault(p, kind, false, kind .. "_deleted")
+end
+local function fail_rollout(p, reason)
+  return job_fault(p, "rollout", reason or "ImagePullBackOff (simulated)", "rollout_failed")
+end
+
+-- A webhook receiver (lua/oops/receiver.lua) for the scenario's notify
+-- policy: r.url, r:fail(true|false|n), r:deliveries(), r:ids(). The end
+-- checks require every notification to have reached it.
+local function receiver(opts)
+  local r = assert(require("oops.receiver").start(opts or {}))
+  local fail = r.fail
+  r.fail = function(self, v)
+    M.record_fault(v and "receiver_down" or "receiver_up")
+    return fail(self, v)
+  end
+  run.receivers[#run.receivers + 1] = r
+  return r
+end
+
+---------------------------------------------------------------- the end
+
+-- Checked at the end of every scenario (lua/oops/scenario_check.lua) while
+-- its servers still run; what takes time to come true (nothing stuck,
+-- everything delivered) gets up to settle(seconds), default 30, to do so.
+-- Then the report: faults, pipelines, takeovers and their latency,
+-- violations.
+local function finish()
+  local check = require("oops.scenario_check")
+  local ctx = { sql = sql, faults = run.faults, receivers = run.receivers, began = run.began }
+  local deadline = oops.now_ms() + (run.settle or 30) * 1000
+  local results
+  repeat
+    local fine, r = pcall(check.verify, ctx)
+    results = fine and r or { { desc = "the end checks ran", ok = false, diag = r } }
+    local all = true
+    for _, c in ipairs(results) do if not c.ok then all = false end end
+    if all then break end
+    sleep(0.25)
+  until oops.now_ms() >= deadline
+  for _, c in ipairs(results) do ok(c.ok, "end: " .. c.desc, c.diag) end
+  local fine, lines = pcall(check.report, ctx, results)
+  note(fine and table.concat(lines, "\n") or ("report failed: " .. tostring(lines)))
+end
+M.finish = finish
+
+---------------------------------------------------------------- database restarts
+
+-- restart_database { down = seconds }: stop the scenario's own MariaDB
+-- (SIGTERM, SIGKILL after a bound), keep it down `down` seconds (default 3),
+-- start it again on the same port and data and wait until it answers. Only
+-- on a database the scenario started (no --db): run.database, set by M.main.
+local function restart_database(opts)
+  opts = opts or {}
+  local db = run.database
+  if not db then
+    error("restart_database needs a database the scenario owns: run it without --db", 2)
+  end
+  if M.record_fault then M.record_fault("db_restart", nil) end
+  local t0 = oops.now_ms()
+  local done, err = db:restart { down = opts.down or 3 }
+  if not done then error("restart_database: " .. tostring(err), 2) end
+  -- The scenario's own connection is reopened by the call after the one
+  -- that finds it lost: make those calls here, not in the scenario's next sql().
+  local deadline = oops.now_ms() + 30000
+  while not oops.db.exec("SELECT 1") do
+    if oops.now_ms() > deadline then error("restart_database: no connection 30s after the restart", 2) end
+    sleep(0.1)
+  end
+  note(("database restarted: down %.1fs in all"):format((oops.now_ms() - t0) / 1000))
+  if M.record_fault then M.record_fault("db_up") end
+end
+
 ---------------------------------------------------------------- running one
 
 local function environment()
@@ -252,41 +582,50 @@ local function environment()
     servers = servers, server = function(n) return run.servers[n] end,
     create = create, wait_until = wait_until, expect = ok, sql = sql,
     fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl,
-    oops = oops,
+    fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
+    settle = function(seconds) run.settle = seconds end,
+    oops = oops, skip = skip,
   }
+  env.restart_database = restart_database -- database restarts (own database only)
   return setmetatable(env, { __index = _G })
 end
 
 local function cleanup()
+  netns_heal_all()
   for _, s in ipairs(run.order) do
     if s:alive() then
-      s:kill("CONT")
+      s.proc:kill(18) -- a frozen one must run to stop (not a fault: no record)
       s:stop(10)
     end
   end
+  netns_cleanup()
 end
 
 -- Connect, migrate and make the scenario functions ready (the demo uses
 -- them too). The functions table, or nil, err.
 function M.begin(url, oopsd, oopsctl_bin, workdir, base)
   run = { servers = {}, order = {}, db = url, oopsd = oopsd, oopsctl = oopsctl_bin,
-    dir = workdir, base = base or "." }
+    dir = workdir, base = base or ".", faults = {}, receivers = {} }
   local connected, cerr = oops.connect { db = url, name = "scenario", locks = false }
   if not connected then return nil, cerr end
   local applied, merr = oops.migrate()
   if not applied then return nil, merr end
+  run.began = oops.db.now() or oops.time()
   return environment()
 end
 
 M.cleanup = function() cleanup() end
 
 -- Run the scenario at path against database url; returns the exit code.
-function M.main(path, url, oopsd, oopsctl_bin, workdir)
+-- database: the handle of the MariaDB the scenario owns (lua/oops/mariadb.lua),
+-- nil when it runs on a --db database.
+function M.main(path, url, oopsd, oopsctl_bin, workdir, database)
   local env, err = M.begin(url, oopsd, oopsctl_bin, workdir, path:match("^(.*)/[^/]*$"))
   if not env then
     io.stderr:write("oopsctl scenario: " .. tostring(err) .. "\n")
     return 2
   end
+  run.database = database -- for restart_database
   local existing = oops.db.exec("SELECT COUNT(*) AS n FROM pipeline")[1].n
   if existing > 0 then
     io.stderr:write(("oopsctl scenario: the database already holds %d pipelines; a scenario needs " ..
@@ -300,6 +639,9 @@ function M.main(path, url, oopsd, oopsctl_bin, workdir)
   end
   local done, err = pcall(oops.wait, function()
     local fine, e = xpcall(chunk, debug.traceback)
+    if fine and not run.skipped then -- the end checks, while the servers still run
+      fine, e = xpcall(finish, debug.traceback)
+    end
     cleanup()
     if not fine then error(e, 0) end
   end)

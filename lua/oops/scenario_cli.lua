@@ -1,6 +1,10 @@
 -- Entry point of `oopsctl scenario FILE` (oopsctl runs: oopsd lua <this> FILE).
--- OOPS_DB, OOPSD and OOPSCTL come from oopsctl's environment.
+-- OOPS_DB, OOPSD and OOPSCTL come from oopsctl's environment. Without OOPS_DB
+-- (no --db) the scenario runs on a throwaway MariaDB of its own, started in
+-- its work directory (lua/oops/mariadb.lua) and removed at the end, also when
+-- the scenario fails or errors.
 local lfs = require("lfs")
+local oops = require("oops")
 local path = arg[1]
 if not path then
   io.stderr:write("usage: oopsctl [--db URL] scenario FILE\n")
@@ -11,26 +15,78 @@ if not lfs.attributes(path) then
   os.exit(1)
 end
 local url = os.getenv("OOPS_DB")
-if not url or url == "" then
-  io.stderr:write("oopsctl scenario: no database URL: pass --db mysql://user@host/db or set OOPS_DB\n")
-  os.exit(1)
+if url == "" then url = nil end
+
+-- A private directory for the servers' policies and logs (and the database's
+-- data when it is our own), under $TMPDIR when set.
+local function make_workdir()
+  local base = os.getenv("TMPDIR")
+  if not base or base == "" or lfs.attributes(base, "mode") ~= "directory" then base = "/tmp" end
+  for _ = 1, 20 do
+    local dir = ("%s/oops-scenario-%06d"):format(base:gsub("/+$", ""), math.random(0, 999999))
+    if lfs.mkdir(dir) then return dir end
+  end
+  return nil
 end
--- A private directory for the servers' policies and logs.
-local work = os.tmpname()
-os.remove(work)
-assert(lfs.mkdir(work))
-local rc = require("oops.scenario").main(path, url, os.getenv("OOPSD"), os.getenv("OOPSCTL"), work)
-if rc == 0 then
-  for name in lfs.dir(work) do
-    if name ~= "." and name ~= ".." then
-      local p = work .. "/" .. name
-      if lfs.attributes(p, "mode") == "directory" then
-        for f in lfs.dir(p) do if f ~= "." and f ~= ".." then os.remove(p .. "/" .. f) end end
-      end
-      os.remove(p)
+
+local function remove_tree(p)
+  if lfs.symlinkattributes(p, "mode") == "directory" then
+    for name in lfs.dir(p) do
+      if name ~= "." and name ~= ".." then remove_tree(p .. "/" .. name) end
     end
   end
-  os.remove(work)
+  os.remove(p)
+end
+
+local work = make_workdir()
+if not work then
+  io.stderr:write("oopsctl scenario: cannot create a work directory under " ..
+    (os.getenv("TMPDIR") or "/tmp") .. "\n")
+  os.exit(1)
+end
+
+local scenario = require("oops.scenario")
+local db
+if not url then
+  local ran, started, err = pcall(oops.wait, function()
+    -- A scenario may need more of its database (M.database_options: extra
+    -- addresses to listen on and to accept the oops user from; it runs `ip`).
+    local extra = scenario.database_options and scenario.database_options(path) or {}
+    return require("oops.mariadb").start {
+      dir = work .. "/mariadb", bind = extra.bind, clients = extra.clients }
+  end)
+  if not ran or not started then
+    io.stderr:write("oopsctl scenario: cannot start a database of its own: " ..
+      tostring(ran and err or started) .. " (files kept in " .. work .. ")\n")
+    pcall(oops.wait, scenario.netns_cleanup)
+    os.exit(2)
+  end
+  db, url = started, started.url
+end
+
+local ran, rc = pcall(scenario.main, path, url, os.getenv("OOPSD"),
+  os.getenv("OOPSCTL"), work, db)
+if not ran then
+  io.stderr:write("oopsctl scenario: " .. tostring(rc) .. "\n")
+  rc = 1
+end
+
+if db then
+  -- Keep the database's own log next to the servers' when the run failed.
+  if rc ~= 0 then os.rename(db.dir .. "/error.log", work .. "/mariadb-error.log") end
+  local stopped, done, err = pcall(oops.wait, function() return db:stop() end)
+  if not stopped or not done then
+    io.stderr:write("oopsctl scenario: stopping its database: " ..
+      tostring(stopped and err or done) .. "\n")
+    if rc == 0 then rc = 1 end
+  end
+end
+-- Network namespaces and the hub address (lua/oops/netns.lua) of a run that
+-- never reached its cleanup.
+pcall(oops.wait, scenario.netns_cleanup)
+
+if rc == 0 then
+  remove_tree(work)
 else
   io.stderr:write("oopsctl scenario: server logs are kept in " .. work .. "\n")
 end

@@ -153,10 +153,10 @@ expect(count(API, "FIRING") == 2 and count(API, "RESOLVED") == 2, "two episodes,
 local OLDKEY = "shop/old/prod/cpu"
 usage("old", "old-0", 900)
 wait_until("shop/old fires", function() return count(OLDKEY, "FIRING") == 1 end, 10)
-local f = assert(io.open(all[1].policies .. "/scenario.lua", "w"))
-f:write(POLICY)
-f:close()
-for _, s in ipairs(all) do s:kill("HUP") end
+for _, s in ipairs(all) do
+  local reloaded, why = s:reload(POLICY)
+  expect(reloaded, s.name .. " reloads the policy without shop/old", why)
+end
 wait_until("removed from the policy while firing: resolved", function() return count(OLDKEY, "RESOLVED") == 1 end, 10)
 sleep(2.5)
 local old = edges(OLDKEY)

@@ -39,14 +39,13 @@ expect(events(auto) == "CREATED BUILDING DEPLOYING ROLLING_OUT SUCCEEDED", "... 
 
 -- Rule 4: a failed build → ERROR.
 local failed = building("shop/failed")
-sql("UPDATE sim_job SET outcome = 'failed' WHERE pipeline_id = ? AND kind = 'build'", failed.id)
+fail_job(failed)
 expect(failed:wait("ERROR", 20), "a failed build fails the pipeline")
 expect(failed:message() == "Image build failed, see the pipeline log.", "... with the build-failed message", failed:message())
 
 -- Rule 4: a missing build job → ERROR at once (the original waited forever).
 local missing = building("shop/missing")
-sql("UPDATE sim_job SET ready_at = NOW(6) + INTERVAL 1 HOUR WHERE pipeline_id = ? AND kind = 'build'", missing.id)
-sql("DELETE FROM sim_job WHERE pipeline_id = ? AND kind = 'build'", missing.id)
+delete_job(missing)
 expect(missing:wait("ERROR", 10), "a RUNNING pipeline whose job was deleted fails at once")
 expect(missing:message():find("build job missing", 1, true), "... saying the build job is missing", missing:message())
 

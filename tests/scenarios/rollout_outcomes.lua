@@ -18,14 +18,13 @@ expect(good:wait("SUCCEEDED", 20), "a complete rollout succeeds")
 
 -- Workload missing → ERROR.
 local gone = rolling("shop/gone")
-sql("DELETE FROM sim_job WHERE pipeline_id = ? AND kind = 'rollout'", gone.id)
+delete_job(gone, "rollout")
 expect(gone:wait("ERROR", 20), "a rollout whose workload is missing fails")
 expect(gone:message() == "Deployment failed: the workload does not exist.", "... saying so", gone:message())
 
 -- A failure reason → ERROR carrying it.
 local pull = rolling("shop/pull")
-sql("UPDATE sim_job SET outcome = 'ImagePullBackOff (pull-0)', ready_at = NOW(6) + INTERVAL 1 HOUR " ..
-  "WHERE pipeline_id = ? AND kind = 'rollout'", pull.id)
+fail_rollout(pull, "ImagePullBackOff (pull-0)")
 expect(pull:wait("ERROR", 20), "a failing rollout fails")
 expect(pull:message() == "Deployment failed: ImagePullBackOff (pull-0)", "... with the reason", pull:message())
 

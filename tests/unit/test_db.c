@@ -114,6 +114,36 @@ static void a_wrong_password_is_refused_naming_the_host_not_the_password(void **
     db_config_free(&c);
 }
 
+/* Session settings from the config are applied on open and on every reopen. */
+static void session_settings_apply_on_open_and_reopen(void **state)
+{
+    (void)state;
+    db_config cfg;
+    char err[512];
+    assert_int_equal(db_config_resolve(&cfg, getenv("OOPS_TEST_DB"), err, sizeof err), 0);
+    cfg.session_wait_timeout_s = 47;
+    cfg.row_lock_wait_s = 3;
+    db_conn *c = db_open(&cfg, err, sizeof err);
+    assert_non_null(c);
+    db_conn *admin = testdb_open();
+    for (int round = 0; round < 2; round++) {
+        db_result *r = NULL;
+        assert_int_equal(db_exec(c, "SELECT @@session.wait_timeout, @@session.innodb_lock_wait_timeout",
+                                 NULL, 0, &r, err, sizeof err), 0);
+        assert_int_equal(db_get_int(r, 0, 0, 0), 47);
+        assert_int_equal(db_get_int(r, 0, 1, 0), 3);
+        db_result_free(r);
+        /* Killed, then reopened on demand: the settings come back with it. */
+        db_value p[] = {db_int((long long)db_connection_id(c))};
+        db_result_free(testdb_q(admin, "KILL ?", p, 1));
+        db_exec(c, "SELECT 1", NULL, 0, NULL, err, sizeof err);
+        assert_int_equal(db_conn_ensure(c, err, sizeof err), 0);
+    }
+    db_config_free(&cfg);
+    db_close(admin);
+    db_close(c);
+}
+
 static void a_killed_work_connection_is_reopened_on_demand(void **state)
 {
     (void)state;
@@ -143,6 +173,7 @@ int main(void)
         cmocka_unit_test(exec_binds_parameters_and_returns_typed_text_cells),
         cmocka_unit_test(a_wrong_password_is_refused_naming_the_host_not_the_password),
         cmocka_unit_test(a_killed_work_connection_is_reopened_on_demand),
+        cmocka_unit_test(session_settings_apply_on_open_and_reopen),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mysql_library_end();

@@ -1,0 +1,227 @@
+-- What every scenario proves at its end, whatever it did (issue 6): read from
+-- the database the servers wrote (pipeline_event, sim_call, restart_run, the
+-- outbox) and from the scenario's webhook receiver, never from what the
+-- servers say about themselves.
+--
+--   * no pipeline left a status twice, and no side effect happened twice:
+--     build submit, deploy (sim_call per pipeline), restart (sim_call per
+--     target against the occurrences fired), alert announcement (one FIRING
+--     and one RESOLVED per episode), and the alert state agrees with them;
+--   * every notification was delivered at least once (outbox, receiver);
+--   * every pipeline finished, every restart claim has its outcome;
+--   * after a fault on a server (kill, freeze, cut, partition), that server
+--     made no transition on a pipeline another server had taken over since.
+--     Transitions the conditional update refused are not in pipeline_event,
+--     so they never count.
+--
+-- M.verify(ctx) → list of { desc, ok, diag } checks; M.report(ctx) → lines.
+-- ctx = { sql = fn(query, ...) → rows, faults = { {kind, server, session, at}... },
+--         receivers = { r... } (each must have got every event), began = epoch
+--         seconds (database clock) }
+local cjson = require("cjson")
+
+local M = {}
+
+local function n(x) return tonumber(x) or 0 end
+
+local function list(rows, fmt, max)
+  local out = {}
+  for i, r in ipairs(rows) do
+    if i > (max or 5) then out[#out + 1] = ("... and %d more"):format(#rows - (max or 5)); break end
+    out[#out + 1] = fmt(r)
+  end
+  return table.concat(out, "; ")
+end
+
+-- Faults that can leave a live server believing in locks it lost.
+local LOSES_LOCKS = { kill = true, freeze = true, cut = true, partition = true, db_restart = true }
+
+local function checks(ctx)
+  local sql, out = ctx.sql, {}
+  local function check(desc, bad, diag)
+    out[#out + 1] = { desc = desc, ok = #bad == 0, diag = #bad > 0 and diag(bad) or nil }
+  end
+
+  check("no pipeline left a status twice", sql([[
+      SELECT pipeline_id, from_status, COUNT(*) AS times FROM pipeline_event
+      WHERE from_status IS NOT NULL GROUP BY pipeline_id, from_status HAVING COUNT(*) > 1]]),
+    function(bad) return list(bad, function(r)
+      return ("%s left %s %d times"):format(r.pipeline_id, r.from_status, n(r.times)) end) end)
+
+  check("no build was submitted twice and no deploy made twice", sql([[
+      SELECT pipeline_id, action, COUNT(*) AS times FROM sim_call
+      WHERE pipeline_id IS NOT NULL AND action IN ('build_submit', 'deploy')
+      GROUP BY pipeline_id, action HAVING COUNT(*) > 1]]),
+    function(bad) return list(bad, function(r)
+      return ("%s: %s %d times"):format(r.pipeline_id, r.action, n(r.times)) end) end)
+
+  -- Restarts: calls per target never exceed the occurrences fired (an
+  -- "unknown" one may or may not have reached the gateway).
+  check("no restart fired twice", sql([[
+      SELECT c.target, c.calls, COALESCE(f.fired, 0) AS fired FROM
+        (SELECT target, COUNT(*) AS calls FROM sim_call WHERE action = 'restart' GROUP BY target) c
+      LEFT JOIN
+        (SELECT CONCAT(namespace, '/', application, '/', environment) AS target, COUNT(*) AS fired
+         FROM restart_run WHERE outcome IS NULL OR outcome <> 'missed' GROUP BY 1) f
+      ON f.target = c.target WHERE c.calls > COALESCE(f.fired, 0)]]),
+    function(bad) return list(bad, function(r)
+      return ("%s: %d restart calls for %d occurrences fired"):format(r.target, n(r.calls), n(r.fired)) end) end)
+
+  -- Alerts: per target and metric, FIRING and RESOLVED alternate, and one
+  -- episode (its "since") is announced firing once and resolved once.
+  local bad_alerts, seen, last = {}, {}, {}
+  for _, r in ipairs(sql("SELECT id, payload FROM outbox WHERE kind = 'alert' ORDER BY id")) do
+    local okj, doc = pcall(cjson.decode, r.payload or "")
+    if okj and type(doc) == "table" then
+      local key = ("%s/%s/%s %s"):format(doc.namespace, doc.application, doc.environment, doc.metric)
+      local ep = key .. " since " .. tostring(doc.since)
+      if doc.edge == "FIRING" or doc.edge == "RESOLVED" then
+        local k = ep .. " " .. doc.edge
+        if seen[k] then bad_alerts[#bad_alerts + 1] = { what = k .. " announced twice" } end
+        seen[k] = true
+        if last[key] == doc.edge then
+          bad_alerts[#bad_alerts + 1] = { what = key .. ": " .. doc.edge .. " twice in a row" }
+        end
+        last[key] = doc.edge
+      end
+    end
+  end
+  check("no alert announced twice", bad_alerts,
+    function(bad) return list(bad, function(r) return r.what end) end)
+
+  -- The alert state agrees with what was announced: firing exactly when the
+  -- last FIRING/RESOLVED edge of its target was FIRING (both are written in
+  -- one transaction).
+  local disagree = {}
+  for _, r in ipairs(sql("SELECT namespace, application, environment, metric, firing FROM alert_state")) do
+    local key = ("%s/%s/%s %s"):format(r.namespace, r.application, r.environment, r.metric)
+    local announced = last[key] == "FIRING"
+    if (n(r.firing) == 1) ~= announced then
+      disagree[#disagree + 1] = { what = ("%s: alert_state firing=%d, last announced %s"):format(
+        key, n(r.firing), tostring(last[key] or "nothing")) }
+    end
+  end
+  check("the alert state matches the announcements", disagree,
+    function(bad) return list(bad, function(r) return r.what end) end)
+
+  check("every pipeline finished (nothing stuck)", sql([[
+      SELECT id, status, deploy_mode FROM pipeline
+      WHERE status IN ('INITIALIZED', 'RUNNING', 'DEPLOYING', 'ROLLING_OUT')
+         OR (status = 'BUILD_SUCCEEDED' AND (deploy_mode = 'auto' OR deploy_requested_at IS NOT NULL))]]),
+    function(bad) return list(bad, function(r) return r.id .. " still " .. r.status end) end)
+
+  check("every restart claim has its outcome", sql([[
+      SELECT CONCAT(namespace, '/', application, '/', environment) AS target, occurrence, fired_by
+      FROM restart_run WHERE finished_at IS NULL]]),
+    function(bad) return list(bad, function(r)
+      return ("%s %s claimed by %s"):format(r.target, r.occurrence, r.fired_by) end) end)
+
+  check("every notification was delivered", sql([[
+      SELECT event_id, attempts, last_error FROM outbox WHERE delivered_at IS NULL]]),
+    function(bad) return list(bad, function(r)
+      return ("%s (%d attempts, last error: %s)"):format(r.event_id, n(r.attempts), tostring(r.last_error)) end) end)
+
+  for i, receiver in ipairs(ctx.receivers or {}) do
+    local got = receiver:ids()
+    local missing = {}
+    for _, r in ipairs(sql([[SELECT event_id FROM outbox WHERE last_error IS NULL
+        OR last_error NOT LIKE 'undeliverable:%' ORDER BY id]])) do
+      if not got[r.event_id] then missing[#missing + 1] = r end
+    end
+    check(("the webhook receiver%s got every event at least once"):format(i > 1 and (" " .. i) or ""), missing,
+      function(bad) return list(bad, function(r) return r.event_id end) end)
+  end
+
+  -- After a fault on X at t: once another server transitioned a pipeline
+  -- (after t), X must not transition it again with the lock session it had
+  -- at the fault (a new session after reconnecting takes locks anew).
+  local late = {}
+  for _, f in ipairs(ctx.faults or {}) do
+    if LOSES_LOCKS[f.kind] and f.server then
+      for _, r in ipairs(sql([[
+          SELECT x.pipeline_id, x.from_status, x.to_status, x.created_at, y.server AS taker
+          FROM pipeline_event x
+          JOIN pipeline_event y ON y.pipeline_id = x.pipeline_id AND y.server <> x.server
+            AND y.server NOT LIKE 'oopsctl@%' AND y.id < x.id AND UNIX_TIMESTAMP(y.created_at) >= ?
+          WHERE x.server = ? AND UNIX_TIMESTAMP(x.created_at) >= ? AND (? = 0 OR x.lock_session = ?)
+          GROUP BY x.id]], f.at, f.server, f.at, f.session or 0, f.session or 0)) do
+        late[#late + 1] = { what = ("%s made %s's %s -> %s at %s after %s had taken it over (fault: %s)"):format(
+          f.server, r.pipeline_id, r.from_status, r.to_status, r.created_at, r.taker, f.kind) }
+      end
+    end
+  end
+  check("after each fault, no transition by a server that had lost the pipeline", late,
+    function(bad) return list(bad, function(r) return r.what end) end)
+  return out
+end
+
+M.verify = checks
+
+-- Takeovers: for each fault on server X at t, every pipeline X was driving
+-- (its last transition before t was X's and it was unfinished then) and the
+-- first transition by another server after t.
+function M.takeovers(ctx)
+  local out = {}
+  for _, f in ipairs(ctx.faults or {}) do
+    if LOSES_LOCKS[f.kind] and f.server then
+      local rows = ctx.sql([[
+        SELECT e.pipeline_id, MIN(UNIX_TIMESTAMP(a.created_at)) AS first_at, MIN(a.id) AS first_id
+        FROM pipeline_event e
+        JOIN pipeline_event a ON a.pipeline_id = e.pipeline_id AND a.server <> ?
+          AND a.server NOT LIKE 'oopsctl@%' AND UNIX_TIMESTAMP(a.created_at) >= ?
+        WHERE e.server = ? AND e.id = (SELECT MAX(id) FROM pipeline_event l
+            WHERE l.pipeline_id = e.pipeline_id AND UNIX_TIMESTAMP(l.created_at) < ?)
+          AND e.to_status IN ('INITIALIZED', 'RUNNING', 'DEPLOYING', 'ROLLING_OUT')
+        GROUP BY e.pipeline_id ORDER BY first_at]], f.server, f.at, f.server, f.at)
+      for _, r in ipairs(rows) do
+        local by = ctx.sql("SELECT server FROM pipeline_event WHERE id = ?", r.first_id)[1]
+        out[#out + 1] = { fault = f.kind, from = f.server, to = by and by.server,
+          pipeline = r.pipeline_id, latency = n(r.first_at) - f.at }
+      end
+    end
+  end
+  return out
+end
+
+local function quantile(xs, q)
+  if #xs == 0 then return nil end
+  table.sort(xs)
+  return xs[math.max(1, math.ceil(q * #xs))]
+end
+
+-- The report's lines (printed as TAP comments by the runner).
+function M.report(ctx, results)
+  local lines = {}
+  local function add(fmt, ...) lines[#lines + 1] = fmt:format(...) end
+  add("report")
+  add("  faults injected: %d", #(ctx.faults or {}))
+  for _, f in ipairs(ctx.faults or {}) do
+    add("    +%6.2fs  %-10s %s", f.at - (ctx.began or f.at), f.kind, f.server or "")
+  end
+  local by = {}
+  local total = 0
+  for _, r in ipairs(ctx.sql("SELECT status, COUNT(*) AS c FROM pipeline GROUP BY status ORDER BY status")) do
+    by[#by + 1] = ("%s %d"):format(r.status, n(r.c))
+    total = total + n(r.c)
+  end
+  add("  pipelines: %d%s", total, #by > 0 and (" (" .. table.concat(by, ", ") .. ")") or "")
+  local t = M.takeovers(ctx)
+  local lat = {}
+  for _, x in ipairs(t) do lat[#lat + 1] = x.latency end
+  if #t > 0 then
+    add("  takeovers: %d, latency fault -> first transition by the new driver: median %.2fs, max %.2fs",
+      #t, quantile(lat, 0.5), quantile(lat, 1))
+    for i, x in ipairs(t) do
+      if i > 10 then add("    ... and %d more", #t - 10) break end
+      add("    %s %s -> %s after %s: %.2fs", x.pipeline, x.from, tostring(x.to), x.fault, x.latency)
+    end
+  else
+    add("  takeovers: 0")
+  end
+  local v = 0
+  for _, c in ipairs(results or {}) do if not c.ok then v = v + 1 end end
+  add("  violations: %d", v)
+  return lines, v
+end
+
+return M
