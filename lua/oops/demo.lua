@@ -158,6 +158,12 @@ local ok, err = pcall(oops.wait, function()
   local twice = env.sql([[SELECT COUNT(*) AS n FROM (SELECT pipeline_id FROM sim_call
     WHERE action = 'build_submit' GROUP BY pipeline_id HAVING COUNT(*) > 1) x]])[1].n
   print(("  builds submitted twice: %d; total time %.0fs"):format(twice, oops.time() - started))
+  -- What every scenario checks at its end, read from the database.
+  local results = scenario.checks(15)
+  print("checks (read from the database, as every scenario's end)")
+  for _, c in ipairs(results) do
+    print(("  %s %s%s"):format(c.ok and "ok  " or "FAIL", c.desc, c.ok and "" or (": " .. tostring(c.diag))))
+  end
   for _, s in ipairs(servers) do s:stop(10) end
 end)
 pcall(oops.wait, scenario.cleanup)
