@@ -524,7 +524,8 @@ end
 
 ---------------------------------------------------------------- the end
 
--- The end checks (lua/oops/scenario_check.lua), polled until they all pass or `seconds` ran out (what
+-- The end checks (lua/oops/scenario_check.lua), polled until they all pass
+-- or `seconds` ran out (what
 -- takes time to come true: nothing stuck, everything delivered): results
 -- ({desc, ok, diag}...) and the report's lines.
 local function checks(seconds)
@@ -554,6 +555,33 @@ local function finish()
   note(table.concat(lines, "\n"))
 end
 M.finish = finish
+
+---------------------------------------------------------------- database restarts
+
+-- restart_database { down = seconds }: stop the scenario's own MariaDB
+-- (SIGTERM, SIGKILL after a bound), keep it down `down` seconds (default 3),
+-- start it again on the same port and data and wait until it answers. Only
+-- on a database the scenario started (no --db): run.database, set by M.main.
+local function restart_database(opts)
+  opts = opts or {}
+  local db = run.database
+  if not db then
+    error("restart_database needs a database the scenario owns: run it without --db", 2)
+  end
+  if M.record_fault then M.record_fault("db_restart", nil) end
+  local t0 = oops.now_ms()
+  local done, err = db:restart { down = opts.down or 3 }
+  if not done then error("restart_database: " .. tostring(err), 2) end
+  -- The scenario's own connection is reopened by the call after the one
+  -- that finds it lost: make those calls here, not in the scenario's next sql().
+  local deadline = oops.now_ms() + 30000
+  while not oops.db.exec("SELECT 1") do
+    if oops.now_ms() > deadline then error("restart_database: no connection 30s after the restart", 2) end
+    sleep(0.1)
+  end
+  note(("database restarted: down %.1fs in all"):format((oops.now_ms() - t0) / 1000))
+  if M.record_fault then M.record_fault("db_up") end
+end
 
 ---------------------------------------------------------------- running one
 

@@ -20,10 +20,16 @@ for _, p in ipairs(ps) do if p:driver() == victim then mine[#mine + 1] = p end e
 local old_session = server(victim):cut()
 expect(old_session ~= nil, "the victim's lock session was cut")
 
-wait_until("every pipeline the victim drove is taken by another server", function()
+-- Its pipelines' locks are free at once; each is driven again on a live
+-- session: another server's, or the victim's own once it has reconnected
+-- (it takes its fair share of free pipelines like anyone).
+local function owner(p)
+  return sql("SELECT IS_USED_LOCK(CONCAT('oops:pipeline:', ?)) AS c", p.id)[1].c
+end
+wait_until("every pipeline the victim drove is driven again on a live session", function()
   for _, p in ipairs(mine) do
-    local d = p:driver()
-    if d == nil or d == victim then return false end
+    local o = owner(p)
+    if p:status() ~= "SUCCEEDED" and (o == nil or o == old_session) then return false end
   end
   return true
 end, 20)
@@ -37,14 +43,15 @@ end, 20)
 expect(server(victim):alive(), victim .. " stayed up through the cut")
 
 for _, p in ipairs(ps) do expect(p:wait("SUCCEEDED", 40), p.app .. " succeeds") end
+local moved = 0
 for _, p in ipairs(mine) do
   local d = p:drivers()
-  expect(#d >= 2 and d[1] == victim and d[#d] ~= victim,
-    p.app .. ": finished by another server than the cut one", table.concat(d, ","))
+  if d[#d] ~= victim then moved = moved + 1 end
   expect(p:calls("build_submit") == 1 and p:calls("deploy") == 1,
     p.app .. ": its build submitted once and deployed once",
     ("%d submits, %d deploys"):format(p:calls("build_submit"), p:calls("deploy")))
 end
+note(("%d of the victim's %d pipelines were finished by another server"):format(moved, #mine))
 -- (The end checks prove no transition carried the cut session after another
 -- server took its pipelines over: the transitions are fenced by the session.)
 
