@@ -28,6 +28,11 @@ rollout { timeout = "5m" }
 -- driving pipelines until it reconnects. The database also reaps a vanished
 -- server's session after three of these intervals, so a shorter interval
 -- hands a dead server's pipelines over sooner; at least 1s.
+-- `session_timeout` overrides that reaping bound (at least twice
+-- validate_every): how long a frozen or cut-off server's locks outlive its
+-- silence. "server" leaves the database's own wait_timeout (8 hours by
+-- default): its pipelines then wait that long. Default: 3 × validate_every.
+--   locks { validate_every = "30s", session_timeout = "2m" }
 locks { validate_every = "30s" }
 
 -- Where builds, deploys and restarts happen.

@@ -22,7 +22,20 @@ struct lock_registry {
     bool ever_up;
     uint64_t losses, reconnects, statements;
     uint64_t losses_reported; /* losses the tick has reported (LOCK_EV_LOST) */
+    unsigned chosen_wait_s;   /* 0: 3 validation intervals; else seconds or LOCK_WAIT_TIMEOUT_SERVER */
 };
+
+/* The session wait_timeout that follows from the choice and the interval. */
+static unsigned derived_wait(const lock_registry *r)
+{
+    if (r->chosen_wait_s)
+        return r->chosen_wait_s;
+    unsigned w = 3 * r->o.validate_interval_ms / 1000;
+    return w < 3 ? 3 : w;
+}
+
+/* Set it on the open session: 0 done, else the statement failed. */
+static unsigned apply_wait(lock_registry *r, char *err, size_t errlen);
 
 void lock_name_shorten(const char *name, char out[LOCK_NAME_MAX + 1])
 {
@@ -45,10 +58,8 @@ lock_registry *lock_registry_new(const db_config *cfg, const lock_registry_optio
         r->o = *o;
     if (!r->o.validate_interval_ms)
         r->o.validate_interval_ms = 30000;
-    if (!r->o.wait_timeout_s) {
-        unsigned w = 3 * r->o.validate_interval_ms / 1000;
-        r->o.wait_timeout_s = w < 3 ? 3 : w;
-    }
+    r->chosen_wait_s = r->o.wait_timeout_s;
+    r->o.wait_timeout_s = derived_wait(r);
     if (!r->o.backoff_initial_ms)
         r->o.backoff_initial_ms = 500;
     if (!r->o.backoff_max_ms)
@@ -132,9 +143,8 @@ int lock_registry_connect(lock_registry *r, char *err, size_t errlen)
     if (rc == 0) {
         /* The server reaps a vanished host's session, and frees its locks,
          * within this bound; validation keeps a living one from being reaped. */
-        db_value p[] = {db_int(r->o.wait_timeout_s)};
         char e[256];
-        if (q(r, "SET SESSION wait_timeout = ?", p, 1, NULL, e, sizeof e)) {
+        if (apply_wait(r, e, sizeof e)) {
             snprintf(err, errlen, "lock session: %s", e);
             rc = LOCK_DOWN;
         }
@@ -152,21 +162,39 @@ int lock_registry_connect(lock_registry *r, char *err, size_t errlen)
     return 0;
 }
 
-void lock_registry_set_validate_interval(lock_registry *r, unsigned ms)
+static unsigned apply_wait(lock_registry *r, char *err, size_t errlen)
 {
-    unsigned w = 3 * ms / 1000;
-    w = w < 3 ? 3 : w;
-    r->o.validate_interval_ms = ms;
+    if (r->o.wait_timeout_s == LOCK_WAIT_TIMEOUT_SERVER) /* the server's own, also after a change */
+        return q(r, "SET SESSION wait_timeout = @@global.wait_timeout", NULL, 0, NULL, err, errlen);
+    db_value p[] = {db_int(r->o.wait_timeout_s)};
+    return q(r, "SET SESSION wait_timeout = ?", p, 1, NULL, err, errlen);
+}
+
+/* The bound on a vanished host's locks changes now, not at the next connect. */
+static void rederive_wait(lock_registry *r)
+{
+    unsigned w = derived_wait(r);
     if (w == r->o.wait_timeout_s)
         return;
     r->o.wait_timeout_s = w;
-    if (r->conn) { /* the bound on a vanished host's locks changes now, not at the next connect */
-        db_value p[] = {db_int(w)};
-        char e[256];
-        if (q(r, "SET SESSION wait_timeout = ?", p, 1, NULL, e, sizeof e))
-            go_down(r);
-    }
+    char e[256];
+    if (r->conn && apply_wait(r, e, sizeof e))
+        go_down(r);
 }
+
+void lock_registry_set_validate_interval(lock_registry *r, unsigned ms)
+{
+    r->o.validate_interval_ms = ms;
+    rederive_wait(r);
+}
+
+void lock_registry_set_session_timeout(lock_registry *r, unsigned s)
+{
+    r->chosen_wait_s = s;
+    rederive_wait(r);
+}
+
+unsigned lock_registry_wait_timeout(const lock_registry *r) { return r->o.wait_timeout_s; }
 
 bool lock_registry_is_up(const lock_registry *r) { return r && r->conn; }
 uint64_t lock_registry_connection_id(const lock_registry *r) { return r ? r->conn_id : 0; }

@@ -22,6 +22,9 @@
 
 #define LOCK_NAME_MAX 64
 
+/* wait_timeout_s: leave the database server's wait_timeout on the lock session. */
+#define LOCK_WAIT_TIMEOUT_SERVER 0xffffffffu
+
 enum {
     LOCK_DOWN = -1,    /* session lost or unreachable: retry later */
     LOCK_REFUSED = -2, /* the server cannot share user-level locks (Galera, read-only): fatal */
@@ -29,7 +32,8 @@ enum {
 
 typedef struct lock_registry_options {
     unsigned validate_interval_ms; /* idle-session check; default 30000 */
-    unsigned wait_timeout_s;       /* session wait_timeout; default 3 validation intervals, >= 3 s */
+    unsigned wait_timeout_s;       /* session wait_timeout; default (0) 3 validation intervals, >= 3 s;
+                                      LOCK_WAIT_TIMEOUT_SERVER leaves the server's own */
     unsigned backoff_initial_ms;   /* first reconnect delay; default 500 */
     unsigned backoff_max_ms;       /* reconnect delay cap; default 30000 */
 } lock_registry_options;
@@ -63,6 +67,15 @@ uint64_t lock_registry_round_trips(const lock_registry *r);
 /* Change the validation interval (policy load or reload); the session's
  * wait_timeout (3 intervals, at least 3 s) follows at once. */
 void lock_registry_set_validate_interval(lock_registry *r, unsigned ms);
+/* The policy's locks { session_timeout }: s seconds, 0 for the default (3
+ * validation intervals, at least 3 s), or LOCK_WAIT_TIMEOUT_SERVER to leave
+ * the database server's wait_timeout (a vanished host's locks then stay
+ * until the server's own timeout, 8 hours by default). Applied to an open
+ * session at once. */
+void lock_registry_set_session_timeout(lock_registry *r, unsigned s);
+/* The session's wait_timeout as chosen (LOCK_WAIT_TIMEOUT_SERVER when left
+ * to the server). */
+unsigned lock_registry_wait_timeout(const lock_registry *r);
 
 /*
  * GET_LOCK(name, 0). 1 held (a name already held is a no-op success, never a

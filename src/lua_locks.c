@@ -1,6 +1,7 @@
 /* oops.locks: the lock registry of this server (DESIGN.md, "The lock registry"). */
 #include <lauxlib.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime.h"
 
@@ -120,13 +121,27 @@ static int l_statements(lua_State *L)
     return 1;
 }
 
-/* set_validate_interval(ms): from the policy's locks { validate_every } */
+/* set_validate_interval(ms [, session_timeout]): from the policy's
+ * locks { validate_every, session_timeout }; session_timeout is seconds,
+ * "server" (the database's own wait_timeout) or nil (3 intervals). */
 static int l_set_validate_interval(lua_State *L)
 {
     lua_Integer ms = luaL_checkinteger(L, 1);
     luaL_argcheck(L, ms >= 100, 1, "must be at least 100 ms");
-    if (reg(L))
+    unsigned wait = 0;
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        luaL_argcheck(L, strcmp(lua_tostring(L, 2), "server") == 0, 2,
+                      "must be seconds, \"server\" or nil");
+        wait = LOCK_WAIT_TIMEOUT_SERVER;
+    } else if (!lua_isnoneornil(L, 2)) {
+        lua_Integer s = luaL_checkinteger(L, 2);
+        luaL_argcheck(L, s >= 1 && s < 31536000, 2, "must be from 1 s to a year");
+        wait = (unsigned)s;
+    }
+    if (reg(L)) {
+        lock_registry_set_session_timeout(reg(L), wait);
         lock_registry_set_validate_interval(reg(L), (unsigned)ms);
+    }
     return 0;
 }
 

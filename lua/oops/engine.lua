@@ -48,12 +48,36 @@ function M.load(dir, apply)
   if apply then
     current = { policy = p, gateway = gw }
     hooks.set(p.hooks)
-    oops.locks.set_validate_interval(p.locks.validate_every_ms)
+    oops.locks.set_validate_interval(p.locks.validate_every_ms, p.locks.session_timeout)
   end
   return true
 end
 
 local function labels(name) return { scan = name } end
+
+-- Tick durations as a histogram as well, so a median or a p99 can be read
+-- from /metrics (bench/run does): oops_scan_ticks_within_seconds_total{scan,
+-- le} counts the ticks that took at most `le` seconds (cumulative, like a
+-- Prometheus histogram's buckets; le="+Inf" counts them all). The summary
+-- oops_scan_duration_seconds keeps the sum and the count.
+M.DURATION_BUCKETS = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60 }
+local bucket_labels = {} -- scan name → label tables, one per bucket and +Inf (made once)
+
+function M.observe_duration(name, seconds)
+  local ls = bucket_labels[name]
+  if not ls then
+    ls = {}
+    for i, le in ipairs(M.DURATION_BUCKETS) do ls[i] = { scan = name, le = ("%g"):format(le) } end
+    ls[#ls + 1] = { scan = name, le = "+Inf" }
+    bucket_labels[name] = ls
+  end
+  oops.metrics.observe("oops_scan_duration_seconds", labels(name), seconds)
+  for i = #ls, 1, -1 do
+    local le = M.DURATION_BUCKETS[i]
+    if le and seconds > le then break end
+    oops.metrics.inc("oops_scan_ticks_within_seconds_total", ls[i])
+  end
+end
 
 -- One scan's life: tick, sleep the policy's interval, tick again. Never
 -- overlaps itself (one task per scan); an error in a tick is caught, logged
@@ -67,7 +91,7 @@ local function loop(def)
       local t0 = oops.now_ms()
       local ok, err = xpcall(scan.run, debug.traceback, cur.policy, cur.gateway)
       oops.metrics.inc("oops_scan_runs_total", labels(name))
-      oops.metrics.observe("oops_scan_duration_seconds", labels(name), (oops.now_ms() - t0) / 1000)
+      M.observe_duration(name, (oops.now_ms() - t0) / 1000)
       if not ok then
         oops.metrics.inc("oops_scan_errors_total", labels(name))
         log.failure("scan", err, { scan = name })

@@ -351,9 +351,13 @@ function oops.locks.connection_id() end
 function oops.locks.statements() end
 
 --- How often the idle lock session is checked (the policy's
---- locks { validate_every }). Raises below 100 ms.
+--- locks { validate_every }), and the session's wait_timeout (its
+--- locks { session_timeout }): seconds, "server" to leave the database
+--- server's own, or nil for 3 intervals (at least 3 s). Applied to the open
+--- session at once. Raises below 100 ms, or on another session_timeout.
 ---@param ms integer
-function oops.locks.set_validate_interval(ms) end
+---@param session_timeout? integer|"server"
+function oops.locks.set_validate_interval(ms, session_timeout) end
 
 ------------------------------------------------------------ cron (lua_cron.c)
 

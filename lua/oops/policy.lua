@@ -318,9 +318,29 @@ function build.rollout(d, t)
   return { timeout_ms = d:field(t, "timeout", dur(1), 300000) }
 end
 
+-- session_timeout: how long the database keeps a silent lock session (and
+-- its locks) before reaping it — the bound on a frozen or cut-off server's
+-- locks. Default (nil): 3 × validate_every, at least 3 s. A duration of at
+-- least 2 × validate_every (so the validation keeps a living server's
+-- session), in whole seconds (rounded up); or "server": leave the database
+-- server's own wait_timeout (8 hours by default), for comparison.
+local function session_timeout(every_ms)
+  return function(v)
+    if v == "server" then return v end
+    local ms, why = duration.parse(v)
+    if not ms then return nil, why .. ' (or "server": the database server\'s own wait_timeout)' end
+    if ms < 2 * every_ms then
+      return nil, show(v) .. ": must be at least twice validate_every (" .. duration.format(2 * every_ms) ..
+        "), or the validation cannot keep a living server's session"
+    end
+    return (ms + 999) // 1000
+  end
+end
+
 function build.locks(d, t)
-  d:only(nil, t, { "validate_every" })
-  return { validate_every_ms = d:field(t, "validate_every", dur(1000), 30000) }
+  d:only(nil, t, { "session_timeout", "validate_every" })
+  local every = d:field(t, "validate_every", dur(1000), 30000)
+  return { validate_every_ms = every, session_timeout = d:field(t, "session_timeout", session_timeout(every), nil) }
 end
 
 function build.restarts(d, t)

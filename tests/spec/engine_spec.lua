@@ -129,3 +129,27 @@ describe("fail closed", function()
     assert.are.same({ "RUNNING>DEPLOYING", "DEPLOYING>ROLLING_OUT" }, transitions)
   end)
 end)
+
+describe("scan tick durations", function()
+  local engine = require("oops.engine")
+  local function within(scan, le)
+    return oops.metrics.get("oops_scan_ticks_within_seconds_total", { scan = scan, le = le })
+  end
+
+  it("count each tick in every bucket at or above its duration, and in +Inf", function()
+    local scan = "spec-histogram-" .. math.random(1e9)
+    engine.observe_duration(scan, 0.003)  -- between 0.0025 and 0.005
+    engine.observe_duration(scan, 0.005)  -- on a bound: counted within it
+    engine.observe_duration(scan, 0.7)
+    engine.observe_duration(scan, 120)    -- beyond the last bound: +Inf only
+    assert.are.equal(0, within(scan, "0.001"))
+    assert.are.equal(0, within(scan, "0.0025"))
+    assert.are.equal(2, within(scan, "0.005"))
+    assert.are.equal(2, within(scan, "0.5"))
+    assert.are.equal(3, within(scan, "1"))
+    assert.are.equal(3, within(scan, "60"))
+    assert.are.equal(4, within(scan, "+Inf"))
+    -- The summary beside it counts every tick too.
+    assert.are.equal(4, oops.metrics.get("oops_scan_duration_seconds", { scan = scan }))
+  end)
+end)

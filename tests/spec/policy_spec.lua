@@ -496,3 +496,43 @@ describe("caller mistakes", function()
     assert.has_error(function() policy.load_files({}, "opts") end)
   end)
 end)
+
+describe("locks { session_timeout }", function()
+  -- One policy file written for the case (the loader reads files).
+  local path
+  local function load_text(text)
+    path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write(text)
+    f:close()
+    return policy.load_files({ path }, OPTS)
+  end
+  after_each(function() if path then os.remove(path) end end)
+
+  it("is left out by default: 3 validation intervals, decided by the lock registry", function()
+    local p = assert(load_text('locks { validate_every = "2s" }\n'))
+    assert.are.same({ validate_every_ms = 2000 }, p.locks)
+  end)
+
+  it("takes a duration of at least twice validate_every, in whole seconds rounded up", function()
+    local p = assert(load_text('locks { validate_every = "1s", session_timeout = "2500ms" }\n'))
+    assert.are.same({ validate_every_ms = 1000, session_timeout = 3 }, p.locks)
+  end)
+
+  it('takes "server": the database server\'s own wait_timeout', function()
+    local p = assert(load_text('locks { validate_every = "1s", session_timeout = "server" }\n'))
+    assert.are.same({ validate_every_ms = 1000, session_timeout = "server" }, p.locks)
+  end)
+
+  it("refuses a timeout the validation could not keep alive, and anything else", function()
+    local p, errs = load_text('locks { validate_every = "30s", session_timeout = "45s" }\n')
+    assert.is_nil(p)
+    assert.are.same({ path .. ':1: locks.session_timeout: "45s": must be at least twice validate_every ' ..
+      "(1m), or the validation cannot keep a living server's session" }, errs)
+    p, errs = load_text('locks { session_timeout = "default" }\n')
+    assert.is_nil(p)
+    assert.are.equal(1, #errs)
+    assert.truthy(errs[1]:find(path .. ':1: locks.session_timeout: "default": ', 1, true), errs[1])
+    assert.truthy(errs[1]:find('(or "server": the database server\'s own wait_timeout)', 1, true), errs[1])
+  end)
+end)

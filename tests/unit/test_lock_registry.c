@@ -250,6 +250,29 @@ static void read_only_server_is_refused(void **state)
     db_close(admin);
 }
 
+/* locks { session_timeout }: the session's wait_timeout follows the choice,
+ * each change is set on the open session at once (a failed SET would take the
+ * registry down). */
+static void session_timeout_follows_the_policy(void **state)
+{
+    (void)state;
+    lock_registry *r = new_registry(1000);
+    assert_int_equal(lock_registry_wait_timeout(r), 3);
+    lock_registry_set_validate_interval(r, 10000);
+    assert_int_equal(lock_registry_wait_timeout(r), 30);
+    lock_registry_set_session_timeout(r, 45);
+    lock_registry_set_validate_interval(r, 2000);
+    assert_int_equal(lock_registry_wait_timeout(r), 45);
+    lock_registry_set_session_timeout(r, LOCK_WAIT_TIMEOUT_SERVER);
+    assert_int_equal(lock_registry_wait_timeout(r), LOCK_WAIT_TIMEOUT_SERVER);
+    assert_true(lock_registry_is_up(r));
+    lock_registry_set_session_timeout(r, 0);
+    assert_int_equal(lock_registry_wait_timeout(r), 6);
+    assert_true(lock_registry_is_up(r));
+    assert_int_equal(lock_registry_validate(r), 1);
+    lock_registry_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -262,6 +285,7 @@ int main(void)
         cmocka_unit_test(while_down_acquire_fails_closed),
         cmocka_unit_test(long_names_map_to_one_name_of_at_most_64_characters),
         cmocka_unit_test(read_only_server_is_refused),
+        cmocka_unit_test(session_timeout_follows_the_policy),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mysql_library_end();

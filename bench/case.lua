@@ -1,0 +1,288 @@
+-- One measured case of bench/run, in a process of its own on a database of
+-- its own (OOPS_DB, empty; migrated here). Prints one JSON object on stdout.
+--   oopsd lua bench/case.lua scale    N SERVERS WORKDIR
+--   oopsd lua bench/case.lua reaction N SERVERS WORKDIR
+--   oopsd lua bench/case.lua idle     POLICY_DIR SECONDS WORKDIR
+-- OOPSD: the oopsd binary to run as servers. Servers log to WORKDIR/*.log.
+local oops = require("oops")
+local cjson = require("cjson")
+local here = arg[0]:match("^(.*)/[^/]*$") or "."
+local C = dofile(here .. "/common.lua")
+local BOUNDS = require("oops.engine").DURATION_BUCKETS
+
+local mode = arg[1]
+local OOPSD = assert(os.getenv("OOPSD"), "OOPSD: the oopsd binary")
+local DB = assert(os.getenv("OOPS_DB"), "OOPS_DB: the case's database")
+
+-- The policy of the scale and reaction cases: scan every 500 ms, a simulated
+-- gateway with instant builds, deploys and rollouts (scale) or builds whose
+-- end the bench decides (reaction: "1h", then ready_at is set by the bench).
+local function policy_dir(workdir, name, text)
+  local dir = workdir .. "/policy-" .. name
+  require("lfs").mkdir(dir)
+  C.write(dir .. "/bench.lua", text)
+  return dir
+end
+
+local function sql(q, ...)
+  local rows, err = oops.db.exec(q, ...)
+  if not rows then error("sql: " .. tostring(err) .. "\n  in: " .. q, 2) end
+  return rows
+end
+
+local function db_now() return tonumber(sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t) end
+
+local function start_servers(n, policies, workdir)
+  local list = {}
+  for i = 1, n do
+    list[i] = C.start_server { oopsd = OOPSD, name = "s" .. i, policies = policies, db = DB,
+      log_path = ("%s/s%d.log"):format(workdir, i) }
+  end
+  return list
+end
+
+-- n pipelines appear at once: multi-row INSERTs (500 rows, 5 bound values
+-- each) in one transaction. Rows as `oopsctl create` writes them, without
+-- its CREATED event (the servers never read it).
+local function insert_pipelines(n)
+  assert(oops.db.begin())
+  local i = 0
+  while i < n do
+    local k = math.min(500, n - i)
+    local values, params = {}, {}
+    for j = 1, k do
+      local x = i + j
+      values[j] = "(?, ?, ?, ?, ?)"
+      local p = #params
+      params[p + 1], params[p + 2], params[p + 3] = ("b%011d"):format(x), "bench", ("app%d"):format(x)
+      params[p + 4], params[p + 5] = "prod", "INITIALIZED"
+    end
+    local done, err = oops.db.exec("INSERT INTO pipeline (id, namespace, application, environment, status) VALUES " ..
+      table.concat(values, ", "), table.unpack(params))
+    if not done then oops.db.rollback(); error("insert: " .. tostring(err)) end
+    i = i + k
+  end
+  assert(oops.db.commit())
+end
+
+local function count(status)
+  return sql("SELECT COUNT(*) AS n FROM pipeline WHERE status = ?", status)[1].n
+end
+
+-- Sample every server's CPU and memory while fn runs; returns fn's results
+-- and per server { cpu_s, peak_rss_kb, samples = { {t, rss_kb, cpu_s} } }.
+local function sampled(servers, fn)
+  local usage, stop = {}, false
+  for _, s in ipairs(servers) do usage[s.name] = { first = C.proc_usage(s.pid), samples = {} } end
+  local t0 = oops.now_ms()
+  oops.task("sampler", function()
+    while not stop do
+      for _, s in ipairs(servers) do
+        local u = C.proc_usage(s.pid)
+        if u then
+          local us = usage[s.name]
+          us.samples[#us.samples + 1] = { (oops.now_ms() - t0) / 1000, u.rss_kb, u.cpu - us.first.cpu, u.anon_kb }
+          if u.anon_kb > (us.peak_anon_kb or 0) then us.peak_anon_kb, us.file_at_peak_kb = u.anon_kb, u.file_kb end
+          us.last = u
+        end
+      end
+      C.sleep(0.5)
+    end
+  end)
+  local results = table.pack(fn())
+  stop = true
+  local wall = (oops.now_ms() - t0) / 1000
+  for _, s in ipairs(servers) do
+    local us, u = usage[s.name], C.proc_usage(s.pid)
+    us.last = u or us.last
+    us.cpu_s = us.last.cpu - us.first.cpu
+    us.user_s, us.sys_s = us.last.user - us.first.user, us.last.sys - us.first.sys
+    us.cpu_percent = 100 * us.cpu_s / wall
+    us.peak_rss_kb = us.last.hwm_kb
+    us.rss_kb = us.last.rss_kb
+    us.first, us.last = nil, nil
+  end
+  return usage, table.unpack(results, 1, results.n)
+end
+
+local function snapshot(servers)
+  local m = {}
+  for i, s in ipairs(servers) do m[i] = C.metrics(s) end
+  return m
+end
+
+local function deltas(servers, before, after)
+  local d = {}
+  for i = 1, #servers do d[i] = { before = before[i], after = after[i] } end
+  return C.delta(d)
+end
+
+-- The scan-duration quantiles of a (delta of) /metrics.
+local function scans(m)
+  local out = {}
+  for _, scan in ipairs { "build", "rollout" } do
+    local b = C.scan_buckets(m, scan, BOUNDS)
+    out[scan] = { ticks = b[#b][2], p50 = C.hist_quantile(b, 0.5), p99 = C.hist_quantile(b, 0.99),
+      sum = C.sum(m, "oops_scan_duration_seconds_sum", { scan = scan }) }
+  end
+  return out
+end
+
+-- Reaction: a pipeline's build job ready (sim_job.ready_at) → its deploy
+-- claim (the RUNNING -> DEPLOYING event), both on the database's clock.
+local function reactions()
+  local rows = sql([[SELECT TIMESTAMPDIFF(MICROSECOND, j.ready_at, e.created_at) / 1e6 AS r
+    FROM sim_job j JOIN pipeline_event e ON e.pipeline_id = j.pipeline_id AND e.to_status = 'DEPLOYING'
+    WHERE j.kind = 'build']])
+  local xs = {}
+  for i, r in ipairs(rows) do xs[i] = tonumber(r.r) end
+  return xs
+end
+
+local function summary(xs)
+  return { n = #xs, p50 = C.quantile(xs, 0.5), p90 = C.quantile(xs, 0.9), p99 = C.quantile(xs, 0.99),
+    max = C.quantile(xs, 1), min = C.quantile(xs, 0) }
+end
+
+local function wait_all(n, status, seconds)
+  local deadline = oops.now_ms() + seconds * 1000
+  while count(status) < n do
+    if oops.now_ms() > deadline then
+      error(("%d of %d pipelines %s after %ds"):format(count(status), n, status, seconds))
+    end
+    C.sleep(0.25)
+  end
+end
+
+local cases = {}
+
+-- N pipelines at once on S servers, instant builds: until all SUCCEEDED.
+function cases.scale(n, nservers, workdir)
+  n, nservers = tonumber(n), tonumber(nservers)
+  local dir = policy_dir(workdir, "scale", [[
+scan    { interval = "500ms" }
+gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
+]])
+  local servers = start_servers(nservers, dir, workdir)
+  C.sleep(1) -- every server has ticked once
+  local before = snapshot(servers)
+  -- The database's CPU too, when bench/run says which process it is.
+  local watched = { table.unpack(servers) }
+  local dbpid = tonumber(os.getenv("BENCH_DB_PID") or "")
+  if dbpid then watched[#watched + 1] = { name = "mariadbd", pid = dbpid } end
+  local usage, t0, t1, at_end = sampled(watched, function()
+    local t0 = db_now()
+    insert_pipelines(n)
+    wait_all(n, "SUCCEEDED", 1800)
+    local t1 = tonumber(sql("SELECT UNIX_TIMESTAMP(MAX(status_changed_at)) AS t FROM pipeline")[1].t)
+    local at_end = snapshot(servers) -- the scan ticks until every pipeline SUCCEEDED
+    -- The costs counted below include each pipeline's last statement too:
+    -- the sweep's RELEASE_LOCK, one rollout tick after its SUCCEEDED.
+    local deadline = oops.now_ms() + 600000
+    while sql([[SELECT COUNT(*) AS n FROM pipeline
+        WHERE IS_USED_LOCK(CONCAT('oops:pipeline:', id)) IS NOT NULL]])[1].n > 0 do
+      if oops.now_ms() > deadline then error("pipeline locks still held 600s after the last SUCCEEDED") end
+      C.sleep(0.25)
+    end
+    return t0, t1, at_end
+  end)
+  local after = snapshot(servers)
+  local d = deltas(servers, before, after)
+  local drivers = {}
+  for _, r in ipairs(sql([[SELECT server, COUNT(*) AS n FROM pipeline_event
+      WHERE to_status = 'SUCCEEDED' GROUP BY server]])) do drivers[r.server] = r.n end
+  local per, maxd = {}, 0
+  for i, s in ipairs(servers) do
+    per[i] = drivers[s.name] or 0
+    maxd = math.max(maxd, per[i])
+  end
+  local trips = C.sum(d, "oops_db_round_trips_total")
+  local acq = C.sum(d, "oops_lock_acquire_statements_total")
+  local batches = C.sum(d, "oops_lock_acquire_batches_total")
+  local out = {
+    n = n, servers = nservers, wall_s = t1 - t0,
+    round_trips = trips, round_trips_per_pipeline = trips / n,
+    round_trips_work = C.sum(d, "oops_db_round_trips_total", { conn = "work" }),
+    round_trips_locks = C.sum(d, "oops_db_round_trips_total", { conn = "locks" }),
+    lock_statements = acq, lock_batches = batches,
+    lock_statements_per_scan = batches > 0 and acq / batches or nil,
+    scans = scans(deltas(servers, before, at_end)), drivers = per, spread = maxd / (n / nservers),
+    reaction = summary(reactions()),
+    usage = {},
+  }
+  for i, s in ipairs(servers) do
+    local u = usage[s.name]
+    out.usage[i] = { server = s.name, cpu_s = u.cpu_s, user_s = u.user_s, sys_s = u.sys_s, cpu_percent = u.cpu_percent,
+      peak_anon_kb = u.peak_anon_kb, file_at_peak_kb = u.file_at_peak_kb,
+      peak_rss_kb = u.peak_rss_kb, samples = u.samples }
+  end
+  local u = usage.mariadbd
+  if u then out.database = { cpu_s = u.cpu_s, cpu_percent = u.cpu_percent } end
+  for _, s in ipairs(servers) do C.stop_server(s) end
+  return out
+end
+
+-- Reaction: N pipelines on S servers whose builds end at random moments
+-- (ready_at set by the bench over 3 s): how long after its build ended each
+-- was claimed for deploy.
+function cases.reaction(n, nservers, workdir)
+  n, nservers = tonumber(n), tonumber(nservers)
+  local dir = policy_dir(workdir, "reaction", [[
+scan    { interval = "500ms" }
+gateway "simulated" { build = "1h", deploy = "0s", rollout = "0s" }
+]])
+  local servers = start_servers(nservers, dir, workdir)
+  insert_pipelines(n)
+  local deadline = oops.now_ms() + 120000
+  while sql("SELECT COUNT(*) AS n FROM sim_job WHERE kind = 'build'")[1].n < n do
+    if oops.now_ms() > deadline then error("builds not all submitted after 120s") end
+    C.sleep(0.25)
+  end
+  -- Every build ends at its own random moment in the next 3 s. RAND() is
+  -- the database's: the values are not ours to paste.
+  sql("UPDATE sim_job SET ready_at = NOW(6) + INTERVAL FLOOR(RAND() * ?) MICROSECOND WHERE kind = 'build'", 3000000)
+  wait_all(n, "SUCCEEDED", 600)
+  local xs = reactions()
+  for _, s in ipairs(servers) do C.stop_server(s) end
+  return { n = n, servers = nservers, interval_s = 0.5, reaction = summary(xs), samples = xs }
+end
+
+-- One server, no pipelines: CPU, memory and statements over `seconds`.
+function cases.idle(policies, seconds, workdir)
+  seconds = tonumber(seconds)
+  local s = start_servers(1, policies, workdir)[1]
+  C.sleep(math.min(10, seconds / 2)) -- start-up done, every scan has ticked
+  local before = C.metrics(s)
+  local u0, t0 = C.proc_usage(s.pid), oops.now_ms()
+  C.sleep(seconds)
+  local u1, t1 = C.proc_usage(s.pid), oops.now_ms()
+  local pss = C.pss_kb(s.pid)
+  local after = C.metrics(s)
+  local wall = (t1 - t0) / 1000
+  local d = C.delta { { before = before, after = after } }
+  C.stop_server(s)
+  return {
+    seconds = wall, cpu_s = u1.cpu - u0.cpu, cpu_percent = 100 * (u1.cpu - u0.cpu) / wall,
+    rss_kb = u1.rss_kb, peak_rss_kb = u1.hwm_kb, anon_kb = u1.anon_kb, file_kb = u1.file_kb, pss_kb = pss,
+    statements_per_s = C.sum(d, "oops_db_round_trips_total") / wall,
+    ticks = C.sum(d, "oops_scan_runs_total"),
+  }
+end
+
+local result
+local ran, err = pcall(oops.wait, function()
+  local connected, cerr = oops.connect { db = DB, name = "bench", locks = false }
+  if not connected then error("cannot connect: " .. tostring(cerr)) end
+  assert(oops.migrate())
+  local fn = cases[mode]
+  if not fn then error("unknown case " .. tostring(mode) .. " (scale, reaction, idle)") end
+  result = fn(table.unpack(arg, 2))
+  result.mariadb = sql("SELECT VERSION() AS v")[1].v
+end)
+if not ran then
+  C.kill_all()
+  io.stderr:write("bench case " .. tostring(mode) .. ": " .. tostring(err) .. "\n")
+  os.exit(1)
+end
+io.write(cjson.encode(result), "\n")
+os.exit(0)

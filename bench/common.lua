@@ -1,0 +1,207 @@
+-- What bench/run.lua (the driver) and bench/case.lua (one measured case, in a
+-- process of its own) share: files, /proc, real oopsd servers, /metrics,
+-- quantiles. Loaded with dofile(); everything that waits must run in a task.
+local oops = require("oops")
+
+local C = {}
+
+function C.read(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+function C.write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+function C.sleep(seconds) oops.sleep(math.max(0, math.floor(seconds * 1000))) end
+
+---------------------------------------------------------------- /proc
+
+local clk_tck
+-- Clock ticks per second of /proc/PID/stat's utime and stime.
+function C.clk_tck()
+  if clk_tck then return clk_tck end
+  local r = oops.proc.run { argv = { "getconf", "CLK_TCK" }, timeout_ms = 5000 }
+  clk_tck = r and r.ok and tonumber(r.stdout:match("%d+")) or 100
+  return clk_tck
+end
+
+-- CPU seconds used so far (user + system) and memory of a process:
+-- { cpu = s (user + sys), user, sys, rss_kb = current, hwm_kb = peak,
+-- anon_kb, file_kb }, or nil when it is gone.
+function C.proc_usage(pid)
+  local stat = C.read("/proc/" .. pid .. "/stat")
+  local status = C.read("/proc/" .. pid .. "/status")
+  if not stat or not status then return nil end
+  -- Fields after the command (which may hold spaces) start at field 3.
+  local rest = stat:match("%) (.*)$")
+  local f = {}
+  for x in rest:gmatch("%S+") do f[#f + 1] = x end
+  local utime, stime = tonumber(f[12]), tonumber(f[13]) -- fields 14 and 15
+  return {
+    cpu = (utime + stime) / C.clk_tck(), user = utime / C.clk_tck(), sys = stime / C.clk_tck(),
+    rss_kb = tonumber(status:match("VmRSS:%s*(%d+)")) or 0,
+    hwm_kb = tonumber(status:match("VmHWM:%s*(%d+)")) or 0,
+    -- RSS = anonymous memory (heap, stacks: this process's own) + pages of
+    -- mapped files (the binary and its shared libraries, shared with every
+    -- other process that maps them).
+    anon_kb = tonumber(status:match("RssAnon:%s*(%d+)")) or 0,
+    file_kb = tonumber(status:match("RssFile:%s*(%d+)")) or 0,
+  }
+end
+
+-- Proportional set size: shared pages divided among the processes that map
+-- them (a shared library's pages count fully in every RSS).
+function C.pss_kb(pid)
+  return tonumber((C.read("/proc/" .. pid .. "/smaps_rollup") or ""):match("\nPss:%s*(%d+)"))
+end
+
+---------------------------------------------------------------- servers
+
+C.started = {} -- every server started by this process, for C.kill_all()
+
+-- SIGKILL every server still running (a case that failed half-way).
+function C.kill_all()
+  for _, s in ipairs(C.started) do if not s.exit then s.proc:kill(9) end end
+end
+
+-- Start one oopsd; returns { name, port, pid, proc, log_path } once it has
+-- logged "started:", or raises with its log.
+function C.start_server(o)
+  local s = { name = o.name, log_path = o.log_path }
+  local log = assert(io.open(o.log_path, "a"))
+  local head = ""
+  s.proc = assert(oops.proc.start {
+    argv = { o.oopsd, "--name", o.name, "--policies", o.policies, "--listen", "127.0.0.1:0",
+      "--drain", "3000" },
+    env = { OOPS_DB = o.db }, -- not in argv: ps must not show the password
+    on_output = function(_, data)
+      log:write(data)
+      if not s.port then
+        head = (head .. data):sub(-4096)
+        local port = head:match('msg="started:[^"]*listening on [%d.]+:(%d+)')
+        if port then s.port = tonumber(port) end
+      end
+    end,
+    on_exit = function(r) log:close(); s.exit = r end,
+  })
+  s.pid = s.proc:pid()
+  C.started[#C.started + 1] = s
+  local deadline = oops.now_ms() + 30000
+  while not s.port and not s.exit and oops.now_ms() < deadline do C.sleep(0.05) end
+  if not s.port then
+    s.proc:kill(9)
+    error(("oopsd %s did not start:\n%s"):format(o.name, (C.read(o.log_path) or ""):sub(-2000)), 2)
+  end
+  return s
+end
+
+-- SIGTERM, then SIGKILL after `seconds`; waits for the exit.
+function C.stop_server(s, seconds)
+  if s.exit then return end
+  s.proc:kill(15)
+  local deadline = oops.now_ms() + (seconds or 10) * 1000
+  while not s.exit and oops.now_ms() < deadline do C.sleep(0.05) end
+  if not s.exit then
+    s.proc:kill(9)
+    deadline = oops.now_ms() + 5000
+    while not s.exit and oops.now_ms() < deadline do C.sleep(0.05) end
+  end
+end
+
+---------------------------------------------------------------- /metrics
+
+-- A server's /metrics as { ["name{labels}"] = value }.
+function C.metrics(s)
+  local r, err
+  for attempt = 1, 3 do -- a loaded machine may be slow to answer
+    r, err = oops.http.request { url = ("http://127.0.0.1:%d/metrics"):format(s.port), timeout_ms = 10000 }
+    if r and r.status == 200 then break end
+    if attempt < 3 then C.sleep(1) end
+  end
+  if not r or r.status ~= 200 then
+    error(("metrics of %s (port %d): %s"):format(s.name, s.port, tostring(r and ("HTTP " .. r.status) or err)), 2)
+  end
+  local m = {}
+  for line in r.body:gmatch("[^\n]+") do
+    local key, v = line:match("^([%w_]+[^%s]*)%s+(%S+)$")
+    if key and not line:match("^#") then m[key] = tonumber(v) end
+  end
+  return m
+end
+
+-- after - before for every series (counters), summed over several servers:
+-- diffs = list of { before = m, after = m }.
+function C.delta(diffs)
+  local out = {}
+  for _, d in ipairs(diffs) do
+    for k, v in pairs(d.after) do out[k] = (out[k] or 0) + v - (d.before[k] or 0) end
+  end
+  return out
+end
+
+-- Sum of the series of `name` whose labels contain every `k="v"` in `want`.
+function C.sum(m, name, want)
+  local total = 0
+  for k, v in pairs(m) do
+    local n, labels = k:match("^([%w_]+)(.*)$")
+    if n == name then
+      local fits = true
+      for lk, lv in pairs(want or {}) do
+        if not labels:find(('%s="%s"'):format(lk, lv), 1, true) then fits = false end
+      end
+      if fits then total = total + v end
+    end
+  end
+  return total
+end
+
+---------------------------------------------------------------- quantiles
+
+-- Nearest-rank quantile of a list of numbers (sorted here); nil when empty.
+function C.quantile(xs, q)
+  if #xs == 0 then return nil end
+  local s = {}
+  for i, x in ipairs(xs) do s[i] = x end
+  table.sort(s)
+  return s[math.min(#s, math.max(1, math.ceil(q * #s)))]
+end
+
+-- Quantile from the cumulative buckets { {le, count}, ... } (le ascending,
+-- the last one math.huge), interpolated linearly inside the bucket the way
+-- Prometheus' histogram_quantile does; above the last finite bound: that
+-- bound. nil when there are no observations.
+function C.hist_quantile(buckets, q)
+  local total = buckets[#buckets][2]
+  if total == 0 then return nil end
+  local rank = q * total
+  local prev_le, prev_n = 0, 0
+  for _, b in ipairs(buckets) do
+    local le, n = b[1], b[2]
+    if n >= rank then
+      if le == math.huge then return prev_le end
+      if n == prev_n then return le end
+      return prev_le + (le - prev_le) * (rank - prev_n) / (n - prev_n)
+    end
+    prev_le, prev_n = le, n
+  end
+  return prev_le
+end
+
+-- The tick-duration histogram of one scan from a (delta of) /metrics.
+function C.scan_buckets(m, scan, bounds)
+  local out = {}
+  for _, le in ipairs(bounds) do
+    out[#out + 1] = { le, C.sum(m, "oops_scan_ticks_within_seconds_total", { scan = scan, le = ("%g"):format(le) }) }
+  end
+  out[#out + 1] = { math.huge, C.sum(m, "oops_scan_ticks_within_seconds_total", { scan = scan, le = "+Inf" }) }
+  return out
+end
+
+return C

@@ -1,0 +1,538 @@
+-- bench/run: the driver (run by the bench/run wrapper under `oopsd lua`).
+-- Runs each measured case in a process of its own (bench/case.lua, on a
+-- database of its own in one throwaway MariaDB) and each failover fault as a
+-- scenario (bench/failover.lua, `oopsctl scenario`, its own MariaDB), then
+-- prints one table, writes the JSON and draws the plots.
+local oops = require("oops")
+local cjson = require("cjson")
+local lfs = require("lfs")
+local here = arg[0]:match("^(.*)/[^/]*$") or "."
+local C = dofile(here .. "/common.lua")
+
+local USAGE = [[
+usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
+                 [--samples K] [--bound SECONDS] [--idle SECONDS] [--out DIR] [--build DIR]
+  --quick        small sizes for development: --sizes 100,300 --servers 1,3
+                 --samples 2 --bound 10 --idle 5 (and 100 pipelines for the reaction)
+  --only         a comma-separated subset of scale,failover,reaction,footprint
+  --sizes        pipelines per scale case (default 100,1000,10000)
+  --servers      servers per scale case (default 1,3,5)
+  --samples      failover rounds per kind of lock session (default 3)
+  --bound        how long a takeover is awaited where the lock session keeps the
+                 database server's default wait_timeout (default 60 s)
+  --idle         the idle footprint's window (default 30 s)
+  --out          where latest.json and the plots go (default bench/results)
+  --build        the build directory with oopsd and oopsctl (default build/)
+  --replot       measure nothing: print the table and redraw the plots of
+                 OUT/latest.json
+]]
+
+---------------------------------------------------------------- options
+
+local function die(msg)
+  io.stderr:write("bench/run: " .. msg .. "\n")
+  os.exit(1)
+end
+
+local function list_of_numbers(s, what)
+  local t = {}
+  for x in (s or ""):gmatch("[^,]+") do
+    local n = math.tointeger(tonumber(x))
+    if not n or n < 1 then die(what .. ": " .. x .. " is not a whole number above 0") end
+    t[#t + 1] = n
+  end
+  if #t == 0 then die(what .. ": expects a comma-separated list like 100,1000") end
+  return t
+end
+
+local opt = { sizes = { 100, 1000, 10000 }, servers = { 1, 3, 5 }, samples = 3, bound = 60, idle = 30,
+  reaction_n = 300, out = here .. "/results",
+  only = { scale = true, failover = true, reaction = true, footprint = true } }
+local given = {}
+do
+  local i = 1
+  local function value(name)
+    i = i + 1
+    if arg[i] == nil then die(name .. " expects a value") end
+    return arg[i]
+  end
+  while i <= #arg do
+    local a = arg[i]
+    if a == "--quick" then given.quick = true
+    elseif a == "--replot" then opt.replot = true
+    elseif a == "--build" then opt.build = value(a)
+    elseif a == "--out" then opt.out = value(a)
+    elseif a == "--sizes" then given.sizes = list_of_numbers(value(a), a)
+    elseif a == "--servers" then given.servers = list_of_numbers(value(a), a)
+    elseif a == "--samples" then given.samples = list_of_numbers(value(a), a)[1]
+    elseif a == "--bound" then given.bound = list_of_numbers(value(a), a)[1]
+    elseif a == "--idle" then given.idle = list_of_numbers(value(a), a)[1]
+    elseif a == "--only" then
+      opt.only = {}
+      for s in value(a):gmatch("[^,]+") do
+        if not ({ scale = 1, failover = 1, reaction = 1, footprint = 1 })[s] then
+          die("--only: unknown section " .. s .. " (scale, failover, reaction, footprint)")
+        end
+        opt.only[s] = true
+      end
+    elseif a == "--help" or a == "-h" then io.write(USAGE) os.exit(0)
+    else die("unknown option " .. a .. "\n" .. USAGE) end
+    i = i + 1
+  end
+end
+if given.quick then
+  opt.sizes, opt.servers, opt.samples, opt.bound, opt.idle, opt.reaction_n = { 100, 300 }, { 1, 3 }, 2, 10, 5, 100
+end
+for k, v in pairs(given) do if k ~= "quick" then opt[k] = v end end
+opt.quick = given.quick or false
+if not opt.build then die("--build DIR is required (the bench/run wrapper passes it)") end
+local OOPSD, OOPSCTL = opt.build .. "/oopsd", opt.build .. "/oopsctl"
+
+local command = { "bench/run" }
+for _, a in ipairs(arg) do
+  if a ~= "--build" and a ~= opt.build then command[#command + 1] = a end
+end
+
+---------------------------------------------------------------- helpers
+
+local function say(fmt, ...) io.stderr:write(("bench: " .. fmt .. "\n"):format(...)) io.stderr:flush() end
+
+local function mkdirs(path)
+  local acc = path:sub(1, 1) == "/" and "" or "."
+  for part in path:gmatch("[^/]+") do
+    acc = acc .. "/" .. part
+    if not lfs.attributes(acc) then lfs.mkdir(acc) end
+  end
+end
+
+local function make_workdir()
+  local base = os.getenv("TMPDIR")
+  if not base or base == "" then base = "/tmp" end
+  for _ = 1, 20 do
+    local dir = ("%s/oops-bench-%06d"):format(base, math.random(0, 999999))
+    if lfs.mkdir(dir) then return dir end
+  end
+  die("cannot create a work directory under " .. base)
+end
+
+local function machine()
+  local cpuinfo = C.read("/proc/cpuinfo") or ""
+  local n = 0
+  for _ in cpuinfo:gmatch("\nprocessor%s*:") do n = n + 1 end
+  if cpuinfo:match("^processor%s*:") then n = n + 1 end
+  local mem = tonumber((C.read("/proc/meminfo") or ""):match("MemTotal:%s*(%d+)")) or 0
+  return {
+    nproc = n, cpu = cpuinfo:match("model name%s*:%s*([^\n]+)") or "unknown",
+    memory_gb = math.floor(mem / 1048576 * 10 + 0.5) / 10,
+    kernel = ((C.read("/proc/sys/kernel/osrelease") or "?"):gsub("%s+$", "")),
+  }
+end
+
+local work = make_workdir()
+local results -- what latest.json holds
+local failed = {} -- what went wrong, for the end
+
+-- Run one case of bench/case.lua on a fresh database; its JSON, or nil.
+local db
+local dbseq = 0
+local function run_case(label, mode, ...)
+  dbseq = dbseq + 1
+  local name = ("bench_%d_%s"):format(dbseq, mode)
+  local r = oops.proc.run { argv = { "mariadb", "--no-defaults", "--socket=" .. db.socket, "-uroot" },
+    stdin = "CREATE DATABASE " .. name .. ";\n", timeout_ms = 30000 }
+  if not r or not r.ok then
+    failed[#failed + 1] = label .. ": cannot create its database"
+    return nil
+  end
+  local dir = ("%s/%s"):format(work, name)
+  lfs.mkdir(dir)
+  local t0 = oops.now_ms()
+  local args = { OOPSD, "lua", here .. "/case.lua", mode }
+  for _, a in ipairs { ... } do args[#args + 1] = tostring(a) end
+  args[#args + 1] = dir
+  local res = oops.proc.run { argv = args, timeout_ms = 40 * 60 * 1000,
+    env = { OOPS_DB = db:url_for("127.0.0.1"):gsub("/oops$", "/" .. name), OOPSD = OOPSD,
+      BENCH_DB_PID = tostring(db.proc:pid()) } }
+  local took = (oops.now_ms() - t0) / 1000
+  if res then C.write(dir .. "/case.err", res.stderr) end
+  local doc = res and res.ok and select(2, pcall(cjson.decode, res.stdout:match("[^\n]*\n?$") or ""))
+  if type(doc) ~= "table" then
+    local why = res and (res.stderr:match("bench case [^\n]*") or res.stderr:match("([^\n]+)%s*$")
+      or ("exit " .. res.status)) or "did not run"
+    failed[#failed + 1] = ("%s: %s (logs in %s)"):format(label, why, dir)
+    say("%s: FAILED: %s", label, why)
+    return nil
+  end
+  say("%s: done in %.1fs", label, took)
+  if doc.mariadb then results.machine.mariadb = doc.mariadb end
+  return doc
+end
+
+---------------------------------------------------------------- the sections
+
+results = { machine = machine(), command = table.concat(command, " "), quick = opt.quick,
+  started = os.date("!%Y-%m-%dT%H:%M:%SZ"), options = opt }
+
+local function scale()
+  results.scale = {}
+  for _, n in ipairs(opt.sizes) do
+    for _, s in ipairs(opt.servers) do
+      local doc = run_case(("scale N=%d servers=%d"):format(n, s), "scale", n, s)
+      if doc then results.scale[#results.scale + 1] = doc end
+    end
+  end
+end
+
+local FAULTS = { "kill", "cut", "freeze", "partition" }
+
+local function failover()
+  results.failover = {}
+  for _, f in ipairs(FAULTS) do
+    local out = ("%s/failover-%s.json"):format(work, f)
+    local t0 = oops.now_ms()
+    local env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin", TMPDIR = work,
+      HOME = os.getenv("HOME") or "/tmp", BENCH_FAULT = f, BENCH_SAMPLES = tostring(opt.samples),
+      BENCH_BOUND = tostring(opt.bound), BENCH_OUT = out }
+    -- clear_env: an OOPS_DB in the caller's environment must not point the
+    -- scenario at a shared database (it starts its own).
+    local r = oops.proc.run { argv = { OOPSCTL, "scenario", here .. "/failover.lua" }, env = env,
+      clear_env = true, timeout_ms = 20 * 60 * 1000 }
+    local tap = ("%s/failover-%s.tap"):format(work, f)
+    C.write(tap, (r and r.stdout or "") .. (r and r.stderr or ""))
+    local doc = C.read(out)
+    doc = doc and select(2, pcall(cjson.decode, doc))
+    if type(doc) ~= "table" then
+      failed[#failed + 1] = ("failover %s: no result (see %s)"):format(f, tap)
+      say("failover %s: FAILED (see %s)", f, tap)
+    else
+      doc.checks_passed = r ~= nil and r.ok
+      if not doc.checks_passed then
+        failed[#failed + 1] = ("failover %s: the scenario's checks failed (see %s)"):format(f, tap)
+      end
+      results.failover[#results.failover + 1] = doc
+      say("failover %s: done in %.1fs", f, (oops.now_ms() - t0) / 1000)
+    end
+  end
+end
+
+local function reaction()
+  results.reaction = run_case(("reaction N=%d servers=3"):format(opt.reaction_n), "reaction", opt.reaction_n, 3)
+end
+
+local function footprint()
+  local fp = {}
+  local root = here:match("^(.*)/bench$") or (here .. "/..")
+  fp.idle_shipped = run_case(("idle, shipped policies (%ds)"):format(opt.idle), "idle", root .. "/policies", opt.idle)
+  local dir = work .. "/policy-idle-fast"
+  lfs.mkdir(dir)
+  C.write(dir .. "/bench.lua", 'scan { interval = "500ms" }\ngateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }\n')
+  fp.idle_fast = run_case(("idle, scan 500ms (%ds)"):format(opt.idle), "idle", dir, opt.idle)
+  -- Driving: one server alone with the largest scale case (measured there).
+  local biggest
+  for _, c in ipairs(results.scale or {}) do
+    if c.servers == 1 and (not biggest or c.n > biggest.n) then biggest = c end
+  end
+  if not biggest then
+    local n = opt.sizes[#opt.sizes]
+    biggest = run_case(("scale N=%d servers=1 (footprint)"):format(n), "scale", n, 1)
+  end
+  if biggest then
+    local u = biggest.usage[1]
+    fp.driving = { n = biggest.n, wall_s = biggest.wall_s, cpu_percent = u.cpu_percent, user_s = u.user_s,
+      peak_anon_kb = u.peak_anon_kb, file_at_peak_kb = u.file_at_peak_kb,
+      sys_s = u.sys_s, peak_rss_kb = u.peak_rss_kb, samples = u.samples,
+      database_cpu_percent = biggest.database and biggest.database.cpu_percent }
+  end
+  results.footprint = fp
+end
+
+---------------------------------------------------------------- the table
+
+local rows = {}
+local function row(section, case, measure, value, target, met)
+  rows[#rows + 1] = { section, case, measure, value, target or "-",
+    met == nil and "-" or (met and "yes" or "NO") }
+end
+
+local function ms(s) return s and ("%.0f"):format(s * 1000) or "-" end
+local function secs(s) return s and ("%.2f s"):format(s) or "-" end
+local function mb(kb) return kb and ("%.1f MB"):format(kb / 1024) or "-" end
+
+local function table_rows()
+  for _, c in ipairs(results.scale or {}) do
+    local case = ("N=%d, %d server%s"):format(c.n, c.servers, c.servers > 1 and "s" or "")
+    row("scale", case, "wall time to all SUCCEEDED", secs(c.wall_s))
+    row("scale", case, "SQL round trips per pipeline", ("%.1f"):format(c.round_trips_per_pipeline))
+    for _, scan in ipairs { "build", "rollout" } do
+      local s = c.scans[scan]
+      row("scale", case, scan .. " scan tick, median / p99 (mean)", ("%s / %s ms (%s ms; %d ticks)"):format(
+        ms(s.p50), ms(s.p99), s.ticks > 0 and ms(s.sum / s.ticks) or "-", s.ticks))
+    end
+    local per = c.lock_statements_per_scan
+    row("scale", case, "GET_LOCK statements per scan",
+      (per and ("%.2f (%d in %d ticks)"):format(per, c.lock_statements, c.lock_batches) or "-") ..
+      ("; lock session in all: %.2f round trips per pipeline (RELEASE_LOCK)"):format(c.round_trips_locks / c.n),
+      "1, whatever N", per and per <= 1.0 + 1e-9)
+    local d = {}
+    for i, x in ipairs(c.drivers) do d[i] = ("%.0f"):format(x) end
+    row("scale", case, "spread over servers, max / mean", ("%.2f (%s)"):format(c.spread, table.concat(d, "/")))
+    local cpu = 0
+    for _, u in ipairs(c.usage) do cpu = cpu + u.cpu_percent end
+    row("scale", case, "CPU during the run, servers / MariaDB", ("%.0f %% / %s of a core"):format(cpu,
+      c.database and ("%.0f %%"):format(c.database.cpu_percent) or "?"))
+  end
+  for _, f in ipairs(results.failover or {}) do
+    if f.skipped then
+      row("failover", f.fault, "takeover", "skipped: " .. f.skipped)
+    else
+      -- kill and cut free the locks at once (the session ends with its
+      -- socket, or is killed); freeze and partition wait for the database to
+      -- reap the silent session.
+      local at_once = f.fault == "kill" or f.fault == "cut"
+      local target = at_once and f.interval_s + 1 or f.session_timeout_s + f.interval_s
+      for _, kind in ipairs { "short", "server" } do
+        local xs, censored, n, rounds = {}, 0, 0, 0
+        for _, r in ipairs(f.rounds) do
+          if r.kind == kind then
+            rounds = rounds + 1
+            for _, x in ipairs(r.latencies) do xs[#xs + 1] = x end
+            censored = censored + r.censored
+            n = n + r.pipelines
+          end
+        end
+        local value
+        if #xs == 0 and censored > 0 then
+          value = ("not within %d s (%d pipelines): server wait_timeout %d s"):format(f.bound_s, censored, f.server_wait_timeout_s)
+        else
+          value = ("median %s, max %s (%d pipelines, %d faults)"):format(secs(C.quantile(xs, 0.5)),
+            secs(C.quantile(xs, 1)), #xs, rounds)
+          if censored > 0 then value = value .. (", %d not within %d s"):format(censored, f.bound_s) end
+        end
+        if kind == "short" then
+          local max = C.quantile(xs, 1)
+          row("failover", f.fault, ("fault -> first transition elsewhere (session timeout %d s)"):format(f.session_timeout_s),
+            value, ("<= %.1f s"):format(target), censored == 0 and max ~= nil and max <= target)
+        else
+          row("failover", f.fault, "the same, session at the server's default wait_timeout", value, "(comparison)")
+        end
+      end
+    end
+  end
+  local r = results.reaction
+  if r then
+    local x = r.reaction
+    row("reaction", ("%d pipelines, 3 servers"):format(r.n), "build ready -> deploy claim",
+      ("median %s, p99 %s, max %s"):format(secs(x.p50), secs(x.p99), secs(x.max)),
+      ("<= %.1f s (max)"):format(r.interval_s), x.max and x.max <= r.interval_s)
+  end
+  local fp = results.footprint
+  if fp then
+    for _, k in ipairs { { "idle_shipped", "idle, shipped policies (scan 5s)" }, { "idle_fast", "idle, scan 500ms" } } do
+      local x = fp[k[1]]
+      if x then
+        row("footprint", k[2], "RSS", ("%s (own %s + shared files %s; PSS %s)"):format(mb(x.rss_kb), mb(x.anon_kb),
+          mb(x.file_kb), mb(x.pss_kb)),
+          "<= 20 MB", x.rss_kb <= 20 * 1024)
+        row("footprint", k[2], "CPU, % of a core", ("%.2f %%"):format(x.cpu_percent), "<= 1 %", x.cpu_percent <= 1)
+        row("footprint", k[2], "database statements per second", ("%.2f"):format(x.statements_per_s))
+      end
+    end
+    local x = fp.driving
+    if x then
+      local case = ("driving %d pipelines, 1 server"):format(x.n)
+      row("footprint", case, "peak RSS", ("%s (own at most %s + shared files %s)"):format(mb(x.peak_rss_kb),
+        mb(x.peak_anon_kb), mb(x.file_at_peak_kb)), "<= 20 MB", x.peak_rss_kb <= 20 * 1024)
+      row("footprint", case, "CPU, % of a core", ("%.1f %% over %.1f s (user %.1f s, system %.1f s)%s"):format(
+        x.cpu_percent, x.wall_s, x.user_s or 0, x.sys_s or 0,
+        x.database_cpu_percent and ("; MariaDB %.0f %%"):format(x.database_cpu_percent) or ""))
+    end
+  end
+end
+
+local function print_table()
+  local head = { "section", "case", "measure", "value", "target", "met?" }
+  local w = {}
+  for i, h in ipairs(head) do w[i] = #h end
+  for _, r in ipairs(rows) do for i, c in ipairs(r) do w[i] = math.max(w[i], utf8.len(c) or #c) end end
+  local function line(r)
+    local cells = {}
+    for i, c in ipairs(r) do cells[i] = c .. (" "):rep(w[i] - (utf8.len(c) or #c)) end
+    return "| " .. table.concat(cells, " | ") .. " |"
+  end
+  local out = { line(head) }
+  local sep = {}
+  for i = 1, #w do sep[i] = ("-"):rep(w[i]) end
+  out[#out + 1] = "|-" .. table.concat(sep, "-|-") .. "-|"
+  for _, r in ipairs(rows) do out[#out + 1] = line(r) end
+  return table.concat(out, "\n") .. "\n"
+end
+
+---------------------------------------------------------------- plots
+
+local function plots(outdir)
+  local have = oops.proc.run { argv = { "gnuplot", "--version" }, timeout_ms = 10000 }
+  if not have or not have.ok then say("no gnuplot: no plots") return {} end
+  local made, script = {}, {}
+  local function dat(name, lines)
+    local path = ("%s/%s.dat"):format(work, name)
+    C.write(path, table.concat(lines, "\n") .. "\n")
+    return path
+  end
+  local function png(name, body)
+    made[#made + 1] = name .. ".png"
+    script[#script + 1] = ("set output '%s/%s.png'\n%s\n"):format(outdir, name, body)
+  end
+  script[#script + 1] = "set terminal pngcairo size 900,560 noenhanced font ',11'\nset key left top\nset grid\n"
+  if results.scale and #results.scale > 0 then
+    local by = {}
+    for _, c in ipairs(results.scale) do
+      by[c.servers] = by[c.servers] or {}
+      table.insert(by[c.servers], c)
+    end
+    local ss = {}
+    for s in pairs(by) do ss[#ss + 1] = s end
+    table.sort(ss)
+    local wall, trips, ticks = {}, {}, {}
+    for _, s in ipairs(ss) do
+      table.sort(by[s], function(a, b) return a.n < b.n end)
+      local lw, lt, lk = {}, {}, {}
+      for _, c in ipairs(by[s]) do
+        lw[#lw + 1] = ("%d %.3f"):format(c.n, c.wall_s)
+        lt[#lt + 1] = ("%d %.2f"):format(c.n, c.round_trips_per_pipeline)
+        lk[#lk + 1] = ("%d %.4f %.4f"):format(c.n, c.scans.build.p50 or 0, c.scans.build.p99 or 0)
+      end
+      local fw, ft, fk = dat("wall-" .. s, lw), dat("trips-" .. s, lt), dat("ticks-" .. s, lk)
+      local label = ("%d server%s"):format(s, s > 1 and "s" or "")
+      wall[#wall + 1] = ("'%s' using 1:2 with linespoints lw 2 title '%s'"):format(fw, label)
+      trips[#trips + 1] = ("'%s' using 1:2 with linespoints lw 2 title '%s'"):format(ft, label)
+      ticks[#ticks + 1] = ("'%s' using 1:2 with linespoints lw 2 title '%s, median', '%s' using 1:3 with linespoints dt 2 lw 2 title '%s, p99'"):format(fk, label, fk, label)
+    end
+    png("scale-wall", "set title 'Scale: N pipelines at once, instant builds - wall time to all SUCCEEDED'\n" ..
+      "set logscale xy\nset xlabel 'active pipelines'\nset ylabel 'seconds'\nplot " .. table.concat(wall, ", ") ..
+      "\nunset logscale")
+    png("scale-round-trips", "set title 'Scale: SQL round trips per pipeline (every server, both connections)'\n" ..
+      "set logscale x\nset xlabel 'active pipelines'\nset ylabel 'round trips per pipeline'\nset yrange [0:*]\n" ..
+      "set key inside right bottom\nplot " .. table.concat(trips, ", ") ..
+      "\nunset logscale\nset autoscale y\nset key inside left top")
+    png("scale-build-tick", "set title 'Scale: build scan tick duration'\nset logscale xy\n" ..
+      "set xlabel 'active pipelines'\nset ylabel 'seconds'\nplot " .. table.concat(ticks, ", ") .. "\nunset logscale")
+  end
+  if results.failover and #results.failover > 0 then
+    local lines, i = {}, 0
+    for _, f in ipairs(results.failover) do
+      if not f.skipped then
+        i = i + 1
+        local per = {}
+        for _, kind in ipairs { "short", "server" } do
+          local xs, censored = {}, 0
+          for _, r in ipairs(f.rounds) do
+            if r.kind == kind then
+              for _, x in ipairs(r.latencies) do xs[#xs + 1] = x end
+              censored = censored + r.censored
+            end
+          end
+          -- Not within the bound: drawn at the bound.
+          if censored > 0 then xs[#xs + 1] = f.bound_s end
+          per[#per + 1] = ("%.3f %.3f"):format(C.quantile(xs, 0.5) or 0, C.quantile(xs, 1) or 0)
+        end
+        lines[#lines + 1] = ('"%s" %s %s'):format(f.fault, per[1], per[2])
+      end
+    end
+    if #lines > 0 then
+      local fd = dat("failover", lines)
+      png("failover", "set title 'Failover: fault -> first transition by another server'\n" ..
+        "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8 border -1\n" ..
+        "unset xlabel\nset key below\n" ..
+        ("set logscale y\nset ylabel 'seconds (log)'\nset yrange [0.1:%d]\n"):format(math.ceil(opt.bound * 1.5)) ..
+        ("plot '%s' using 2:xtic(1) title 'median, session timeout 3 s', '' using 4 title 'median, server default wait_timeout (capped at the bound)', " ..
+        "'' using 3 title 'max, 3 s', '' using 5 title 'max, server default'"):format(fd) ..
+        "\nunset logscale\nset autoscale y\nset style data lines\nset key inside left top")
+    end
+  end
+  if results.reaction and results.reaction.samples then
+    local xs = {}
+    for i, x in ipairs(results.reaction.samples) do xs[i] = x end
+    table.sort(xs)
+    local lines = {}
+    for i, x in ipairs(xs) do lines[i] = ("%.4f %.4f"):format(x, i / #xs) end
+    local fr = dat("reaction", lines)
+    png("reaction", ("set title 'Reaction: build ready -> deploy claim (scan interval 500 ms), CDF over %d pipelines'\n"):format(#xs) ..
+      "set xlabel 'seconds'\nset ylabel 'fraction of pipelines'\nset yrange [0:1]\nset arrow from 0.5,0 to 0.5,1 nohead dt 2\n" ..
+      ("plot '%s' using 1:2 with steps lw 2 title 'reaction'"):format(fr) .. "\nunset arrow\nset autoscale y")
+  end
+  local fp = results.footprint
+  if fp and fp.driving and fp.driving.samples and #fp.driving.samples > 1 then
+    local lines = {}
+    for i, s in ipairs(fp.driving.samples) do lines[i] = ("%.2f %.2f %.3f %.2f"):format(s[1], s[2] / 1024, s[3], (s[4] or 0) / 1024) end
+    local ff = dat("footprint", lines)
+    png("footprint", ("set title 'Footprint: one server driving %d pipelines'\n"):format(fp.driving.n) ..
+      "set xlabel 'seconds'\nset ylabel 'RSS (MB)'\nset y2label 'CPU seconds used'\nset y2tics\nset ytics nomirror\n" ..
+      "set yrange [0:*]\nset y2range [0:*]\n" ..
+      ("plot '%s' using 1:2 with lines lw 2 title 'RSS (MB)', '' using 1:4 with lines lw 2 title 'of which its own (anonymous, MB)', " ..
+      "'' using 1:3 axes x1y2 with lines lw 2 title 'CPU seconds'"):format(ff) ..
+      "\nunset y2tics\nunset y2label")
+  end
+  if #made == 0 then return {} end
+  local sp = work .. "/plots.gp"
+  C.write(sp, table.concat(script, "\n"))
+  local r = oops.proc.run { argv = { "gnuplot", sp }, timeout_ms = 60000 }
+  if not r or not r.ok then
+    failed[#failed + 1] = "gnuplot: " .. (r and (r.stderr:match("([^\n]+)%s*$") or "") or "did not run")
+    return {}
+  end
+  return made
+end
+
+---------------------------------------------------------------- main
+
+local ran, err = pcall(oops.wait, function()
+  if opt.replot then
+    local text = C.read(opt.out .. "/latest.json")
+    if not text then error("--replot: no " .. opt.out .. "/latest.json") end
+    results = cjson.decode(text)
+    results.table, rows = nil, {}
+    table_rows()
+    results.table = rows
+    results.plots = plots(opt.out)
+    C.write(opt.out .. "/latest.json", cjson.encode(results) .. "\n")
+    return
+  end
+  local t0 = oops.now_ms()
+  local v = oops.proc.run { argv = { "mariadbd", "--version" }, timeout_ms = 10000 }
+  results.machine.mariadb = v and v.ok and v.stdout:match("Ver%s+(%S+)") or nil
+  if opt.only.scale or opt.only.reaction or opt.only.footprint then
+    local e
+    db, e = require("oops.mariadb").start { dir = work .. "/mariadb" }
+    if not db then error("cannot start MariaDB: " .. tostring(e)) end
+  end
+  if opt.only.scale then scale() end
+  if opt.only.reaction then reaction() end
+  if opt.only.footprint then footprint() end
+  if db then db:stop() db = nil end
+  if opt.only.failover then failover() end
+  results.seconds = (oops.now_ms() - t0) / 1000
+  table_rows()
+  results.table = rows
+  mkdirs(opt.out)
+  results.plots = plots(opt.out)
+  results.failed = failed
+  C.write(opt.out .. "/latest.json", cjson.encode(results) .. "\n")
+end)
+if db then pcall(oops.wait, function() db:stop() end) end
+if not ran then
+  io.stderr:write("bench/run: " .. tostring(err) .. "\n(work files kept in " .. work .. ")\n")
+  os.exit(1)
+end
+
+io.write(print_table())
+io.write(("\n%s; %s, %d cores, %s; MariaDB %s; %.0f s in all\n"):format(results.command, results.machine.cpu,
+  results.machine.nproc, results.machine.kernel, results.machine.mariadb or "?", results.seconds))
+io.write(("JSON: %s/latest.json; plots: %s\n"):format(opt.out,
+  #results.plots > 0 and table.concat(results.plots, ", ") or "none"))
+if #failed > 0 then
+  io.write("\nFAILED:\n  " .. table.concat(failed, "\n  ") .. "\n")
+  io.write("(work files kept in " .. work .. ")\n")
+  os.exit(1)
+end
+oops.wait(function() oops.proc.run { argv = { "rm", "-rf", "--", work }, timeout_ms = 60000 } end)
+os.exit(0)
