@@ -76,7 +76,7 @@ end
 local function free_port()
   local used = ports_in_use()
   for _ = 1, 200 do
-    local p = math.random(20000, 59999)
+    local p = math.random(20000, 31999) -- below the ephemeral range (32768+)
     if not used[p] then return p end
   end
   return nil

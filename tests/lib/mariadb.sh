@@ -12,7 +12,7 @@ MDB_PID=""
 _mdb_free_port() {
   local p
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+): no clash with a client socket
     if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "$p"; return 0; fi
   done
   return 1
