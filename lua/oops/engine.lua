@@ -23,8 +23,8 @@ local running = false
 -- the notifier every second (its retries are scheduled in the outbox).
 local leader = require("oops.leader")
 M.scans = {
-  { mod = "oops.scans.build", interval = function(p) return p.scan.interval_ms end },
-  { mod = "oops.scans.rollout", interval = function(p) return p.scan.interval_ms end },
+  { mod = "oops.scans.build", rate = true, interval = function(p) return p.scan.interval_ms end },
+  { mod = "oops.scans.rollout", rate = true, interval = function(p) return p.scan.interval_ms end },
   { mod = "oops.scans.restart", interval = function(p)
       return leader.until_next(require("oops.scans.restart").needs_seconds(p) and 1000 or 60000)
     end },
@@ -79,16 +79,27 @@ function M.observe_duration(name, seconds)
   end
 end
 
--- One scan's life: tick, sleep the policy's interval, tick again. Never
--- overlaps itself (one task per scan); an error in a tick is caught, logged
--- with its traceback, counted, and the next tick runs.
+-- How long to sleep after a tick that started at t0. A `rate` scan ticks
+-- every interval from start to start (a build finishing just after a tick
+-- is seen one interval later, not one interval plus the tick's duration),
+-- resting at least a tenth of the interval when a tick ran long; the others
+-- compute their own (aligned to the clock).
+function M.pause(def, policy, t0, now)
+  local interval = def.interval(policy)
+  if not def.rate then return interval end
+  return math.max(interval - (now - t0), interval // 10)
+end
+
+-- One scan's life: tick, sleep until the next, tick again. Never overlaps
+-- itself (one task per scan); an error in a tick is caught, logged with its
+-- traceback, counted, and the next tick runs.
 local function loop(def)
   local scan = require(def.mod)
   local name = scan.name
   while running do
     local cur = current
+    local t0 = oops.now_ms()
     if oops.locks.is_up() then
-      local t0 = oops.now_ms()
       local ok, err = xpcall(scan.run, debug.traceback, cur.policy, cur.gateway)
       oops.metrics.inc("oops_scan_runs_total", labels(name))
       M.observe_duration(name, (oops.now_ms() - t0) / 1000)
@@ -97,7 +108,7 @@ local function loop(def)
         log.failure("scan", err, { scan = name })
       end
     end
-    if not oops.sleep(def.interval(current.policy)) then break end
+    if not oops.sleep(M.pause(def, current.policy, t0, oops.now_ms())) then break end
   end
 end
 

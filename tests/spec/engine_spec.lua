@@ -153,3 +153,22 @@ describe("scan tick durations", function()
     assert.are.equal(4, oops.metrics.get("oops_scan_duration_seconds", { scan = scan }))
   end)
 end)
+
+describe("scan cadence", function()
+  local engine = require("oops.engine")
+  local policy = { scan = { interval_ms = 500 } }
+  local build = engine.scans[1]
+
+  it("a build or rollout scan ticks every interval from start to start", function()
+    assert.are.equal(require("oops.scans.build").name, "build")
+    assert.are.equal(500, engine.pause(build, policy, 1000, 1000))  -- an instant tick
+    assert.are.equal(380, engine.pause(build, policy, 1000, 1120))  -- a 120 ms tick
+    assert.are.equal(50, engine.pause(build, policy, 1000, 1700))   -- a long one: a tenth
+    assert.are.equal(500, engine.pause(engine.scans[2], policy, 1000, 1000))
+  end)
+
+  it("the scans aligned to the clock keep their own wait", function()
+    local notify = engine.scans[5]
+    assert.are.equal(1000, engine.pause(notify, policy, 1000, 1900))
+  end)
+end)
