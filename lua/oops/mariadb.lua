@@ -26,6 +26,7 @@
 -- a shell; the password never appears in an argv (the bootstrap SQL goes to
 -- the client's stdin).
 local oops = require("oops")
+local files = require("oops.files")
 local lfs = require("lfs")
 
 local M = {}
@@ -38,19 +39,7 @@ local STOP_SECONDS = 30      -- SIGTERM to exit, before SIGKILL
 
 local function sleep(seconds) oops.sleep(math.floor(seconds * 1000)) end
 
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local read_file, write_file = files.read, files.write
 
 -- The last non-empty line of a text (a log), trimmed; "(empty log)" when none.
 local function last_line(text)

@@ -45,6 +45,7 @@
 -- takeovers with their latency (fault → first transition by the new
 -- driver), violations. Exit 0 only when every check passed.
 local oops = require("oops")
+local files = require("oops.files")
 
 local M = {}
 
@@ -118,19 +119,7 @@ end
 local Server = {}
 Server.__index = Server
 
-local function write_file(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local write_file, read_file = files.write, files.read
 
 function Server:start()
   assert(not self:alive(), self.name .. " is already running")

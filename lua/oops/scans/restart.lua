@@ -137,7 +137,7 @@ end
 -- this one). Unstarted ones are taken over and fired late (or recorded missed
 -- past the grace); started ones may have reached the gateway, so they are
 -- closed as unknown rather than fired twice.
-local function recover(now, p, gw)
+local function recover(now, p, gw, list)
   local rows = oops.db.exec("SELECT namespace, application, environment, UNIX_TIMESTAMP(occurrence) AS t, " ..
     "fired_by, started_at IS NOT NULL AS started FROM restart_run WHERE finished_at IS NULL " ..
     "ORDER BY occurrence LIMIT 1000")
@@ -145,7 +145,7 @@ local function recover(now, p, gw)
   local me, alive = oops.server_name(), {}
   local grace_s = p.restarts.grace_ms / 1000
   local by_target = {}
-  for _, s in ipairs(schedules(p)) do by_target[s.namespace .. "/" .. s.application .. "/" .. s.environment] = s end
+  for _, s in ipairs(list) do by_target[s.namespace .. "/" .. s.application .. "/" .. s.environment] = s end
   for _, r in ipairs(rows) do
     local t = math.floor(tonumber(r.t))
     local s = by_target[r.namespace .. "/" .. r.application .. "/" .. r.environment] or
@@ -159,8 +159,7 @@ local function recover(now, p, gw)
     else
       if alive[r.fired_by] == nil then
         local l = oops.db.exec("SELECT IS_USED_LOCK(CONCAT('oops:server:', ?)) AS c", r.fired_by)
-        alive[r.fired_by] = l and l[1] and l[1].c ~= nil or false
-        if not l then alive[r.fired_by] = true end -- cannot tell: leave it for the next look
+        alive[r.fired_by] = not l or l[1].c ~= nil -- cannot tell: leave it for the next look
       end
       gone = not alive[r.fired_by]
     end
@@ -243,11 +242,12 @@ function M.run(p, gw)
     local w = watermark()
     from = w and math.max(w + 1, now - LOOKBACK_S) or now
   end
+  local list = schedules(p)
   if not last_recovered or now - last_recovered >= RECOVER_EVERY_S then
-    recover(now, p, gw)
+    recover(now, p, gw, list)
     last_recovered = now
   end
-  for _, s in ipairs(schedules(p)) do handle(s, from, now, p, gw) end
+  for _, s in ipairs(list) do handle(s, from, now, p, gw) end
   advance(now)
   last_checked = now
 end
