@@ -6,41 +6,95 @@
  * Exit codes: 0 ok; 1 bad input (unknown id, bad flag, illegal transition,
  * an unfinished pipeline already exists); 2 database unreachable or
  * credentials refused; 3 the state changed concurrently (nothing changed).
+ *
+ * Every flag and argument is checked (ctl_args.h) before the database is
+ * opened, so bad input exits 1 even when the database is down. Text output
+ * goes through ctl_escape: whatever a row holds (an artifact, a message, a
+ * command's output) cannot rewrite the operator's terminal; --json is exact.
  */
-#include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <mysql.h>
+#include <uv.h>
 
 #include "buf.h"
+#include "ctl_args.h"
+#include "ctx.h"
 #include "db.h"
+#include "metrics.h"
 #include "pipeline_store.h"
+#include "runtime.h"
 #include "schema.h"
 
-enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_DB = 2, EXIT_STALE = 3 };
+enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_DB = 2, EXIT_STALE = 3, EXIT_HELP = 100 };
+
+/* Global flags: anywhere on the line, each at most once. */
+enum { G_DB, G_JSON, G_HELP, G_H, NGLOBAL };
 
 typedef struct ctl {
-    const char *db_url;
+    const char *db_url; /* a copy: argv's is masked */
+    char *db_url_copy;
     bool json;
     db_conn *db;
     char actor[80];
+    ctl_flag globals[NGLOBAL];
 } ctl;
 
+/* Print "oopsctl: MESSAGE" on stderr, terminal-safe (a message may quote
+ * what a row or a policy file holds); multi-line messages stay multi-line. */
 static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(int code, const char *fmt, ...)
 {
     va_list ap;
-    fputs("oopsctl: ", stderr);
+    buf msg = {0}, out = {0};
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (n > 0) {
+        char *text = malloc((size_t)n + 1);
+        if (text) {
+            va_start(ap, fmt);
+            vsnprintf(text, (size_t)n + 1, fmt, ap);
+            va_end(ap);
+            buf_add(&msg, text, (size_t)n);
+            free(text);
+        }
+    }
+    buf_puts(&out, "oopsctl: ");
+    ctl_escape(&out, msg.p ? msg.p : "", msg.len, CTL_TEXT_LINES);
+    buf_puts(&out, "\n");
+    fputs(out.p, stderr);
+    buf_free(&msg);
+    buf_free(&out);
     return code;
+}
+
+/* Terminal-safe copies of single-line values for the text output: a ring,
+ * so that several can be used in one printf. Freed by tty_free(). */
+#define TTY_RING 16
+static buf tty_ring[TTY_RING];
+static unsigned tty_next;
+
+static const char *tty(const char *s)
+{
+    if (!s)
+        return NULL;
+    buf *b = &tty_ring[tty_next++ % TTY_RING];
+    b->len = 0;
+    ctl_escape(b, s, strlen(s), CTL_TEXT_LINE);
+    return b->p ? b->p : "";
+}
+
+static const char *tty_or(const char *s, const char *dflt) { return s ? tty(s) : dflt; }
+
+static void tty_free(void)
+{
+    for (int i = 0; i < TTY_RING; i++)
+        buf_free(&tty_ring[i]);
 }
 
 static void usage(FILE *f)
@@ -50,7 +104,9 @@ static void usage(FILE *f)
           "commands:\n"
           "  migrate                              apply the schema migrations\n"
           "  create --app NS/APP --env ENV [--manual] [--artifact REF] [--source JSON]\n"
-          "                                       create a pipeline (INITIALIZED)\n"
+          "         [--rollback] [--policies DIR] create a pipeline (INITIALIZED); with --policies\n"
+          "                                       or $OOPS_POLICIES the application and environment\n"
+          "                                       must be declared there\n"
           "  list [--status S[,S...]] [--limit N] list pipelines, oldest first\n"
           "  show ID                              a pipeline and its event history\n"
           "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
@@ -60,6 +116,9 @@ static void usage(FILE *f)
           "                                       without --db/$OOPS_DB on a throwaway MariaDB of its own\n"
           "  logs ID [--step build|deploy|health] the commands a pipeline ran and their output\n"
           "\n"
+          "Names (NS, APP, ENV) are lowercase DNS labels: a-z, 0-9 and \"-\", not at either end,\n"
+          "at most 63 characters. Status names are read in any case (running = RUNNING).\n"
+          "Each flag may be given once; --name=value and --name value are the same.\n"
           "The database URL is mysql://user[:password]@host[:port]/database[?socket=PATH],\n"
           "from --db or $OOPS_DB; the password may also come from $OOPS_DB_PASSWORD.\n"
           "exit codes: 0 ok, 1 bad input, 2 database unreachable, 3 state changed concurrently\n",
@@ -86,6 +145,61 @@ static int open_db(ctl *c)
     db_config_free(&cfg);
     if (!c->db)
         return fail(EXIT_DB, "%s", err);
+    return EXIT_OK;
+}
+
+/* Take the global flags parsed so far: --db is copied, then masked in argv
+ * (keep the password out of `ps`); --json. */
+static void take_globals(ctl *c)
+{
+    ctl_flag *db = &c->globals[G_DB];
+    if (db->given && !c->db_url_copy) {
+        c->db_url = c->db_url_copy = strdup(db->value);
+        db_mask_url_password((char *)db->value); /* points into argv */
+    }
+    c->json = c->globals[G_JSON].given;
+}
+
+/*
+ * Parse a command's words (argv[0] is the command) against its flags and the
+ * global ones. EXIT_OK; EXIT_HELP after printing the usage (--help); or
+ * EXIT_INPUT after a message naming the command, the flag and the value.
+ */
+static int parse(ctl *c, int argc, char **argv, ctl_flag *flags, size_t nflags, const char **pos,
+                 size_t maxpos, size_t *npos)
+{
+    ctl_flag all[16];
+    size_t n = 0;
+    for (size_t i = 0; i < nflags && n < 16; i++)
+        all[n++] = flags[i];
+    for (size_t i = 0; i < NGLOBAL && n < 16; i++)
+        all[n++] = c->globals[i];
+    char err[1024];
+    int rc = ctl_parse_flags(argc - 1, argv + 1, all, n, false, pos, maxpos, npos, NULL, err,
+                             sizeof err);
+    for (size_t i = 0; i < nflags; i++)
+        flags[i] = all[i];
+    for (size_t i = 0; i < NGLOBAL; i++)
+        c->globals[i] = all[nflags + i];
+    take_globals(c);
+    if (rc != 0)
+        return fail(EXIT_INPUT, "%s: %s", argv[0], err);
+    if (c->globals[G_HELP].given || c->globals[G_H].given) {
+        usage(stdout);
+        return EXIT_HELP;
+    }
+    return EXIT_OK;
+}
+
+/* The pipeline id a command was given: the one positional, well formed. */
+static int need_id(const char *cmd, const char **pos, size_t npos, const char **id)
+{
+    char err[512];
+    if (npos < 1)
+        return fail(EXIT_INPUT, "%s: a pipeline id is required", cmd);
+    if (ctl_check_id(pos[0], err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "%s: %s", cmd, err);
+    *id = pos[0];
     return EXIT_OK;
 }
 
@@ -134,15 +248,26 @@ static const char *secs(const char *ts, char *out, size_t n)
 
 /* ---- commands ---------------------------------------------------------- */
 
+#define NF(a) (sizeof(a) / sizeof((a)[0]))
+#define PARSE(c, argc, argv, flags, pos, maxpos, npos)                                         \
+    do {                                                                                      \
+        int prc_ = parse(c, argc, argv, flags, NF(flags), pos, maxpos, npos);                 \
+        if (prc_ != EXIT_OK)                                                                  \
+            return prc_;                                                                      \
+    } while (0)
+
 static int cmd_migrate(ctl *c, int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 1)
-        return fail(EXIT_INPUT, "migrate takes no arguments");
+    size_t npos = 0;
+    int rc = parse(c, argc, argv, NULL, 0, NULL, 0, &npos);
+    if (rc != EXIT_OK)
+        return rc;
+    if ((rc = open_db(c)) != EXIT_OK)
+        return rc;
     char err[512];
     int applied = 0;
-    unsigned rc = schema_migrate(c->db, &applied, err, sizeof err);
-    if (rc)
+    unsigned mrc = schema_migrate(c->db, &applied, err, sizeof err);
+    if (mrc)
         return db_is_alive(c->db) ? fail(EXIT_INPUT, "migrate: %s", err)
                                   : fail(EXIT_DB, "migrate: %s", err);
     if (c->json)
@@ -155,53 +280,137 @@ static int cmd_migrate(ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
-static int split_app(const char *app, char *ns, char *name, size_t n)
+/*
+ * The policy's word on a new pipeline: load DIR as oopsd would
+ * (oops.policy.load_dir, in this process's own Lua state) and look the
+ * application and environment up. 0 when declared; otherwise 1 after a
+ * message naming what is wrong (or every error of a broken policy).
+ */
+static const char POLICY_CHECK[] =
+    "local dir, app, env = ...\n"
+    "local p, errs = require('oops.policy').load_dir(dir, { cron_parse = require('oops').cron.parse })\n"
+    "if not p then return 'broken', table.concat(errs, '\\n') end\n"
+    "local a = p.applications[app]\n"
+    "if not a then\n"
+    "  local names = {}\n"
+    "  for name in pairs(p.applications) do names[#names + 1] = name end\n"
+    "  table.sort(names)\n"
+    "  if #names > 10 then names[11] = '...'; for i = #names, 12, -1 do names[i] = nil end end\n"
+    "  return 'app', #names > 0 and table.concat(names, ', ') or 'none'\n"
+    "end\n"
+    "for _, e in ipairs(a.environments) do if e == env then return 'ok' end end\n"
+    "return 'env', table.concat(a.environments, ', ')\n";
+
+static int check_policy(const char *dir, const char *app, const char *env)
 {
-    const char *slash = app ? strchr(app, '/') : NULL;
-    if (!slash || slash == app || !slash[1] || strchr(slash + 1, '/'))
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    oops_ctx ctx = {.loop = &loop};
+    ctx.metrics = metrics_new();
+    snprintf(ctx.server_name, sizeof ctx.server_name, "oopsctl");
+    int rc = EXIT_INPUT;
+    runtime *rt = runtime_new(&ctx);
+    if (!rt) {
+        fail(EXIT_INPUT, "create: out of memory loading the policies");
+        goto out;
+    }
+    lua_State *L = runtime_state(rt);
+    char err[1024];
+    if (luaL_loadbuffer(L, POLICY_CHECK, sizeof POLICY_CHECK - 1, "=policy check") != LUA_OK) {
+        fail(EXIT_INPUT, "create: %s", lua_tostring(L, -1));
+        goto out;
+    }
+    lua_pushstring(L, dir);
+    lua_pushstring(L, app);
+    lua_pushstring(L, env);
+    if (runtime_call(L, 3, 2, "checking the policy", err, sizeof err) != 0) {
+        fail(EXIT_INPUT, "create: checking against the policies in %s: %s", dir, err);
+        goto out;
+    }
+    const char *verdict = lua_tostring(L, -2), *detail = lua_tostring(L, -1);
+    if (verdict && strcmp(verdict, "ok") == 0)
+        rc = EXIT_OK;
+    else if (verdict && strcmp(verdict, "app") == 0)
+        fail(EXIT_INPUT, "create: --app \"%s\" is not declared in the policies in %s (declared: %s)",
+             app, dir, detail ? detail : "?");
+    else if (verdict && strcmp(verdict, "env") == 0)
+        fail(EXIT_INPUT, "create: --env \"%s\" is not an environment of %s in the policies in %s (it declares: %s)",
+             env, app, dir, detail ? detail : "?");
+    else
+        fail(EXIT_INPUT, "create: the policies in %s did not load, so nothing was checked or created:\n%s",
+             dir, detail ? detail : "?");
+    lua_pop(L, 2);
+out:
+    runtime_free(rt);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    metrics_free(ctx.metrics);
+    return rc;
+}
+
+/* An artifact reference: at most 255 bytes, no control characters. */
+static int check_artifact(const char *s, char *err, size_t errlen)
+{
+    char q[300];
+    pipeline_quote(q, sizeof q, s, 64);
+    if (strlen(s) > 255) {
+        snprintf(err, errlen, "--artifact %s: longer than 255 bytes", q);
         return -1;
-    snprintf(ns, n, "%.*s", (int)(slash - app), app);
-    snprintf(name, n, "%s", slash + 1);
+    }
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            snprintf(err, errlen, "--artifact %s: holds a control character", q);
+            return -1;
+        }
+    }
     return 0;
 }
 
 static int cmd_create(ctl *c, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"app", required_argument, NULL, 'a'},      {"env", required_argument, NULL, 'e'},
-        {"manual", no_argument, NULL, 'm'},         {"artifact", required_argument, NULL, 'r'},
-        {"source", required_argument, NULL, 's'},   {"rollback", no_argument, NULL, 'b'},
-        {NULL, 0, NULL, 0},
+    enum { F_APP, F_ENV, F_MANUAL, F_ARTIFACT, F_SOURCE, F_ROLLBACK, F_POLICIES };
+    ctl_flag f[] = {
+        [F_APP] = {"--app", true, false, NULL},           [F_ENV] = {"--env", true, false, NULL},
+        [F_MANUAL] = {"--manual", false, false, NULL},    [F_ARTIFACT] = {"--artifact", true, false, NULL},
+        [F_SOURCE] = {"--source", true, false, NULL},     [F_ROLLBACK] = {"--rollback", false, false, NULL},
+        [F_POLICIES] = {"--policies", true, false, NULL},
     };
-    const char *app = NULL;
-    pipeline_new n = {.actor = c->actor};
-    int o;
-    optind = 1;
-    opterr = 0;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (o) {
-        case 'a': app = optarg; break;
-        case 'e': n.environment = optarg; break;
-        case 'm': n.manual = true; break;
-        case 'r': n.artifact = optarg; break;
-        case 's': n.source = optarg; break;
-        case 'b': n.trigger = "rollback"; break;
-        default: return fail(EXIT_INPUT, "create: unknown or incomplete option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return fail(EXIT_INPUT, "create: unexpected argument \"%s\"", argv[optind]);
-    char ns[128], name[128], err[512];
-    if (!app)
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, NULL, 0, &npos);
+    char ns[PIPELINE_LABEL_MAX + 1], name[PIPELINE_LABEL_MAX + 1], err[1024];
+    if (!f[F_APP].given)
         return fail(EXIT_INPUT, "create: --app NS/APP is required");
-    if (split_app(app, ns, name, sizeof ns) != 0)
-        return fail(EXIT_INPUT, "create: --app \"%s\" is not NAMESPACE/APPLICATION", app);
-    if (!n.environment)
+    if (ctl_parse_app("--app", f[F_APP].value, ns, name, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "create: %s", err);
+    if (!f[F_ENV].given)
         return fail(EXIT_INPUT, "create: --env ENV is required");
-    n.namespace = ns;
-    n.application = name;
+    if (pipeline_label_check("--env", f[F_ENV].value, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "create: %s", err);
+    if (f[F_ARTIFACT].given && check_artifact(f[F_ARTIFACT].value, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "create: %s", err);
+    /* The policy, when we are told where it is: the application must be
+     * declared and the environment one of its environments. */
+    const char *dir = f[F_POLICIES].given ? f[F_POLICIES].value : getenv("OOPS_POLICIES");
+    bool checked = dir && *dir;
+    char app[2 * PIPELINE_LABEL_MAX + 2];
+    snprintf(app, sizeof app, "%s/%s", ns, name);
+    int rc;
+    if (checked && (rc = check_policy(dir, app, f[F_ENV].value)) != EXIT_OK)
+        return rc;
+    if ((rc = open_db(c)) != EXIT_OK)
+        return rc;
+    pipeline_new n = {
+        .namespace = ns,
+        .application = name,
+        .environment = f[F_ENV].value,
+        .manual = f[F_MANUAL].given,
+        .artifact = f[F_ARTIFACT].value,
+        .source = f[F_SOURCE].value,
+        .trigger = f[F_ROLLBACK].given ? "rollback" : NULL,
+        .actor = c->actor,
+    };
     char id[25];
-    int rc = pipeline_store_create(c->db, &n, id, err, sizeof err);
+    rc = pipeline_store_create(c->db, &n, id, err, sizeof err);
     if (rc == PSTORE_EXISTS || rc == PSTORE_BAD)
         return fail(EXIT_INPUT, "create: %s", err);
     if (rc != 0)
@@ -210,62 +419,29 @@ static int cmd_create(ctl *c, int argc, char **argv)
         printf("{\"id\":\"%s\",\"status\":\"INITIALIZED\"}\n", id);
     else
         printf("%s\n", id);
+    if (!checked)
+        fail(EXIT_OK, "create: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
     return EXIT_OK;
-}
-
-static int parse_statuses(const char *s, unsigned *mask)
-{
-    char tmp[256];
-    snprintf(tmp, sizeof tmp, "%s", s);
-    *mask = 0;
-    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        pipeline_status st;
-        for (char *q = t; *q; q++)
-            *q = (char)toupper((unsigned char)*q);
-        if (pipeline_status_parse(t, &st) != 0) {
-            fail(EXIT_INPUT,
-                 "list: unknown status \"%s\" (one of INITIALIZED, RUNNING, BUILD_SUCCEEDED, "
-                 "DEPLOYING, ROLLING_OUT, SUCCEEDED, ERROR, STOPPED)",
-                 t);
-            return -1;
-        }
-        *mask |= 1u << st;
-    }
-    return 0;
 }
 
 static int cmd_list(ctl *c, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"status", required_argument, NULL, 's'},
-        {"limit", required_argument, NULL, 'l'},
-        {NULL, 0, NULL, 0},
-    };
+    ctl_flag f[] = {{"--status", true, false, NULL}, {"--limit", true, false, NULL}};
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, NULL, 0, &npos);
     unsigned mask = 0;
-    long limit = 0;
-    int o;
-    optind = 1;
-    opterr = 0;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        char *end;
-        switch (o) {
-        case 's':
-            if (parse_statuses(optarg, &mask) != 0)
-                return EXIT_INPUT;
-            break;
-        case 'l':
-            limit = strtol(optarg, &end, 10);
-            if (*end || limit < 0)
-                return fail(EXIT_INPUT, "list: --limit \"%s\" is not a number", optarg);
-            break;
-        default: return fail(EXIT_INPUT, "list: unknown or incomplete option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return fail(EXIT_INPUT, "list: unexpected argument \"%s\"", argv[optind]);
+    unsigned long long limit = 0;
+    char err[1024];
+    if (f[0].given && ctl_parse_statuses("--status", f[0].value, &mask, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "list: %s", err);
+    if (f[1].given &&
+        ctl_parse_number("--limit", f[1].value, 1, CTL_LIMIT_MAX, NULL, &limit, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "list: %s", err);
+    int rc = open_db(c);
+    if (rc != EXIT_OK)
+        return rc;
     pipeline *v = NULL;
     size_t n = 0;
-    char err[512];
     if (pipeline_store_list(c->db, mask, 0, (size_t)limit, &v, &n, err, sizeof err) != 0)
         return db_fail(c, "list", err);
     if (c->json) {
@@ -283,23 +459,15 @@ static int cmd_list(ctl *c, int argc, char **argv)
         printf("%-12s  %-24s  %-12s  %-15s  %-6s  %-12s  %s\n", "ID", "APP", "ENV", "STATUS",
                "MODE", "DRIVEN BY", "FOR");
         for (size_t i = 0; i < n; i++) {
-            char app[160], age[32];
+            char app[300], age[32];
             snprintf(app, sizeof app, "%s/%s", v[i].namespace, v[i].application);
             human_age(age, sizeof age, v[i].status_age_s);
-            printf("%-12s  %-24s  %-12s  %-15s  %-6s  %-12s  %s\n", v[i].id, app,
-                   v[i].environment, pipeline_status_name(v[i].status),
-                   v[i].manual ? "manual" : "auto", v[i].driven_by ? v[i].driven_by : "-", age);
+            printf("%-12s  %-24s  %-12s  %-15s  %-6s  %-12s  %s\n", tty(v[i].id), tty(app),
+                   tty(v[i].environment), pipeline_status_name(v[i].status),
+                   v[i].manual ? "manual" : "auto", tty_or(v[i].driven_by, "-"), age);
         }
     }
     pipeline_list_free(v, n);
-    return EXIT_OK;
-}
-
-static int need_id(int argc, char **argv, const char *cmd, const char **id)
-{
-    if (argc < 2)
-        return fail(EXIT_INPUT, "%s: a pipeline id is required", cmd);
-    *id = argv[1];
     return EXIT_OK;
 }
 
@@ -316,12 +484,12 @@ static int load(ctl *c, const char *cmd, const char *id, pipeline *p)
 
 static int cmd_show(ctl *c, int argc, char **argv)
 {
-    const char *id = NULL;
-    int rc = need_id(argc, argv, "show", &id);
-    if (rc)
+    const char *pos[1], *id = NULL;
+    size_t npos = 0;
+    int rc = parse(c, argc, argv, NULL, 0, pos, 1, &npos);
+    if (rc != EXIT_OK || (rc = need_id("show", pos, npos, &id)) != EXIT_OK ||
+        (rc = open_db(c)) != EXIT_OK)
         return rc;
-    if (argc > 2)
-        return fail(EXIT_INPUT, "show: unexpected argument \"%s\"", argv[2]);
     pipeline p;
     if ((rc = load(c, "show", id, &p)) != EXIT_OK)
         return rc;
@@ -355,27 +523,28 @@ static int cmd_show(ctl *c, int argc, char **argv)
     } else {
         char age[32], t1[32], t2[32];
         human_age(age, sizeof age, p.status_age_s);
-        printf("pipeline    %s\n", p.id);
-        printf("app         %s/%s\n", p.namespace, p.application);
-        printf("env         %s\n", p.environment);
+        printf("pipeline    %s\n", tty(p.id));
+        printf("app         %s/%s\n", tty(p.namespace), tty(p.application));
+        printf("env         %s\n", tty(p.environment));
         printf("status      %s (for %s, since %s UTC)\n", pipeline_status_name(p.status), age,
-               secs(p.status_changed_at, t1, sizeof t1));
+               tty(secs(p.status_changed_at, t1, sizeof t1)));
         printf("mode        %s%s\n", p.manual ? "manual" : "auto",
                p.deploy_requested_at ? " (deploy requested)" : "");
-        printf("trigger     %s\n", p.trigger_type);
-        printf("artifact    %s\n", p.artifact ? p.artifact : "-");
+        printf("trigger     %s\n", tty_or(p.trigger_type, "-"));
+        printf("artifact    %s\n", tty_or(p.artifact, "-"));
         if (p.source)
-            printf("source      %s\n", p.source);
-        printf("driven by   %s\n", p.driven_by ? p.driven_by : "-");
-        printf("message     %s\n", p.message ? p.message : "-");
-        printf("created     %s UTC\n", secs(p.created_at, t2, sizeof t2));
+            printf("source      %s\n", tty(p.source));
+        printf("driven by   %s\n", tty_or(p.driven_by, "-"));
+        printf("message     %s\n", tty_or(p.message, "-"));
+        printf("created     %s UTC\n", tty(secs(p.created_at, t2, sizeof t2)));
         printf("\nevents\n");
         for (size_t i = 0; i < nev; i++) {
-            char from_to[48];
+            char from_to[100];
             snprintf(from_to, sizeof from_to, "%s -> %s",
-                     ev[i].from_status ? ev[i].from_status : "", ev[i].to_status);
-            printf("  %.23s  %-15s  %-30s  %-14s  %s\n", ev[i].created_at, ev[i].event_type,
-                   from_to, ev[i].server, ev[i].message ? ev[i].message : "");
+                     ev[i].from_status ? ev[i].from_status : "", ev[i].to_status ? ev[i].to_status : "");
+            printf("  %.23s  %-15s  %-30s  %-14s  %s\n", tty_or(ev[i].created_at, "-"),
+                   tty_or(ev[i].event_type, "-"), tty(from_to), tty_or(ev[i].server, "-"),
+                   tty_or(ev[i].message, ""));
         }
     }
     pipeline_events_free(ev, nev);
@@ -385,42 +554,32 @@ static int cmd_show(ctl *c, int argc, char **argv)
 
 static int cmd_stop(ctl *c, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"expect", required_argument, NULL, 'x'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *expect = NULL;
-    int o;
-    optind = 1;
-    opterr = 0;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (o != 'x')
-            return fail(EXIT_INPUT, "stop: unknown or incomplete option %s", argv[optind - 1]);
-        expect = optarg;
-    }
-    if (optind >= argc)
-        return fail(EXIT_INPUT, "stop: a pipeline id is required");
-    if (optind + 1 < argc)
-        return fail(EXIT_INPUT, "stop: unexpected argument \"%s\"", argv[optind + 1]);
-    const char *id = argv[optind];
-    pipeline_status from;
-    if (expect && pipeline_status_parse(expect, &from) != 0)
-        return fail(EXIT_INPUT, "stop: --expect \"%s\" is not a status", expect);
+    ctl_flag f[] = {{"--expect", true, false, NULL}};
+    const char *pos[1], *id = NULL;
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, pos, 1, &npos);
+    int rc = need_id("stop", pos, npos, &id);
+    if (rc != EXIT_OK)
+        return rc;
+    pipeline_status from = PS_INITIALIZED;
+    char err[1024];
+    if (f[0].given && ctl_parse_status("--expect", f[0].value, &from, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "stop: %s", err);
+    if ((rc = open_db(c)) != EXIT_OK)
+        return rc;
     pipeline p;
-    int rc = load(c, "stop", id, &p);
-    if (rc)
+    if ((rc = load(c, "stop", id, &p)) != EXIT_OK)
         return rc;
     pipeline_status now = p.status;
     pipeline_clear(&p);
-    if (!expect)
+    if (!f[0].given)
         from = now;
-    if (expect && from != now)
+    if (from != now)
         return fail(EXIT_STALE, "stop %s: state changed concurrently: it is %s, not %s; nothing changed",
-                    id, pipeline_status_name(now), expect);
+                    id, pipeline_status_name(now), pipeline_status_name(from));
     if (pipeline_status_terminal(from))
         return fail(EXIT_INPUT, "stop %s: the pipeline already finished (%s)", id,
                     pipeline_status_name(from));
-    char err[512];
     rc = pipeline_store_transition(c->db, id, from, PS_STOPPED, "Stopped by the operator.", NULL,
                                    c->actor, 0, err, sizeof err);
     if (rc == PSTORE_ILLEGAL)
@@ -440,12 +599,12 @@ static int cmd_stop(ctl *c, int argc, char **argv)
 
 static int cmd_deploy(ctl *c, int argc, char **argv)
 {
-    const char *id = NULL;
-    int rc = need_id(argc, argv, "deploy", &id);
-    if (rc)
+    const char *pos[1], *id = NULL;
+    size_t npos = 0;
+    int rc = parse(c, argc, argv, NULL, 0, pos, 1, &npos);
+    if (rc != EXIT_OK || (rc = need_id("deploy", pos, npos, &id)) != EXIT_OK ||
+        (rc = open_db(c)) != EXIT_OK)
         return rc;
-    if (argc > 2)
-        return fail(EXIT_INPUT, "deploy: unexpected argument \"%s\"", argv[2]);
     pipeline p;
     if ((rc = load(c, "deploy", id, &p)) != EXIT_OK)
         return rc;
@@ -474,7 +633,8 @@ static int cmd_deploy(ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
-/* Each line of text, indented; a missing final newline is supplied. */
+/* Each line of text (already terminal-safe), indented; a missing final
+ * newline is supplied. */
 static void print_indented(const char *text, const char *indent)
 {
     while (text && *text) {
@@ -508,52 +668,44 @@ static void json_log_row(buf *b, const db_result *r, size_t i)
 static void print_log_row(const db_result *r, size_t i)
 {
     const char *status = db_get(r, i, 4), *result = db_get(r, i, 5), *ms = db_get(r, i, 6);
-    char how[300];
-    if (result)
-        snprintf(how, sizeof how, "%s", result);
-    else
-        snprintf(how, sizeof how, "exit %s", status ? status : "-");
+    const char *when = tty_or(db_get(r, i, 1), "-"), *step = tty_or(db_get(r, i, 2), "-"),
+               *server = tty_or(db_get(r, i, 3), "-");
+    printf("%.23s UTC  %-7s  %-14s  %s%s", when, step, server, result ? "" : "exit ",
+           result ? tty(result) : status ? status : "-");
     if (ms)
-        printf("%.23s UTC  %-7s  %-14s  %s in %.1fs\n", db_get(r, i, 1), db_get(r, i, 2),
-               db_get(r, i, 3), how, strtod(ms, NULL) / 1000);
-    else
-        printf("%.23s UTC  %-7s  %-14s  %s\n", db_get(r, i, 1), db_get(r, i, 2), db_get(r, i, 3),
-               how);
-    printf("    argv %s\n", db_get(r, i, 7));
-    print_indented(db_get(r, i, 8), "    | ");
+        printf(" in %.1fs", strtod(ms, NULL) / 1000);
+    printf("\n");
+    printf("    argv %s\n", tty_or(db_get(r, i, 7), "-"));
+    /* The output, byte for byte as stored (NULs included), made safe; its
+     * lines stay lines. */
+    const db_cell *out = &r->cells[i * r->ncols + 8];
+    if (out->s) {
+        buf b = {0};
+        ctl_escape(&b, out->s, out->len, CTL_TEXT_LINES);
+        print_indented(b.p, "    | ");
+        buf_free(&b);
+    }
 }
 
 static int cmd_logs(ctl *c, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"step", required_argument, NULL, 's'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *step = NULL;
-    int o;
-    optind = 1;
-    opterr = 0;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (o != 's')
-            return fail(EXIT_INPUT, "logs: unknown or incomplete option %s", argv[optind - 1]);
-        step = optarg;
-    }
-    if (step && strcmp(step, "build") != 0 && strcmp(step, "deploy") != 0 &&
-        strcmp(step, "health") != 0)
-        return fail(EXIT_INPUT, "logs: --step \"%s\" is not one of build, deploy, health", step);
-    if (optind >= argc)
-        return fail(EXIT_INPUT, "logs: a pipeline id is required");
-    if (optind + 1 < argc)
-        return fail(EXIT_INPUT, "logs: unexpected argument \"%s\"", argv[optind + 1]);
-    const char *id = argv[optind];
+    ctl_flag f[] = {{"--step", true, false, NULL}};
+    const char *pos[1], *id = NULL;
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, pos, 1, &npos);
+    char err[1024];
+    const char *step = f[0].value;
+    if (f[0].given && ctl_parse_step("--step", step, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "logs: %s", err);
+    int rc = need_id("logs", pos, npos, &id);
+    if (rc != EXIT_OK || (rc = open_db(c)) != EXIT_OK)
+        return rc;
     pipeline p;
-    int rc = load(c, "logs", id, &p);
-    if (rc)
+    if ((rc = load(c, "logs", id, &p)) != EXIT_OK)
         return rc;
     pipeline_clear(&p);
     db_value params[] = {db_text(id), db_text(step), db_text(step)};
     db_result *r = NULL;
-    char err[512];
     if (db_exec(c->db,
                 "SELECT id, created_at, step, server, exit_status, result, duration_ms, argv, output"
                 " FROM pipeline_log WHERE pipeline_id = ? AND (? IS NULL OR step = ?) ORDER BY id",
@@ -579,14 +731,15 @@ static int cmd_logs(ctl *c, int argc, char **argv)
 
 static int cmd_locks(ctl *c, int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 1)
-        return fail(EXIT_INPUT, "locks takes no arguments");
+    size_t npos = 0;
+    int rc = parse(c, argc, argv, NULL, 0, NULL, 0, &npos);
+    if (rc != EXIT_OK || (rc = open_db(c)) != EXIT_OK)
+        return rc;
     /* Who holds what, by asking the server: IS_USED_LOCK gives the holder's
      * connection id, which every oopsd records in `server`. */
     db_result *r = NULL;
     char err[512];
-    unsigned rc = db_exec(c->db,
+    unsigned qrc = db_exec(c->db,
         "SELECT l.name, l.owner, s.name FROM ("
         " SELECT CONCAT('oops:pipeline:', id) AS name,"
         "        IS_USED_LOCK(CONCAT('oops:pipeline:', id)) AS owner"
@@ -596,7 +749,7 @@ static int cmd_locks(ctl *c, int argc, char **argv)
         " UNION ALL SELECT 'oops:leader:notify', IS_USED_LOCK('oops:leader:notify')"
         ") l LEFT JOIN server s ON s.lock_connection_id = l.owner ORDER BY l.name",
         NULL, 0, &r, err, sizeof err);
-    if (rc)
+    if (qrc)
         return db_fail(c, "locks", err);
     buf b = {0};
     if (c->json)
@@ -614,8 +767,8 @@ static int cmd_locks(ctl *c, int argc, char **argv)
             json_kv_str(&b, "server", srv, &first);
             buf_puts(&b, "}");
         } else {
-            buf_printf(&b, "%-40s  %-10s  %s\n", db_get(r, i, 0), owner ? owner : "-",
-                       srv ? srv : (owner ? "(unknown session)" : "-"));
+            buf_printf(&b, "%-40s  %-10s  %s\n", tty_or(db_get(r, i, 0), "-"), owner ? owner : "-",
+                       srv ? tty(srv) : (owner ? "(unknown session)" : "-"));
         }
     }
     if (c->json)
@@ -632,7 +785,12 @@ static int cmd_locks(ctl *c, int argc, char **argv)
  */
 static int run_scenario(ctl *c, int argc, char **argv)
 {
-    if (argc != 2)
+    const char *pos[1];
+    size_t npos = 0;
+    int rc = parse(c, argc, argv, NULL, 0, pos, 1, &npos);
+    if (rc != EXIT_OK)
+        return rc;
+    if (npos != 1)
         return fail(EXIT_INPUT, "scenario: expects one FILE");
     /* Without a URL the scenario starts a throwaway MariaDB of its own
      * (lua/oops/mariadb.lua) and removes it at the end. */
@@ -656,7 +814,7 @@ static int run_scenario(ctl *c, int argc, char **argv)
     setenv("OOPSD", oopsd, 1);
     setenv("OOPSCTL", self, 1);
     fflush(stdout);
-    char *args[] = {oopsd, "lua", script, argv[1], NULL};
+    char *args[] = {oopsd, "lua", script, (char *)pos[0], NULL};
     execv(oopsd, args);
     return fail(EXIT_INPUT, "scenario: cannot run %s: %s", oopsd, strerror(errno));
 }
@@ -672,63 +830,54 @@ static const command commands[] = {
     {"locks", cmd_locks},     {"logs", cmd_logs},     {"scenario", run_scenario},
 };
 
-/* Parse global flags (anywhere on the line) and run the command. */
-static int run(ctl *c, int argc, char **argv, char **rest, char **db_url_copy)
+/* Global flags before the command, the command, then its own words (where
+ * the global flags may appear too, each still at most once). */
+static int run(ctl *c, int argc, char **argv)
 {
-    int nrest = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--db") == 0) {
-            if (i + 1 >= argc)
-                return fail(EXIT_INPUT, "--db needs a URL");
-            free(*db_url_copy);
-            c->db_url = *db_url_copy = strdup(argv[++i]);
-            db_mask_url_password(argv[i]); /* keep the password out of `ps` */
-        } else if (strncmp(argv[i], "--db=", 5) == 0) {
-            free(*db_url_copy);
-            c->db_url = *db_url_copy = strdup(argv[i] + 5);
-            db_mask_url_password(argv[i] + 5);
-        } else if (strcmp(argv[i], "--json") == 0) {
-            c->json = true;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+    c->globals[G_DB] = (ctl_flag){"--db", true, false, NULL};
+    c->globals[G_JSON] = (ctl_flag){"--json", false, false, NULL};
+    c->globals[G_HELP] = (ctl_flag){"--help", false, false, NULL};
+    c->globals[G_H] = (ctl_flag){"-h", false, false, NULL};
+    int used = 0;
+    char err[1024];
+    int rc = ctl_parse_flags(argc - 1, argv + 1, c->globals, NGLOBAL, true, NULL, 0, NULL, &used,
+                             err, sizeof err);
+    take_globals(c);
+    if (rc != 0)
+        return fail(EXIT_INPUT, "%s (see oopsctl --help)", err);
+    int at = 1 + used;
+    if (at >= argc) {
+        if (c->globals[G_HELP].given || c->globals[G_H].given) {
             usage(stdout);
             return EXIT_OK;
-        } else {
-            rest[nrest++] = argv[i];
         }
-    }
-    if (nrest == 0) {
         usage(stderr);
         return EXIT_INPUT;
     }
     const command *cmd = NULL;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(commands[i].name, rest[0]) == 0)
+        if (strcmp(commands[i].name, argv[at]) == 0)
             cmd = &commands[i];
     if (!cmd) {
-        fail(EXIT_INPUT, "unknown command \"%s\"", rest[0]);
+        fail(EXIT_INPUT, "unknown command \"%s\"", argv[at]);
         usage(stderr);
         return EXIT_INPUT;
     }
-    if (cmd->run == run_scenario) /* talks to the database through its servers */
-        return run_scenario(c, nrest, rest);
-    int rc = open_db(c);
-    if (rc == EXIT_OK)
-        rc = cmd->run(c, nrest, rest);
+    rc = cmd->run(c, argc - at, argv + at);
     db_close(c->db);
-    return rc;
+    c->db = NULL;
+    return rc == EXIT_HELP ? EXIT_OK : rc;
 }
 
 int main(int argc, char **argv)
 {
     ctl c = {0};
-    char *db_url_copy = NULL;
     char host[64] = "localhost";
     gethostname(host, sizeof host - 1);
     snprintf(c.actor, sizeof c.actor, "oopsctl@%.50s", host);
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    int rc = run(&c, argc, argv, rest, &db_url_copy);
-    free(rest);
-    free(db_url_copy);
+    int rc = run(&c, argc, argv);
+    free(c.db_url_copy);
+    tty_free();
     mysql_library_end();
     return rc;
 }

@@ -5,11 +5,11 @@
  *   oopsd lua SCRIPT [ARGS...]          run a Lua script with the oops module
  * Exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl_args.h"
 #include "daemon.h"
 #include "db.h"
 #include "log.h"
@@ -25,72 +25,86 @@ static void usage(FILE *f)
           "  --name NAME     this server's name, unique among the servers\n"
           "  --policies DIR  the policy files (*.lua)\n"
           "  --listen ADDR   /healthz, /metrics, /status (default 127.0.0.1:7070; \"off\" disables)\n"
-          "  --drain MS      how long SIGTERM waits for in-flight steps (default 10000)\n"
+          "  --drain MS      how long SIGTERM waits for in-flight steps, 1 to 3600000 (default 10000)\n"
           "  --check         load and validate the policies, print ok or every error, exit 0 or 1\n"
+          "Each flag may be given once; --flag=value and --flag value are the same.\n"
           "exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit\n",
           f);
 }
 
+/* Every flag at most once, exact names only, no empty values (ctl_args.h). */
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "lua") == 0)
         return daemon_lua(argc - 2, argv + 2);
-    static const struct option opts[] = {
-        {"db", required_argument, NULL, 'd'},       {"name", required_argument, NULL, 'n'},
-        {"policies", required_argument, NULL, 'p'}, {"listen", required_argument, NULL, 'l'},
-        {"check", no_argument, NULL, 'c'},          {"drain", required_argument, NULL, 'D'},
-        {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    enum { F_DB, F_NAME, F_POLICIES, F_LISTEN, F_CHECK, F_DRAIN, F_LOG_LEVEL, F_HELP };
+    ctl_flag f[] = {
+        [F_DB] = {"--db", true, false, NULL},          [F_NAME] = {"--name", true, false, NULL},
+        [F_POLICIES] = {"--policies", true, false, NULL}, [F_LISTEN] = {"--listen", true, false, NULL},
+        [F_CHECK] = {"--check", false, false, NULL},   [F_DRAIN] = {"--drain", true, false, NULL},
+        [F_LOG_LEVEL] = {"--log-level", true, false, NULL}, [F_HELP] = {"--help", false, false, NULL},
     };
+    char err[1024];
+    int rc = ctl_parse_flags(argc - 1, argv + 1, f, sizeof f / sizeof f[0], false, NULL, 0, NULL,
+                             NULL, err, sizeof err);
     daemon_options o = {0};
-    bool check = false;
     char *db_copy = NULL;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            free(db_copy);
-            o.db_url = db_copy = strdup(optarg);
-            db_mask_url_password(optarg); /* keep the password out of `ps` */
-            break;
-        case 'n': o.name = optarg; break;
-        case 'p': o.policies = optarg; break;
-        case 'l': o.listen = optarg; break;
-        case 'c': check = true; break;
-        case 'D': o.drain_ms = (unsigned)strtoul(optarg, NULL, 10); break;
-        case 'L':
-            if (log_level_parse(optarg) < 0) {
-                fprintf(stderr, "oopsd: --log-level \"%s\": one of debug, info, warn, error\n", optarg);
-                return OOPSD_BAD_INPUT;
-            }
-            log_set_min_level((log_level)log_level_parse(optarg));
-            break;
-        case 'h': usage(stdout); return OOPSD_OK;
-        default:
-            fprintf(stderr, "oopsd: unknown or incomplete option %s\n", argv[optind - 1]);
-            usage(stderr);
-            return OOPSD_BAD_INPUT;
-        }
+    if (f[F_DB].given) {
+        o.db_url = db_copy = strdup(f[F_DB].value);
+        db_mask_url_password((char *)f[F_DB].value); /* keep the password out of `ps` */
     }
-    if (optind < argc) {
-        fprintf(stderr, "oopsd: unexpected argument \"%s\"\n", argv[optind]);
-        return OOPSD_BAD_INPUT;
+    if (rc != 0) {
+        fprintf(stderr, "oopsd: %s (see oopsd --help)\n", err);
+        goto bad;
+    }
+    if (f[F_HELP].given) {
+        usage(stdout);
+        free(db_copy);
+        return OOPSD_OK;
+    }
+    o.name = f[F_NAME].value;
+    o.policies = f[F_POLICIES].value;
+    o.listen = f[F_LISTEN].value;
+    if (f[F_LOG_LEVEL].given) {
+        if (log_level_parse(f[F_LOG_LEVEL].value) < 0) {
+            char q[300];
+            pipeline_quote(q, sizeof q, f[F_LOG_LEVEL].value, 64);
+            fprintf(stderr, "oopsd: --log-level %s: one of debug, info, warn, error\n", q);
+            goto bad;
+        }
+        log_set_min_level((log_level)log_level_parse(f[F_LOG_LEVEL].value));
+    }
+    if (f[F_DRAIN].given) {
+        /* 0 is not offered: daemon_options reads 0 as "the default". */
+        unsigned long long ms;
+        if (ctl_parse_number("--drain", f[F_DRAIN].value, 1, CTL_DRAIN_MAX, "milliseconds", &ms,
+                             err, sizeof err) != 0) {
+            fprintf(stderr, "oopsd: %s\n", err);
+            goto bad;
+        }
+        o.drain_ms = (unsigned)ms;
     }
     if (!o.policies) {
         fprintf(stderr, "oopsd: --policies DIR is required\n");
-        return OOPSD_BAD_INPUT;
+        goto bad;
     }
-    if (check) {
+    if (f[F_NAME].given && ctl_parse_server_name("--name", o.name, err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        goto bad;
+    }
+    if (f[F_CHECK].given) { /* the flags of a running server may stay on the line, like nginx -t */
         free(db_copy);
         return daemon_check(o.policies);
     }
-    if (!o.name || !*o.name || strlen(o.name) > 40) {
-        fprintf(stderr, "oopsd: --name NAME is required (at most 40 characters)\n");
-        free(db_copy);
-        return OOPSD_BAD_INPUT;
+    if (!f[F_NAME].given) {
+        fprintf(stderr, "oopsd: --name NAME is required (at most %d characters)\n",
+                CTL_SERVER_NAME_MAX);
+        goto bad;
     }
-    int rc = daemon_run(&o);
+    rc = daemon_run(&o);
     free(db_copy);
     return rc;
+bad:
+    free(db_copy);
+    return OOPSD_BAD_INPUT;
 }

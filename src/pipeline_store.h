@@ -18,7 +18,7 @@ enum {
     PSTORE_ILLEGAL = -1, /* transition not in the table; no SQL was sent */
     PSTORE_EXISTS = -2,  /* an unfinished pipeline already exists for that application/environment */
     PSTORE_DB = -3,      /* database error; err says what (db_errno_is_connection tells if lost) */
-    PSTORE_BAD = -4,     /* bad input (empty field, too long) */
+    PSTORE_BAD = -4,     /* bad input: a name that is not a lowercase DNS label, a long artifact, source not JSON */
 };
 
 typedef struct pipeline {
@@ -61,7 +61,9 @@ void pipeline_new_id(char *out, size_t len);
 /*
  * Insert an INITIALIZED pipeline and its CREATED event. 0 with out_id set;
  * PSTORE_EXISTS when an unfinished one exists for the application and
- * environment; PSTORE_BAD; PSTORE_DB.
+ * environment; PSTORE_BAD with err naming the field and the rule
+ * (namespace, application and environment must be lowercase DNS labels,
+ * pipeline_label_valid: checked before any SQL is sent); PSTORE_DB.
  */
 int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], char *err,
                           size_t errlen);

@@ -216,11 +216,111 @@ static const char *const v4[] = {
     NULL,
 };
 
+/* v5: names compare byte for byte. The tables were created with the server's
+ * default utf8mb4_general_ci, under which "SHOP/API" collided with an
+ * unfinished "shop/api" and 'abc123 ' found the pipeline 'abc123' (PAD SPACE).
+ * Every column holding an identifier — pipeline ids and every column that
+ * refers to one, namespace/application/environment, server names, statuses
+ * and other enumerated values, outbox keys, route keys — becomes
+ * utf8mb4_nopad_bin: binary (case-sensitive) and NO PAD ('a' <> 'a '), unlike
+ * utf8mb4_bin, which pads. Each table's default becomes the same, so a column
+ * added later is an exact name unless it says otherwise; free text (messages,
+ * outcomes, output, payloads) keeps utf8mb4_general_ci. Converting to a finer
+ * collation cannot make two keys of a unique index equal, so this never fails
+ * on existing data. Statuses and modes written in another case by some other
+ * tool were valid under the old CHECKs but would fail the now exact ones:
+ * they are normalised first. There are no foreign keys to keep in step. */
+#define NAME(col, type, rest) " MODIFY " col " " type " CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin " rest
+#define EXACT " DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+static const char *const v5[] = {
+    "UPDATE pipeline SET status = UPPER(status), deploy_mode = LOWER(deploy_mode),"
+    " trigger_type = LOWER(trigger_type)"
+    " WHERE BINARY status <> UPPER(status) OR BINARY deploy_mode <> LOWER(deploy_mode)"
+    " OR BINARY trigger_type <> LOWER(trigger_type)",
+
+    "ALTER TABLE pipeline" EXACT
+    NAME("id", "VARCHAR(24)", "NOT NULL") ","
+    NAME("namespace", "VARCHAR(63)", "NOT NULL") ","
+    NAME("application", "VARCHAR(63)", "NOT NULL") ","
+    NAME("environment", "VARCHAR(63)", "NOT NULL") ","
+    NAME("status", "VARCHAR(16)", "NOT NULL") ","
+    NAME("deploy_mode", "VARCHAR(8)", "NOT NULL DEFAULT 'auto'") ","
+    NAME("artifact", "VARCHAR(255)", "NULL") ","
+    NAME("trigger_type", "VARCHAR(8)", "NOT NULL DEFAULT 'release'") ","
+    NAME("driven_by", "VARCHAR(64)", "NULL") ","
+    NAME("unfinished_key", "VARCHAR(200)",
+         "AS (CASE WHEN status IN ('INITIALIZED','RUNNING','DEPLOYING','ROLLING_OUT')"
+         " THEN CONCAT(namespace, '/', application, '/', environment) END) STORED"),
+
+    "ALTER TABLE pipeline_event" EXACT
+    NAME("pipeline_id", "VARCHAR(24)", "NOT NULL") ","
+    NAME("event_type", "VARCHAR(24)", "NOT NULL") ","
+    NAME("from_status", "VARCHAR(16)", "NULL") ","
+    NAME("to_status", "VARCHAR(16)", "NOT NULL") ","
+    NAME("server", "VARCHAR(64)", "NOT NULL"),
+
+    "ALTER TABLE server" EXACT
+    NAME("name", "VARCHAR(64)", "NOT NULL"),
+
+    "ALTER TABLE sim_job" EXACT
+    NAME("pipeline_id", "VARCHAR(200)", "NOT NULL") ","
+    NAME("kind", "VARCHAR(32)", "NOT NULL") ","
+    NAME("server", "VARCHAR(64)", "NULL"),
+
+    "ALTER TABLE sim_call" EXACT
+    NAME("pipeline_id", "VARCHAR(24)", "NULL") ","
+    NAME("target", "VARCHAR(200)", "NOT NULL") ","
+    NAME("action", "VARCHAR(16)", "NOT NULL") ","
+    NAME("server", "VARCHAR(64)", "NOT NULL"),
+
+    "ALTER TABLE exec_job" EXACT
+    NAME("pipeline_id", "VARCHAR(24)", "NOT NULL") ","
+    NAME("kind", "VARCHAR(16)", "NOT NULL") ","
+    NAME("server", "VARCHAR(64)", "NOT NULL") ","
+    NAME("state", "VARCHAR(16)", "NOT NULL"),
+
+    "ALTER TABLE pipeline_log" EXACT
+    NAME("pipeline_id", "VARCHAR(24)", "NOT NULL") ","
+    NAME("step", "VARCHAR(16)", "NOT NULL") ","
+    NAME("server", "VARCHAR(64)", "NOT NULL"),
+
+    "ALTER TABLE restart_run" EXACT
+    NAME("namespace", "VARCHAR(63)", "NOT NULL") ","
+    NAME("application", "VARCHAR(63)", "NOT NULL") ","
+    NAME("environment", "VARCHAR(63)", "NOT NULL") ","
+    NAME("fired_by", "VARCHAR(64)", "NOT NULL"),
+
+    "ALTER TABLE restart_watermark" EXACT
+    NAME("server", "VARCHAR(64)", "NOT NULL"),
+
+    "ALTER TABLE alert_state" EXACT
+    NAME("namespace", "VARCHAR(63)", "NOT NULL") ","
+    NAME("application", "VARCHAR(63)", "NOT NULL") ","
+    NAME("environment", "VARCHAR(63)", "NOT NULL") ","
+    NAME("metric", "VARCHAR(16)", "NOT NULL"),
+
+    "ALTER TABLE sim_metric" EXACT
+    NAME("namespace", "VARCHAR(63)", "NOT NULL") ","
+    NAME("application", "VARCHAR(63)", "NOT NULL") ","
+    NAME("environment", "VARCHAR(63)", "NOT NULL") ","
+    NAME("metric", "VARCHAR(16)", "NOT NULL") ","
+    NAME("pod", "VARCHAR(128)", "NOT NULL"),
+
+    "ALTER TABLE outbox" EXACT
+    NAME("event_id", "VARCHAR(160)", "NOT NULL") ","
+    NAME("kind", "VARCHAR(16)", "NOT NULL") ","
+    NAME("delivered_routes", "TEXT", "NULL"),
+    NULL,
+};
+#undef NAME
+#undef EXACT
+
 static const migration migrations[] = {
     {1, "pipelines, events and servers", v1},
     {2, "simulated cluster, exec jobs, pipeline logs", v2},
     {3, "restarts, alerts, notification outbox", v3},
     {4, "restart claims record when their firing started; events their lock session", v4},
+    {5, "identifiers compare byte for byte (utf8mb4_nopad_bin)", v5},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

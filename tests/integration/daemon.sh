@@ -28,6 +28,18 @@ is "$?" 1 "a broken policy at start exits 1"
 like "$out" 'scan.interval: "fast": not a duration' "... with the policy error"
 out=$("$oopsd" --db "$OOPS_TEST_DB" --policies "$fixtures/fast" 2>&1); is "$?" 1 "--name is required"
 
+# --drain: a whole number of milliseconds from 1 to 3600000, or the server
+# does not start (the timeout only stops a server that wrongly started).
+for d in -5 abc 0 "" 1.5 " 5" "5 " 5ms +5 0x10 3600001 99999999999999999999; do
+  out=$(timeout 10 "$oopsd" --db "$OOPS_TEST_DB" --name drain1 --policies "$fixtures/fast" --listen off --drain "$d" 2>&1); rc=$?
+  [[ $rc == 1 && $out == "oopsd: --drain \"$d\": "* ]] || is "$rc: $out" "1: oopsd: --drain ..." "--drain $(printf %q "$d") is refused"
+done
+is "$(sql "SELECT COUNT(*) FROM server WHERE name = 'drain1'")" 0 "every bad --drain of the class is refused (exit 1, naming it) before the server starts"
+out=$("$oopsd" --check --policies "$fixtures/fast" --drain 3600000); is "$?" 0 "--drain 3600000 (an hour) is accepted"
+out=$("$oopsd" --check --policies "$fixtures/fast" --drain=1); is "$?" 0 "... and --drain=1"
+out=$("$oopsd" --check --policies "$fixtures/fast" --drain 5 --drain 6 2>&1); is "$?" 1 "a repeated --drain is refused"
+like "$out" "--drain is given more than once" "... saying so"
+
 # A live server.
 policies="$OOPS_TEST_WORK/policies"; mkdir -p "$policies"; cp "$fixtures/fast/oopsd.lua" "$policies/"
 start_server s1 "$policies"; check "the server starts" kill -0 "${SRV_PID[s1]}"
@@ -63,7 +75,8 @@ is "$(sql "SELECT IS_USED_LOCK('oops:pipeline:$id')")" "$conn" "the pipeline loc
 is "$(sql "SELECT IS_USED_LOCK('oops:server:s1')")" "$conn" "... and so is the server lock (same session)"
 
 # Fix it: the new policy is swapped in.
-printf 'application "shop/x" { environments = { "prod" }, build = {"make"} }\n' > "$policies/apps.lua"
+# (Once a policy declares applications, the engine drives only those: shop/reload too.)
+printf 'application "shop/x" { environments = { "prod" }, build = {"make"} }\napplication "shop/reload" { environments = { "prod" } }\n' > "$policies/apps.lua"
 kill -HUP "${SRV_PID[s1]}"
 wait_for 10 "a good reload makes /healthz 200 again" bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' '$(url s1 /healthz)') == 200 ]]"
 like "$(curl -s "$(url s1 /metrics)")" 'oops_policy_reloads_total\{result="ok"\} 1' "/metrics counts the good reload"

@@ -66,6 +66,166 @@ ctl stop "$id2" >/dev/null
 out=$(ctl deploy "$id2" 2>&1); is "$?" 3 "a stale deploy request exits 3"
 is "$(sql "SELECT status FROM pipeline WHERE id = '$id2'")" "STOPPED" "... with nothing changed"
 
+# --- names: the policy's rule, lowercase DNS labels (issue 10) ---------------
+rule='must be a lowercase DNS label \(a-z, 0-9 and "-", not at either end, at most 63 characters\)'
+rows_before=$(sql "SELECT COUNT(*) FROM pipeline")
+out=$(ctl create --app shop/api --env '--force-delete' 2>&1); is "$?" 1 "an environment that is a flag is refused (exit 1)"
+is "$out" 'oopsctl: create: --env "--force-delete": must be a lowercase DNS label (a-z, 0-9 and "-", not at either end, at most 63 characters)' \
+  "... naming the flag, the value and the rule"
+long=$(printf 'e%.0s' {1..64})
+bad_names=(PROD Prod prodD "prod " " prod" -prod prod- pr_od pr.od pr/od "pr od" $'prod\n' $'pr\eod' "caf$(printf '\xc3\xa9')" "$long")
+for env in "${bad_names[@]}"; do
+  out=$(ctl create --app shop/names --env "$env" 2>&1); rc=$?
+  [[ $rc == 1 && $out =~ --env\ \".*\":\ $rule ]] || { is "$rc: $out" "1: --env rule" "a bad --env $(printf %q "$env") is refused"; continue; }
+done
+is "$(sql "SELECT COUNT(*) FROM pipeline")" "$rows_before" "every bad --env of the class is refused with the rule, and creates nothing"
+for app in SHOP/api shop/API Shop/Api "shop /api" "shop/api " " shop/api" -shop/api shop/api- sh_op/api shop/a.pi "$long/api" "shop/$long"; do
+  out=$(ctl create --app "$app" --env prod 2>&1); rc=$?
+  [[ $rc == 1 && $out =~ --app\ \".*:\ (namespace|application)\ \".*:\ $rule ]] || is "$rc: $out" "1: --app rule" "a bad --app $(printf %q "$app") is refused"
+done
+is "$(sql "SELECT COUNT(*) FROM pipeline")" "$rows_before" "every bad namespace or application of the class is refused with the rule, and creates nothing"
+out=$(ctl create --app SHOP/API --env prod 2>&1); is "$?" 1 "SHOP/API beside an unfinished shop/api is refused"
+like "$out" 'namespace "SHOP": must be a lowercase DNS label' "... for its name, not as a collision with shop/api"
+unlike "$out" "already exists" "... (names no longer compare without case)"
+# In the database itself names compare byte for byte: a row another tool
+# wrote for SHOP/API or "shop /api" does not collide with the unfinished shop/api.
+other=$(sql "SELECT id FROM pipeline WHERE namespace = 'shop' AND application = 'api' AND environment = 'prod' AND unfinished_key IS NOT NULL")
+sql "INSERT INTO pipeline (id, namespace, application, environment, status) VALUES ('zzcase000001', 'SHOP', 'API', 'prod', 'INITIALIZED'), ('zzcase000002', 'shop ', 'api', 'prod', 'INITIALIZED')"
+is "$?" 0 "the database keeps SHOP/API and 'shop ' apart from the unfinished shop/api ($other)"
+sql "DELETE FROM pipeline WHERE id LIKE 'zzcase%'"
+out=$(ctl --db "mysql://oops:x@127.0.0.1:1/oops" create --app shop/api --env PROD 2>&1); is "$?" 1 "a bad name is refused before the database is opened (exit 1, not 2)"
+
+# --- pipeline ids: the id format, byte for byte (issue 10) --------------------
+idok=$(ctl create --app shop/ids --env prod); is "$?" 0 "a pipeline for the id checks"
+idlong=$(printf 'a%.0s' {1..65})
+for cmd in show stop deploy logs; do
+  for bad in "$idok " " $idok" "${idok^^}" "$idok-x" "$idok/" $'\e[2J' "$idlong"; do
+    out=$(ctl $cmd "$bad" 2>&1); rc=$?
+    [[ $rc == 1 && $out == "oopsctl: $cmd: malformed pipeline id "* ]] || is "$rc: $out" "1: malformed" "$cmd $(printf %q "$bad") is refused"
+  done
+done
+is "$(sql "SELECT status FROM pipeline WHERE id = '$idok'")" INITIALIZED "every malformed id of the class is refused by show, stop, deploy and logs; nothing changed"
+is "$(sql "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id <> TRIM(pipeline_id) OR BINARY pipeline_id <> LOWER(pipeline_id)")" 0 "... and no event was stored under a spaced or upper-case id"
+out=$(ctl show "$idok 2>&1" 2>&1); is "$?" 1 "show 'ID ' (trailing space) does not find the pipeline"
+out=$(ctl show "$(printf 'a%.0s' {1..64})" 2>&1); is "$?" 1 "a 64-character id is well formed (rows of other tools) ..."
+like "$out" "no pipeline with id" "... and simply not found"
+
+# --- the policy decides what may be created (issue 9) -------------------------
+pol="$OOPS_TEST_WORK/ctl-policies"; mkdir -p "$pol"
+printf 'application "pol/api" { environments = { "prod", "canary" } }\napplication "pol/web" { environments = { "staging" } }\n' >"$pol/apps.lua"
+brokenpol="$OOPS_ROOT/tests/fixtures/policies/broken"
+before=$(sql "SELECT COUNT(*) FROM pipeline")
+out=$(ctl create --app pol/api --env staging --policies "$pol" 2>&1); is "$?" 1 "an environment the application does not declare is refused (exit 1)"
+is "$out" "oopsctl: create: --env \"staging\" is not an environment of pol/api in the policies in $pol (it declares: prod, canary)" "... in one line naming the environment, the application and what it declares"
+out=$(ctl create --app pol/web --env prod --policies "$pol" 2>&1); is "$?" 1 "... for every application"
+out=$(ctl create --app pol/nope --env prod --policies "$pol" 2>&1); is "$?" 1 "an undeclared application is refused (exit 1)"
+is "$out" "oopsctl: create: --app \"pol/nope\" is not declared in the policies in $pol (declared: pol/api, pol/web)" "... naming it and what is declared"
+out=$(OOPS_POLICIES="$pol" ctl create --app pol/api --env staging 2>&1); is "$?" 1 "OOPS_POLICIES is read when --policies is absent"
+out=$(ctl create --app pol/api --env prod --policies "$brokenpol" 2>&1); is "$?" 1 "a broken policy directory refuses the create (exit 1)"
+like "$out" 'did not load.*broken/oopsd.lua:1: scan.interval: "fast": not a duration' "... printing its errors"
+out=$(ctl create --app pol/api --env prod --policies "$OOPS_TEST_WORK/no-such-dir" 2>&1); is "$?" 1 "a missing policy directory refuses the create (exit 1)"
+is "$(sql "SELECT COUNT(*) FROM pipeline")" "$before" "no refused create wrote anything"
+polid=$(ctl create --app pol/api --env canary --policies "$pol" 2>"$OOPS_TEST_WORK/ctl.err"); is "$?" 0 "a declared application and environment are created"
+is "$(cat "$OOPS_TEST_WORK/ctl.err")" "" "... without a warning"
+polid2=$(OOPS_POLICIES="$brokenpol" ctl create --app pol/web --env staging --policies "$pol" 2>/dev/null); is "$?" 0 "--policies wins over OOPS_POLICIES"
+unchecked=$(env -u OOPS_POLICIES "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" create --app pol/unchecked --env anything 2>"$OOPS_TEST_WORK/ctl.err"); is "$?" 0 "without a policy directory the create still happens"
+is "$(cat "$OOPS_TEST_WORK/ctl.err")" "oopsctl: create: not checked against a policy: pass --policies DIR or set OOPS_POLICIES" "... saying on stderr that it was not checked"
+out=$(OOPS_POLICIES= ctl create --app pol/unchecked2 --env anything 2>&1 >/dev/null); like "$out" "not checked against a policy" "an empty OOPS_POLICIES is no policy, and says so"
+
+# --- terminal escapes: text output is safe, JSON exact (issue 11) ------------
+# Every C0 byte but NUL (a C string ends there; logs shows NUL too), DEL, and
+# every C1 code point U+0080..U+009F as UTF-8, in fields a text output prints.
+c0=$(for b in $(seq 1 31) 127; do printf '%02x' "$b"; done)
+c1=$(for b in $(seq 128 159); do printf 'c2%02x' "$b"; done)
+hostile="CONVERT(UNHEX('41${c0}${c1}5a') USING utf8mb4)"
+c0_only="CONVERT(UNHEX('${c0}') USING utf8mb4)" c1_only="CONVERT(UNHEX('${c1}') USING utf8mb4)" # for 64-character names
+esc=$(ctl create --app shop/escapes --env prod); is "$?" 0 "a pipeline for the escape checks"
+sql "UPDATE pipeline SET artifact = $hostile, message = $hostile, driven_by = CONCAT('srv', $c0_only) WHERE id = '$esc'"
+sql "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, to_status, message, server) VALUES ('$esc', 'FAILED', 'INITIALIZED', 'ERROR', $hostile, CONCAT('s', $c1_only))"
+sql "INSERT INTO pipeline_log (pipeline_id, step, server, argv, result, output) VALUES ('$esc', 'build', CONCAT('s', $c0_only), JSON_ARRAY(CONVERT(UNHEX('1b5d303b7877') USING utf8mb4)), $hostile, CONCAT('line one', CHAR(10), CONVERT(UNHEX('00${c0}${c1}') USING utf8mb4), CHAR(10), 'last'))"
+# Bytes a terminal acts on: C0 (but newline, and tab where lines are kept), DEL, C1 as UTF-8.
+controls() { printf '%s' "$1" | LC_ALL=C tr -d '\n\040-\176\200-\377' | wc -c; }
+c1s() { printf '%s' "$1" | LC_ALL=C grep -caP '\xc2[\x80-\x9f]'; }
+want_escaped='A\\x01\\x02\\x03\\x04\\x05\\x06\\x07\\x08\\t\\n\\x0b\\x0c\\r\\x0e\\x0f\\x10\\x11\\x12\\x13\\x14\\x15\\x16\\x17\\x18\\x19\\x1a\\x1b\\x1c\\x1d\\x1e\\x1f\\x7f\\u0080\\u0081\\u0082\\u0083\\u0084\\u0085\\u0086\\u0087\\u0088\\u0089\\u008a\\u008b\\u008c\\u008d\\u008e\\u008f\\u0090\\u0091\\u0092\\u0093\\u0094\\u0095\\u0096\\u0097\\u0098\\u0099\\u009a\\u009b\\u009c\\u009d\\u009e\\u009fZ'
+out=$(ctl show "$esc"); is "$?" 0 "show prints a pipeline whose fields hold control characters"
+is "$(controls "$out")" 0 "... with no C0 control byte or DEL in its output"
+is "$(c1s "$out")" 0 "... and no C1 control"
+like "$out" "artifact    $want_escaped" "... each one shown escaped (\\xNN, \\t \\n \\r, \\uNNNN for C1)"
+like "$out" "message     $want_escaped" "... in the message too"
+like "$out" "FAILED +INITIALIZED -> ERROR +s\\\\u0080\\\\u0081.*\\\\u009f +$want_escaped" "... and in the events"
+like "$out" "driven by   srv\\\\x01\\\\x02\\\\x03\\\\x04\\\\x05\\\\x06\\\\x07\\\\x08\\\\t\\\\n\\\\x0b" "... and the server name"
+out=$(ctl list); is "$(controls "$out")" 0 "list prints no control byte (a server name holds them)"
+is "$(c1s "$out")" 0 "... and no C1 control"
+like "$out" "srv\\\\x01\\\\x02" "... showing them escaped"
+out=$(ctl logs "$esc"); is "$?" 0 "logs prints output holding control characters"
+is "$(printf '%s' "$out" | LC_ALL=C tr -d '\n\t\040-\176\200-\377' | wc -c)" 0 "... with no control byte but newlines and tabs"
+is "$(c1s "$out")" 0 "... and no C1 control"
+like "$out" "    \| line one
+    \| \\\\x00\\\\x01" "... lines kept, NUL and the rest escaped"
+like "$out" "argv \[\"\\\\u001[bB]\]0;xw\"\]" "... the argv as stored (JSON escapes are text)"
+# JSON stays exact: the database decodes it back to the very bytes stored.
+json_is_exact() { # JSON, path, SQL expression of the stored value
+  local hex; hex=$(printf '%s' "$1" | od -An -tx1 | tr -d ' \n')
+  sql "SELECT JSON_VALID(CONVERT(UNHEX('$hex') USING utf8mb4)) AND JSON_UNQUOTE(JSON_EXTRACT(CONVERT(UNHEX('$hex') USING utf8mb4), '$2')) = BINARY $3"
+}
+is "$(json_is_exact "$(ctl --json show "$esc")" '$.pipeline.artifact' "$hostile")" 1 "show --json is valid JSON holding the artifact exactly"
+is "$(json_is_exact "$(ctl --json show "$esc")" '$.events[1].message' "$hostile")" 1 "... and the event message exactly"
+is "$(json_is_exact "$(ctl --json logs "$esc")" '$[0].result' "$hostile")" 1 "logs --json holds the result exactly"
+out=$(ctl show $'\e]0;pwned\a' 2>&1); is "$(controls "$out")" 0 "an error message quoting bad input prints no control byte either"
+like "$out" 'malformed pipeline id "\\x1b\]0;pwned\\x07"' "... showing it escaped"
+
+# --- every flag validated fully (issue 12) ------------------------------------
+ini=$(sql "SELECT id FROM pipeline WHERE status = 'INITIALIZED' ORDER BY created_at LIMIT 1")
+long_status=$(printf 'RUNNING,%.0s' {1..40})DEPLOYING
+out=$(ctl list --status "$long_status"); is "$?" 0 "a --status list longer than 255 characters is read ..."
+unlike "$out" "$ini" "... and filters (an INITIALIZED pipeline is not listed)"
+out=$(ctl list --status "${long_status},NOPE" 2>&1); is "$?" 1 "... to its last element (a bad one at the end is refused)"
+like "$out" '"NOPE" is not a status' "... naming it"
+for st in "" "," "RUNNING," ",RUNNING" "RUNNING,,ERROR" "RUNNING " " RUNNING" "RUN" "NOPE" "RÜNNING"; do
+  out=$(ctl list --status "$st" 2>&1); rc=$?
+  [[ $rc == 1 && $out == "oopsctl: list: --status \""* ]] || is "$rc: $out" "1: --status" "list --status $(printf %q "$st") is refused"
+done
+is ok ok "every bad --status of the class is refused, naming --status and the value"
+out=$(ctl list --status initialized); like "$out" "$ini" "statuses are case-insensitive in list ..."
+ids_of() { ctl --json list --status "$1" | grep -o '"id":"[a-z0-9]*"'; }
+is "$(ids_of Initialized,running)" "$(ids_of INITIALIZED,RUNNING)" "... in any mix of case"
+case_id=$(ctl create --app shop/case --env prod)
+for st in running build_succeeded Deploying rolling_out succeeded Error stopped; do
+  out=$(ctl stop "$case_id" --expect "$st" 2>&1); rc=$?
+  [[ $rc == 3 && $out == *"it is INITIALIZED, not ${st^^}; nothing changed" ]] || is "$rc: $out" "3: stale" "stop --expect $st (any case) reads the status"
+done
+is "$(sql "SELECT status FROM pipeline WHERE id = '$case_id'")" INITIALIZED "... and in stop --expect: every other status, in any case, is a stale view (exit 3)"
+out=$(ctl stop "$case_id" --expect initialized); is "$?" 0 "stop --expect initialized stops an INITIALIZED pipeline"
+for st in "" "NOPE" "INITIALIZED," "initialized "; do
+  out=$(ctl stop "$case_id" --expect "$st" 2>&1); rc=$?
+  [[ $rc == 1 && $out == "oopsctl: stop: --expect \""* ]] || is "$rc: $out" "1: --expect" "stop --expect $(printf %q "$st") is refused"
+done
+for lim in "" 0 -5 abc 1.5 " 5" "5 " 5x +5 0x10 1000001 99999999999999999999999; do
+  out=$(ctl list --limit "$lim" 2>&1); rc=$?
+  [[ $rc == 1 && $out == "oopsctl: list: --limit \""* ]] || is "$rc: $out" "1: --limit" "list --limit $(printf %q "$lim") is refused"
+done
+is "$(ctl --json list --limit 1 | grep -o '"id"' | wc -l)" 1 "every bad --limit is refused; --limit 1 lists one"
+bad_lines=(
+  "list --bogus" "list --stat RUNNING" "list --status RUNNING --status ERROR" "list --status=RUNNING --status=ERROR"
+  "--json --json list" "--json list --json" "--json=yes list" "list extra"
+  "create --app a/b --env e --env f" "create --app a/b --env e --manual=yes" "create --app a/b --env e --artifact ''"
+  "create --app a/b --env e --source ''" "create --app a/b --env e --policies ''" "create --app a/b --env" "create --app a/b --env e --ap x/y"
+  "create --app a/b --env e stray" "logs $idok --step ''" "logs $idok --step BUILD" "logs $idok --step build --step deploy"
+  "show" "show $idok $idok" "stop" "stop $idok --expect" "migrate now" "locks all" "--db '' list" "--help=1"
+)
+for line in "${bad_lines[@]}"; do
+  eval "set -- $line"
+  out=$(ctl "$@" 2>&1); rc=$?
+  [[ $rc == 1 && $out == oopsctl:* ]] || is "$rc: $out" "1: refused" "oopsctl $line is refused"
+done
+is "$(sql "SELECT COUNT(*) FROM pipeline WHERE application IN ('b', 'y')")" 0 "unknown, abbreviated, repeated and empty flags are refused (exit 1), nothing created"
+out=$(ctl create --app a/b --env e --artifact $'v1\e[2J' 2>&1); is "$?" 1 "an artifact holding a control character is refused"
+like "$out" '--artifact "v1\\x1b\[2J": holds a control character' "... naming it, escaped"
+out=$(ctl list --status=RUNNING --limit=5); is "$?" 0 "--flag=value is the same as --flag value"
+out=$(ctl list --json); is "$?" 0 "global flags may follow the command"
+out=$(ctl --help); is "$?" 0 "--help exits 0"
+like "$out" "Status names are read in any case" "... and states the status rule"
+
 # The database unreachable, or credentials refused: exit 2, naming the host, never the password.
 pw=${OOPS_TEST_DB#mysql://*:}; pw=${pw%%@*}
 out=$("$OOPS_BUILD/oopsctl" --db "mysql://oops:$pw@127.0.0.1:1/oops" list 2>&1); is "$?" 2 "an unreachable database exits 2"

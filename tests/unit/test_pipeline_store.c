@@ -1,4 +1,6 @@
-/* The pipeline store and its state machine against the real MariaDB. */
+/* The pipeline store and its state machine against the real MariaDB; and
+ * the pure checks every path that creates or shows a pipeline goes through
+ * (names, ids, oopsctl's flags and its terminal-safe text, ctl_args.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +11,8 @@
 #include <cmocka.h>
 #include <mysql.h>
 
+#include "buf.h"
+#include "ctl_args.h"
 #include "pipeline_store.h"
 #include "testdb.h"
 
@@ -333,7 +337,7 @@ static void bad_fields_are_refused_before_insert(void **state)
     char id[25], err[512];
     pipeline_new n = {.namespace = "shop", .application = "", .environment = "prod"};
     assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), PSTORE_BAD);
-    assert_string_equal(err, "application is empty");
+    assert_string_equal(err, "application \"\": " PIPELINE_LABEL_RULE);
     n.application = "json";
     n.source = "{not json";
     assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), PSTORE_BAD);
@@ -341,6 +345,386 @@ static void bad_fields_are_refused_before_insert(void **state)
     n.source = "{\"git\":\"https://example.invalid/shop.git\",\"branch\":\"main\"}";
     assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), 0);
     db_close(c);
+}
+
+/* Names follow the policy's rule (lowercase DNS labels), for every field and
+ * every kind of bad name, and a refused name sends no SQL at all. */
+static void every_name_that_is_not_a_lowercase_dns_label_is_refused(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char long63[64], long64[65], err[512], id[25];
+    memset(long63, 'a', 63), long63[63] = '\0';
+    memset(long64, 'b', 64), long64[64] = '\0';
+    static const char *bad[] = {
+        "", "SHOP", "Shop", "shoP", "shop ", " shop", "sh op", "-shop", "shop-", "-", "sh_op",
+        "sh.op", "sh/op", "shop\n", "shop\t", "\x1b[31m", "sh\x7fop", "caf\xc3\xa9", "\xc2\x9b",
+        "--force-delete", "prod;drop", "a\\b", "\"q\"",
+    };
+    const char *fields[] = {"namespace", "application", "environment"};
+    for (size_t f = 0; f < 3; f++) {
+        for (size_t i = 0; i < sizeof bad / sizeof *bad + 1; i++) {
+            const char *v = i < sizeof bad / sizeof *bad ? bad[i] : long64;
+            pipeline_new n = {.namespace = "shop", .application = "names", .environment = "prod",
+                              .actor = "t"};
+            if (f == 0) n.namespace = v;
+            if (f == 1) n.application = v;
+            if (f == 2) n.environment = v;
+            uint64_t before = db_statement_count(c);
+            assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), PSTORE_BAD);
+            assert_int_equal(db_statement_count(c), before);
+            assert_true(strncmp(err, fields[f], strlen(fields[f])) == 0);
+            assert_non_null(strstr(err, PIPELINE_LABEL_RULE));
+            for (const char *e = err; *e; e++) /* the message is safe to print */
+                assert_true(*e >= 0x20 && *e < 0x7f);
+        }
+    }
+    /* The class, one byte at a time: inside a label only [a-z0-9-], at
+     * either end only [a-z0-9]. */
+    for (int b = 1; b < 256; b++) {
+        char mid[4] = {'a', (char)b, 'a', '\0'}, one[2] = {(char)b, '\0'};
+        bool inner = (b >= 'a' && b <= 'z') || (b >= '0' && b <= '9'), dash = b == '-';
+        assert_int_equal(pipeline_label_valid(mid), inner || dash);
+        assert_int_equal(pipeline_label_valid(one), inner);
+        assert_int_equal(pipeline_id_valid(one), inner);
+    }
+    assert_true(pipeline_label_valid(long63));
+    assert_false(pipeline_label_valid(long64));
+    assert_true(pipeline_label_valid("a--b") && pipeline_label_valid("0") && pipeline_label_valid("9-z"));
+    assert_false(pipeline_label_valid(NULL));
+    /* Ids: 1 to 64 of [a-z0-9]. */
+    assert_true(pipeline_id_valid(long64));
+    char long65[66];
+    memset(long65, 'c', 65), long65[65] = '\0';
+    assert_false(pipeline_id_valid(long65));
+    assert_false(pipeline_id_valid("") || pipeline_id_valid(NULL) || pipeline_id_valid("abc123 ") ||
+                 pipeline_id_valid("ABC123") || pipeline_id_valid("abc-123"));
+    /* Good names go through, the longest included. */
+    pipeline_new ok = {.namespace = "a", .application = long63, .environment = "pre-prod-2",
+                       .actor = "t"};
+    assert_int_equal(pipeline_store_create(c, &ok, id, err, sizeof err), 0);
+    db_close(c);
+}
+
+/* Identifiers compare byte for byte (utf8mb4_nopad_bin): a case-different
+ * or trailing-space name or id is another one. The names are written here
+ * with SQL, as another tool might, since the store refuses such names. */
+static void ids_and_names_differing_in_case_or_trailing_space_are_different(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char id[25], err[512];
+    create_app(c, "api", "prod", id); /* shop/api in prod, unfinished */
+    static const char *const others[][3] = {
+        {"SHOP", "api", "prod"}, {"shop", "API", "prod"}, {"shop", "api", "PROD"},
+        {"shop ", "api", "prod"}, {"shop", "api ", "prod"}, {"shop", "api", "prod "},
+        {"Shop", "Api", "Prod"},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        char other[25];
+        pipeline_new_id(other, 12);
+        db_value p[] = {db_text(other), db_text(others[i][0]), db_text(others[i][1]),
+                        db_text(others[i][2])};
+        /* Beside the unfinished shop/api/prod: no collision on the unique key. */
+        char e[512];
+        if (db_exec(c, "INSERT INTO pipeline (id, namespace, application, environment, status)"
+                       " VALUES (?, ?, ?, ?, 'INITIALIZED')", p, 4, NULL, e, sizeof e) != 0)
+            fail_msg("\"%s/%s/%s\" beside shop/api/prod: %s", others[i][0], others[i][1],
+                     others[i][2], e);
+    }
+    db_value q[] = {db_text("shop"), db_text("api"), db_text("prod")};
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE namespace = ? AND"
+                                   " application = ? AND environment = ?", q, 3), 1);
+    /* An id with a trailing space, or in another case, finds nothing. */
+    char spaced[32], upper[32];
+    snprintf(spaced, sizeof spaced, "%s ", id);
+    snprintf(upper, sizeof upper, "%s", id);
+    for (char *u = upper; *u; u++)
+        if (*u >= 'a' && *u <= 'z')
+            *u = (char)(*u - 'a' + 'A');
+    pipeline p;
+    pipeline_event_row *ev;
+    size_t nev;
+    for (int k = 0; k < 2; k++) {
+        const char *wrong = k ? upper : spaced;
+        assert_int_equal(pipeline_store_get(c, wrong, &p, err, sizeof err), 0);
+        assert_int_equal(pipeline_store_events(c, wrong, &ev, &nev, err, sizeof err), 0);
+        assert_int_equal(nev, 0);
+        pipeline_events_free(ev, nev);
+        assert_int_equal(pipeline_store_transition(c, wrong, PS_INITIALIZED, PS_STOPPED, "s", NULL,
+                                                   "t", 0, err, sizeof err), 0);
+        assert_int_equal(pipeline_store_request_deploy(c, wrong, err, sizeof err), 0);
+    }
+    assert_int_equal(pipeline_store_get(c, id, &p, err, sizeof err), 1);
+    assert_int_equal(p.status, PS_INITIALIZED); /* untouched */
+    pipeline_clear(&p);
+    /* A status in another case is no status at all (the CHECK is exact now). */
+    db_value s[] = {db_text(id)};
+    char e2[512];
+    db_result *r = NULL;
+    assert_int_not_equal(db_exec(c, "UPDATE pipeline SET status = 'stopped' WHERE id = ?", s, 1,
+                                 &r, e2, sizeof e2), 0);
+    db_close(c);
+}
+
+/* Every text column of every table is an exact name (utf8mb4_nopad_bin),
+ * except the free text listed here; every table's default is exact too, so
+ * a column added later is exact unless it says otherwise. */
+static void every_identifier_column_is_binary_and_no_pad(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    static const char *const free_text[] = {
+        "pipeline.source", "pipeline.message", "pipeline_event.message", "server.host",
+        "sim_job.outcome", "pipeline_log.argv", "pipeline_log.result", "pipeline_log.output",
+        "restart_run.outcome", "alert_state.pods", "outbox.payload", "outbox.last_error",
+        "schema_version.description",
+    };
+    db_result *r = testdb_q(c, "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME), COLLATION_NAME"
+                               " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+                               " AND COLLATION_NAME IS NOT NULL ORDER BY 1", NULL, 0);
+    size_t names = 0;
+    for (size_t i = 0; i < r->nrows; i++) {
+        const char *col = db_get(r, i, 0), *coll = db_get(r, i, 1);
+        bool free = false;
+        for (size_t k = 0; k < sizeof free_text / sizeof *free_text; k++)
+            free |= strcmp(col, free_text[k]) == 0;
+        if (!free) {
+            if (strcmp(coll, "utf8mb4_nopad_bin") != 0)
+                fail_msg("%s is %s, not utf8mb4_nopad_bin", col, coll);
+            names++;
+        }
+    }
+    db_result_free(r);
+    assert_true(names >= 40); /* the pipeline ids, names, servers, statuses, ... */
+    r = testdb_q(c, "SELECT TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES"
+                    " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'schema_version'"
+                    " AND TABLE_TYPE = 'BASE TABLE'", NULL, 0);
+    assert_true(r->nrows >= 12);
+    for (size_t i = 0; i < r->nrows; i++)
+        if (strcmp(db_get(r, i, 1), "utf8mb4_nopad_bin") != 0)
+            fail_msg("table %s defaults to %s", db_get(r, i, 0), db_get(r, i, 1));
+    db_result_free(r);
+    db_close(c);
+}
+
+/* ---- ctl_args (the pure parts of oopsctl; no database) ----------------- */
+
+static char *escaped(const char *s, size_t len, int mode)
+{
+    buf b = {0};
+    ctl_escape(&b, s, len, mode);
+    return buf_take(&b);
+}
+
+/* Valid UTF-8 with no C0 (but \n and \t in lines mode), no DEL, no C1. */
+static void assert_terminal_safe(const char *s, int mode)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; p[i];) {
+        unsigned c = p[i];
+        if (c < 0x80) {
+            if (c < 0x20 || c == 0x7f)
+                assert_true(mode == CTL_TEXT_LINES && (c == '\n' || c == '\t'));
+            i++;
+            continue;
+        }
+        size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+        assert_true(c >= 0xc2 && c <= 0xf4);
+        for (size_t k = 1; k < n; k++)
+            assert_int_equal(p[i + k] & 0xc0, 0x80);
+        assert_false(c == 0xc2 && p[i + 1] < 0xa0); /* U+0080..U+009F */
+        i += n;
+    }
+}
+
+static void text_output_escapes_every_control_character_and_invalid_utf8(void **state)
+{
+    (void)state;
+    char *e;
+    /* Every C0 byte (NUL included, the length is given) and DEL. */
+    for (int b = 0; b < 0x20; b++) {
+        char in[3] = {'a', (char)b, 'z'}, want[16];
+        if (b == '\n')
+            snprintf(want, sizeof want, "a\\nz");
+        else if (b == '\t')
+            snprintf(want, sizeof want, "a\\tz");
+        else if (b == '\r')
+            snprintf(want, sizeof want, "a\\rz");
+        else
+            snprintf(want, sizeof want, "a\\x%02xz", b);
+        e = escaped(in, 3, CTL_TEXT_LINE);
+        assert_string_equal(e, want);
+        free(e);
+        e = escaped(in, 3, CTL_TEXT_LINES);
+        if (b == '\n' || b == '\t')
+            assert_memory_equal(e, in, 3);
+        else
+            assert_string_equal(e, want);
+        free(e);
+    }
+    e = escaped("a\x7fz", 3, CTL_TEXT_LINE);
+    assert_string_equal(e, "a\\x7fz");
+    free(e);
+    e = escaped("\x1b]0;pwned\x07\x1b[2J", 14, CTL_TEXT_LINES);
+    assert_string_equal(e, "\\x1b]0;pwned\\x07\\x1b[2J");
+    free(e);
+    /* Every C1 code point, U+0080 to U+009F, as UTF-8. */
+    for (unsigned cp = 0x80; cp <= 0x9f; cp++) {
+        char in[2] = {(char)0xc2, (char)cp}, want[16];
+        snprintf(want, sizeof want, "\\u%04x", cp);
+        e = escaped(in, 2, CTL_TEXT_LINE);
+        assert_string_equal(e, want);
+        free(e);
+    }
+    /* Invisible reordering controls. */
+    e = escaped("a\xe2\x80\xaez\xe2\x81\xa6", 8, CTL_TEXT_LINE);
+    assert_string_equal(e, "a\\u202ez\\u2066");
+    free(e);
+    /* Invalid UTF-8: each byte that is not part of a valid sequence. */
+    static const struct { const char *in; size_t len; const char *want; } bad[] = {
+        {"\x80", 1, "\\x80"},                 /* a lone continuation byte */
+        {"\xc0\xaf", 2, "\\xc0\\xaf"},        /* overlong '/' */
+        {"\xe0\x80\xaf", 3, "\\xe0\\x80\\xaf"}, /* overlong, 3 bytes */
+        {"\xed\xa0\x80", 3, "\\xed\\xa0\\x80"}, /* a surrogate */
+        {"\xf4\x90\x80\x80", 4, "\\xf4\\x90\\x80\\x80"}, /* above U+10FFFF */
+        {"\xf5\x80", 2, "\\xf5\\x80"}, {"\xff\xfe", 2, "\\xff\\xfe"},
+        {"ok\xe2\x82", 4, "ok\\xe2\\x82"},   /* cut at the end */
+        {"\xc3(", 2, "\\xc3("},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        e = escaped(bad[i].in, bad[i].len, CTL_TEXT_LINE);
+        assert_string_equal(e, bad[i].want);
+        free(e);
+    }
+    /* Ordinary text, backslashes and non-ASCII letters included, is kept. */
+    static const char plain[] = "caf\xc3\xa9 \xe2\x82\xac 5 \xf0\x9f\x98\x80 \xc2\xa0 C:\\dir \\x1b";
+    e = escaped(plain, sizeof plain - 1, CTL_TEXT_LINE);
+    assert_string_equal(e, plain);
+    free(e);
+    e = escaped("", 0, CTL_TEXT_LINE);
+    assert_string_equal(e, "");
+    free(e);
+    /* The whole class: every string of one or two bytes, and of three bytes
+     * starting with 0xe2 (U+2000..U+2FFF), comes out safe. */
+    for (int a = 0; a < 256; a++) {
+        for (int b = -1; b < 256; b++) {
+            char in[2] = {(char)a, (char)b};
+            for (int mode = 0; mode < 2; mode++) {
+                e = escaped(in, b < 0 ? 1 : 2, mode);
+                assert_terminal_safe(e, mode);
+                free(e);
+            }
+            char in3[3] = {(char)0xe2, (char)a, (char)(b < 0 ? 0 : b)};
+            e = escaped(in3, 3, CTL_TEXT_LINE);
+            assert_terminal_safe(e, CTL_TEXT_LINE);
+            free(e);
+        }
+    }
+}
+
+static void flags_are_parsed_exactly(void **state)
+{
+    (void)state;
+    char err[512];
+    const char *pos[2];
+    size_t npos;
+    int used;
+    /* ok: both forms, positionals anywhere, "--" */
+    {
+        ctl_flag f[] = {{"--env", true, false, NULL}, {"--manual", false, false, NULL}};
+        char *argv[] = {"ID", "--env=prod", "--manual", "--", "--x"};
+        assert_int_equal(ctl_parse_flags(5, argv, f, 2, false, pos, 2, &npos, NULL, err, sizeof err), 0);
+        assert_string_equal(f[0].value, "prod");
+        assert_true(f[1].given);
+        assert_int_equal(npos, 2);
+        assert_string_equal(pos[1], "--x");
+    }
+    static const struct { int argc; char *argv[3]; const char *want; } bad[] = {
+        {2, {"--env", "a", NULL}, NULL}, /* a plain value: accepted */
+        {1, {"--env", NULL, NULL}, "--env needs a value"},
+        {1, {"--env=", NULL, NULL}, "--env \"\": the value is empty"},
+        {2, {"--env", "", NULL}, "--env \"\": the value is empty"},
+        {3, {"--env", "a", "--env=b"}, "--env is given more than once"},
+        {2, {"--manual", "--manual", NULL}, "--manual is given more than once"},
+        {1, {"--manual=yes", NULL, NULL}, "--manual takes no value (got \"yes\")"},
+        {1, {"--en", NULL, NULL}, "unknown option \"--en\""},
+        {1, {"-e", NULL, NULL}, "unknown option \"-e\""},
+        {1, {"--Env", NULL, NULL}, "unknown option \"--Env\""},
+        {2, {"x", "y", NULL}, "unexpected argument \"y\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ctl_flag f[] = {{"--env", true, false, NULL}, {"--manual", false, false, NULL}};
+        int rc = ctl_parse_flags(bad[i].argc, (char *const *)bad[i].argv, f, 2, false, pos, 1,
+                                 &npos, NULL, err, sizeof err);
+        if (!bad[i].want) {
+            assert_int_equal(rc, 0);
+            continue;
+        }
+        assert_int_equal(rc, -1);
+        assert_string_equal(err, bad[i].want);
+    }
+    /* Global flags before the command: stops at the command, not consumed. */
+    {
+        ctl_flag g[] = {{"--db", true, false, NULL}, {"--json", false, false, NULL}};
+        char *argv[] = {"--db", "mysql://x", "--json", "list", "--limit"};
+        assert_int_equal(ctl_parse_flags(5, argv, g, 2, true, NULL, 0, NULL, &used, err, sizeof err), 0);
+        assert_int_equal(used, 3);
+    }
+    /* Statuses: any case, every name, a list of any length; empty parts refused. */
+    unsigned mask;
+    pipeline_status st;
+    for (int s = 0; s < PS__COUNT; s++) {
+        char lower[32];
+        snprintf(lower, sizeof lower, "%s", pipeline_status_name(s));
+        for (char *l = lower; *l; l++)
+            if (*l >= 'A' && *l <= 'Z')
+                *l = (char)(*l - 'A' + 'a');
+        assert_int_equal(ctl_parse_status("--expect", lower, &st, err, sizeof err), 0);
+        assert_int_equal(st, s);
+        assert_int_equal(ctl_parse_status("--expect", pipeline_status_name(s), &st, err, sizeof err), 0);
+        assert_int_equal(ctl_parse_statuses("--status", lower, &mask, err, sizeof err), 0);
+        assert_int_equal(mask, 1u << s);
+    }
+    static const char *const bad_lists[] = {"", ",", "RUNNING,", ",RUNNING", "RUNNING,,ERROR",
+                                            "RUNNING ", " RUNNING", "RUN", "RUNNINGX", "R\xc3\xbcNNING"};
+    for (size_t i = 0; i < sizeof bad_lists / sizeof *bad_lists; i++)
+        assert_int_equal(ctl_parse_statuses("--status", bad_lists[i], &mask, err, sizeof err), -1);
+    buf longlist = {0};
+    for (int k = 0; k < 200; k++)
+        buf_puts(&longlist, k ? ",stopped" : "running");
+    assert_int_equal(ctl_parse_statuses("--status", longlist.p, &mask, err, sizeof err), 0);
+    assert_int_equal(mask, (1u << PS_RUNNING) | (1u << PS_STOPPED));
+    buf_puts(&longlist, ",NOPE");
+    assert_int_equal(ctl_parse_statuses("--status", longlist.p, &mask, err, sizeof err), -1);
+    assert_non_null(strstr(err, "\"NOPE\" is not a status"));
+    buf_free(&longlist);
+    /* Numbers: digits only, within the range. */
+    unsigned long long v;
+    static const char *const bad_numbers[] = {"", "-5", "+5", " 5", "5 ", "5ms", "1.5", "0x10",
+                                              "abc", "0", "3600001", "18446744073709551616",
+                                              "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_numbers / sizeof *bad_numbers; i++)
+        assert_int_equal(ctl_parse_number("--drain", bad_numbers[i], 1, CTL_DRAIN_MAX,
+                                          "milliseconds", &v, err, sizeof err), -1);
+    assert_int_equal(ctl_parse_number("--drain", "3600000", 1, CTL_DRAIN_MAX, "milliseconds", &v,
+                                      err, sizeof err), 0);
+    assert_int_equal(v, 3600000);
+    assert_int_equal(ctl_parse_number("--drain", "007", 1, CTL_DRAIN_MAX, NULL, &v, err, sizeof err), 0);
+    assert_int_equal(v, 7);
+    /* NS/APP */
+    char ns[64], app[64];
+    assert_int_equal(ctl_parse_app("--app", "shop/api", ns, app, err, sizeof err), 0);
+    assert_string_equal(ns, "shop");
+    assert_string_equal(app, "api");
+    static const char *const bad_apps[] = {"shop", "/api", "shop/", "a/b/c", "SHOP/API", "shop/api ",
+                                           "shop /api", "shop/-api", "sh_op/api"};
+    for (size_t i = 0; i < sizeof bad_apps / sizeof *bad_apps; i++)
+        assert_int_equal(ctl_parse_app("--app", bad_apps[i], ns, app, err, sizeof err), -1);
+    char longns[200];
+    memset(longns, 'n', 150), snprintf(longns + 150, 50, "/api");
+    assert_int_equal(ctl_parse_app("--app", longns, ns, app, err, sizeof err), -1);
+    assert_non_null(strstr(err, "namespace"));
 }
 
 static void manual_deploy_request_is_conditional(void **state)
@@ -370,6 +754,11 @@ int main(void)
         cmocka_unit_test(a_build_succeeded_pipeline_cannot_deploy_beside_an_unfinished_one),
         cmocka_unit_test(pipelines_in_a_status_longer_than_n_seconds_on_the_database_clock),
         cmocka_unit_test(bad_fields_are_refused_before_insert),
+        cmocka_unit_test(every_name_that_is_not_a_lowercase_dns_label_is_refused),
+        cmocka_unit_test(ids_and_names_differing_in_case_or_trailing_space_are_different),
+        cmocka_unit_test(every_identifier_column_is_binary_and_no_pad),
+        cmocka_unit_test(text_output_escapes_every_control_character_and_invalid_utf8),
+        cmocka_unit_test(flags_are_parsed_exactly),
         cmocka_unit_test(manual_deploy_request_is_conditional),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
