@@ -26,11 +26,16 @@ mariadb_start() {
       --auth-root-authentication-method=normal --skip-test-db >"$MDB_DIR/install.log" 2>&1 ||
     { echo "mariadb-install-db failed:" >&2; tail -20 "$MDB_DIR/install.log" >&2; return 1; }
   MDB_SOCKET="$MDB_DIR/mysqld.sock"
+  # Also on ::1 where the machine has an IPv6 loopback, so a bracketed IPv6
+  # URL can be tested for real (MDB_IPV6=1 says so; tests skip without it).
+  local bind=127.0.0.1
+  MDB_IPV6=""
+  if grep -qE '^0{31}1 .* lo$' /proc/net/if_inet6 2>/dev/null; then bind=127.0.0.1,::1; MDB_IPV6=1; fi
   local try
   for try in 1 2 3; do
     MDB_PORT=$(_mdb_free_port)
     mariadbd --no-defaults --datadir="$MDB_DIR/data" --socket="$MDB_SOCKET" \
-      --port="$MDB_PORT" --bind-address=127.0.0.1 --user="$user" \
+      --port="$MDB_PORT" --bind-address="$bind" --user="$user" \
       --pid-file="$MDB_DIR/mysqld.pid" --log-error="$MDB_DIR/error.log" \
       --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --skip-log-bin \
       --max-connections=500 --innodb-flush-log-at-trx-commit=2 --skip-name-resolve \
@@ -54,10 +59,11 @@ mariadb_start() {
     CREATE USER 'oops'@'localhost' IDENTIFIED BY '$MDB_PASSWORD';
     GRANT ALL PRIVILEGES ON *.* TO 'oops'@'127.0.0.1';
     GRANT ALL PRIVILEGES ON *.* TO 'oops'@'localhost';
+    ${MDB_IPV6:+CREATE USER 'oops'@'::1' IDENTIFIED BY '$MDB_PASSWORD'; GRANT ALL PRIVILEGES ON *.* TO 'oops'@'::1';}
     CREATE DATABASE oops;"
   MDB_URL="mysql://oops:$MDB_PASSWORD@127.0.0.1:$MDB_PORT/oops"
   MDB_ADMIN=(--no-defaults -h127.0.0.1 -P"$MDB_PORT" -uoops -p"$MDB_PASSWORD")
-  export MDB_PORT MDB_SOCKET MDB_URL MDB_PASSWORD
+  export MDB_PORT MDB_SOCKET MDB_URL MDB_PASSWORD MDB_IPV6
 }
 
 mariadb_new_db() {
