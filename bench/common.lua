@@ -81,6 +81,7 @@ function C.start_server(o)
     argv = { o.oopsd, "--name", o.name, "--policies", o.policies, "--listen", "127.0.0.1:0",
       "--drain", "3000" },
     env = { OOPS_DB = o.db }, -- not in argv: ps must not show the password
+    inherit_env = true,
     on_output = function(_, data)
       log:write(data)
       if not s.port then

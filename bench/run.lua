@@ -150,7 +150,7 @@ local function run_case(label, mode, ...)
   local args = { OOPSD, "lua", here .. "/case.lua", mode }
   for _, a in ipairs { ... } do args[#args + 1] = tostring(a) end
   args[#args + 1] = dir
-  local res = oops.proc.run { argv = args, timeout_ms = 40 * 60 * 1000,
+  local res = oops.proc.run { argv = args, timeout_ms = 40 * 60 * 1000, inherit_env = true,
     env = { OOPS_DB = db:url_for("127.0.0.1"):gsub("/oops$", "/" .. name), OOPSD = OOPSD,
       BENCH_DB_PID = tostring(db.proc:pid()) } }
   local took = (oops.now_ms() - t0) / 1000

@@ -27,6 +27,8 @@ typedef struct oops_ctx {
     metrics *metrics;
     struct runtime *rt;
     bool stopping;             /* SIGTERM/SIGINT received: no new ticks */
+    bool daemon;               /* the serving daemon (not --check, oopsd lua or oopsctl):
+                                  holds the database secret, so stricter rules apply */
     /* policy state, for /healthz and /status */
     bool policy_loaded;
     int policy_version;        /* successful loads so far */

@@ -1,12 +1,13 @@
 /*
  * oops.proc: child processes as argv (never through a shell), on the loop.
- *   run{argv=, env=, clear_env=, cwd=, stdin=, timeout_ms=, max_output=} waits (in a task)
+ *   run{argv=, env=, inherit_env=, clear_env=, cwd=, stdin=, timeout_ms=, max_output=} waits (in a task)
  *   start{..., on_exit=fn(result), on_output=fn(stream, data)} returns a handle at once
  * result = {ok=, status=, signal=, timed_out=, stdout=, stderr=}
  */
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "proc.h"
 #include "runtime.h"
@@ -63,25 +64,41 @@ static void read_argv(lua_State *L, int t, spawn_args *a)
     lua_pop(L, 1);
 }
 
-/* env = {K = V} adds to (or with clear_env = true, replaces) the inherited environment. */
+/*
+ * The environment a child gets:
+ *   default           the allow-list below, taken from oopsd's own environment
+ *   inherit_env=true  all of oopsd's environment (tools: scenario servers, specs)
+ *   clear_env=true    nothing
+ * then env = {K = V} on top. Whatever the route, nothing named OOPS_DB* is
+ * ever inherited; in the daemon (ctx->daemon) an env table naming one is a
+ * mistake that raises. The database password lives in the daemon only.
+ */
+static const char *const ENV_ALLOW[] = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE",
+                                         "TZ", "TMPDIR", NULL};
+
+static bool is_db_secret_name(const char *name, size_t n)
+{
+    return n >= 7 && strncasecmp(name, "OOPS_DB", 7) == 0;
+}
+
+static bool env_allowed(const char *entry, size_t kl)
+{
+    if (kl > 3 && strncmp(entry, "LC_", 3) == 0)
+        return true;
+    for (int i = 0; ENV_ALLOW[i]; i++)
+        if (strlen(ENV_ALLOW[i]) == kl && strncmp(entry, ENV_ALLOW[i], kl) == 0)
+            return true;
+    return false;
+}
+
 static void read_env(lua_State *L, int t, spawn_args *a)
 {
-    lua_getfield(L, t, "env");
     lua_getfield(L, t, "clear_env");
     bool clear = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    if (lua_isnil(L, -1) && !clear) {
-        lua_pop(L, 1);
-        return;
-    }
-    if (lua_istable(L, -1)) { /* check before allocating: errors raise */
-        lua_pushnil(L);
-        while (lua_next(L, -2)) {
-            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-                luaL_error(L, "env must map names to strings");
-            lua_pop(L, 1);
-        }
-    }
+    lua_getfield(L, t, "inherit_env");
+    bool inherit_all = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    lua_getfield(L, t, "env");
     size_t cap = 16, n = 0;
     char **v = malloc(cap * sizeof *v);
     if (lua_istable(L, -1)) {
@@ -101,6 +118,8 @@ static void read_env(lua_State *L, int t, spawn_args *a)
         for (char **e = environ; *e; e++) {
             const char *eq = strchr(*e, '=');
             size_t kl = eq ? (size_t)(eq - *e) : strlen(*e);
+            if (is_db_secret_name(*e, kl) || (!inherit_all && !env_allowed(*e, kl)))
+                continue;
             bool overridden = false;
             for (size_t i = 0; i < n && !overridden; i++)
                 overridden = strncmp(v[i], *e, kl) == 0 && v[i][kl] == '=';
@@ -204,14 +223,31 @@ static void check_opts(lua_State *L)
     if (!lua_isnil(L, -1) && !lua_istable(L, -1))
         luaL_error(L, "env must map names to strings");
     if (lua_istable(L, -1)) {
+        bool daemon = runtime_ctx(L)->daemon;
         lua_pushnil(L);
         while (lua_next(L, -2)) {
             if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
                 luaL_error(L, "env must map names to strings");
+            size_t kl, vl;
+            const char *k = lua_tolstring(L, -2, &kl);
+            lua_tolstring(L, -1, &vl);
+            if (kl == 0 || memchr(k, '=', kl) || strlen(k) != kl)
+                luaL_error(L, "env: a variable name must be non-empty, without '=' or NUL");
+            if (strlen(lua_tostring(L, -1)) != vl)
+                luaL_error(L, "env: the value of %s holds a NUL byte", k);
+            if (daemon && is_db_secret_name(k, kl))
+                luaL_error(L, "env: %s: the database settings never reach a command", k);
             lua_pop(L, 1);
         }
     }
     lua_pop(L, 1);
+    static const char *const bools[] = {"clear_env", "inherit_env", NULL};
+    for (int i = 0; bools[i]; i++) {
+        lua_getfield(L, 1, bools[i]);
+        if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+            luaL_error(L, "%s must be true or false", bools[i]);
+        lua_pop(L, 1);
+    }
     static const char *const strs[] = {"cwd", "stdin", NULL}, *const ints[] = {"timeout_ms", "max_output", NULL};
     for (int i = 0; strs[i]; i++) {
         lua_getfield(L, 1, strs[i]);

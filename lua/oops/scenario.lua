@@ -132,6 +132,7 @@ function Server:start()
   self.proc = assert(oops.proc.start {
     argv = argv,
     env = { OOPS_DB = self.db_url or run.db }, -- not in argv: ps must not show the password
+    inherit_env = true, -- a tool: its servers get the runner's environment (sanitizer settings, ...)
     on_output = function(_, data)
       log:write(data)
       log:flush()
@@ -391,7 +392,7 @@ Pipeline.__index = Pipeline
 
 local function oopsctl(...)
   local argv = { run.oopsctl, ... }
-  local r = oops.proc.run { argv = argv, env = { OOPS_DB = run.db }, timeout_ms = 30000 }
+  local r = oops.proc.run { argv = argv, env = { OOPS_DB = run.db }, inherit_env = true, timeout_ms = 30000 }
   return r.status, r.stdout, r.stderr
 end
 

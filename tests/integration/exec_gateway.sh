@@ -8,7 +8,8 @@ ctl() { "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" "$@"; }
 work=$OOPS_TEST_WORK/exec_gateway.$$
 state=$work/state
 mkdir -p "$state"
-# The scripts keep their traces here; every command inherits oopsd's environment.
+# The scripts keep their traces here (tests/exec/policies/apps.lua passes these
+# two to the commands through `env`: commands get no other variable of ours).
 export EXEC_STATE=$state EXEC_ARGS_FILE=$state/args
 policies=$OOPS_ROOT/tests/exec/policies
 pwned=/tmp/pwned-$$-$RANDOM

@@ -46,7 +46,7 @@ end
 local function run_script(text)
   local path = write_temp(text)
   local r, err = oops.wait(function()
-    return oops.proc.run{ argv = { OOPSD, "lua", path }, timeout_ms = 60000 }
+    return oops.proc.run{ argv = { OOPSD, "lua", path }, inherit_env = true, timeout_ms = 60000 }
   end)
   os.remove(path)
   assert(r, err)

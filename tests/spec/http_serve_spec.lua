@@ -137,7 +137,7 @@ describe("oops.http.serve", function()
       end)
     ]])
     local r = assert(oops.wait(function()
-      return oops.proc.run { argv = { OOPSD, "lua", path }, timeout_ms = 60000 }
+      return oops.proc.run { argv = { OOPSD, "lua", path }, inherit_env = true, timeout_ms = 60000 }
     end))
     os.remove(path)
     assert.is_true(r.ok, r.stderr)
@@ -223,7 +223,7 @@ describe("oops.http.serve", function()
       end)
     ]])
     local r = assert(oops.wait(function()
-      return oops.proc.run { argv = { OOPSD, "lua", path }, timeout_ms = 60000 }
+      return oops.proc.run { argv = { OOPSD, "lua", path }, inherit_env = true, timeout_ms = 60000 }
     end))
     os.remove(path)
     assert.is_false(r.timed_out)

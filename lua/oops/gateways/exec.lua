@@ -20,9 +20,20 @@
 -- of the policy files), else oops.policy_dir, else oopsd's own. So "./build.sh"
 -- in a policy means the script next to the policy files.
 --
--- Every command also gets OOPS_PIPELINE, OOPS_NAMESPACE, OOPS_APPLICATION,
--- OOPS_ENVIRONMENT, OOPS_ARTIFACT, OOPS_STEP and OOPS_SERVER in its
--- environment (added to oopsd's own).
+-- Environment: a command does NOT inherit oopsd's environment. It gets the
+-- allow-list PATH HOME USER LOGNAME LANG LANGUAGE LC_* TZ TMPDIR (from
+-- oopsd's own, src/lua_proc.c), then the application's `env = {...}` from
+-- the policy, then OOPS_PIPELINE, OOPS_NAMESPACE, OOPS_APPLICATION,
+-- OOPS_ENVIRONMENT, OOPS_ARTIFACT, OOPS_STEP and OOPS_SERVER. Nothing named
+-- OOPS_DB* ever reaches a command (the daemon removed them from its own
+-- environment once connected, and the binding refuses them).
+--
+-- Pipeline fields in argv: the engine never steps a pipeline whose fields
+-- could be taken for an option (pipelines.refusal): namespace, application
+-- and environment are lowercase DNS labels and declared by the policy, the id
+-- is [a-z0-9], the artifact does not start with "-". A placeholder thus never
+-- expands to an argument starting with "-" unless the policy's own text puts
+-- one there.
 --
 -- Builds run in the background (build_submit returns at once). A build
 -- process belongs to this server: exec_job records (pipeline, 'build',
@@ -218,12 +229,13 @@ local function working_dir(cfg, policy)
   return dir
 end
 
-local function env_for(values, step)
-  return {
-    OOPS_PIPELINE = values.pipeline or "", OOPS_NAMESPACE = values.namespace or "",
-    OOPS_APPLICATION = values.application or "", OOPS_ENVIRONMENT = values.environment or "",
-    OOPS_ARTIFACT = values.artifact or "", OOPS_STEP = step, OOPS_SERVER = oops.server_name(),
-  }
+local function env_for(values, step, app_env)
+  local env = {}
+  for k, v in pairs(app_env or {}) do env[k] = v end
+  env.OOPS_PIPELINE, env.OOPS_NAMESPACE = values.pipeline or "", values.namespace or ""
+  env.OOPS_APPLICATION, env.OOPS_ENVIRONMENT = values.application or "", values.environment or ""
+  env.OOPS_ARTIFACT, env.OOPS_STEP, env.OOPS_SERVER = values.artifact or "", step, oops.server_name()
+  return env
 end
 
 -- State that outlives a policy reload: the processes this server runs.
@@ -253,8 +265,9 @@ function M.new(cfg, policy, previous)
   local function start(argv, values, step, timeout_ms, on_exit)
     local run = { argv = argv, timeout_ms = timeout_ms, started = oops.now_ms() }
     local out = tail(M.OUTPUT_CAP)
+    local a = policy.applications[(values.namespace or "") .. "/" .. (values.application or "")]
     local handle, err = oops.proc.start {
-      argv = argv, cwd = cwd, env = env_for(values, step), timeout_ms = timeout_ms,
+      argv = argv, cwd = cwd, env = env_for(values, step, a and a.env), timeout_ms = timeout_ms,
       max_output = M.OUTPUT_CAP,
       on_output = function(_, data) out.add(data) end,
       on_exit = function(r)
