@@ -20,6 +20,7 @@ typedef struct pending {
 
 struct runtime {
     lua_State *L;
+    runtime_sandbox sandbox;    /* the memory account and the active sandbox's limits */
     oops_ctx *ctx;
     size_t tasks;
     int depth;                  /* lua_resume frames of ours now running */
@@ -279,6 +280,7 @@ static int luaopen_oops(lua_State *L)
     lua_register_http(L);
     lua_register_metrics(L);
     lua_register_daemon(L);
+    lua_register_sandbox(L);
     return 1;
 }
 
@@ -298,12 +300,45 @@ static void set_path(lua_State *L)
     lua_pop(L, 2);
 }
 
+/* The state's allocator: counts every byte, and while a sandbox runs with a
+ * memory cap, refuses growth past it (Lua then collects garbage and, if
+ * that is not enough, raises "not enough memory" in the sandboxed code). */
+static void *rt_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    runtime_sandbox *sb = ud;
+    size_t old = ptr ? osize : 0; /* without ptr, osize is a type tag */
+    if (nsize == 0) {
+        free(ptr);
+        sb->mem_used -= old;
+        return NULL;
+    }
+    if (sb->mem_limit && nsize > old && sb->mem_used - old + nsize > sb->mem_limit) {
+        sb->mem_refused = true;
+        return NULL;
+    }
+    void *p = realloc(ptr, nsize);
+    if (p)
+        sb->mem_used = sb->mem_used - old + nsize;
+    return p;
+}
+
+static int at_panic(lua_State *L)
+{
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "oopsd: unprotected error in Lua: %s\n", msg ? msg : "(error object)");
+    return 0; /* Lua aborts */
+}
+
+runtime_sandbox *runtime_sandbox_of(runtime *rt) { return &rt->sandbox; }
+
 runtime *runtime_new(oops_ctx *ctx)
 {
     runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return NULL;
-    rt->L = luaL_newstate();
+    rt->L = lua_newstate(rt_alloc, &rt->sandbox);
+    if (rt->L)
+        lua_atpanic(rt->L, at_panic);
     if (!rt->L) {
         free(rt);
         return NULL;
@@ -316,6 +351,7 @@ runtime *runtime_new(oops_ctx *ctx)
     lua_rawsetp(L, LUA_REGISTRYINDEX, &K_RUNTIME);
     lua_newtable(L);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &K_TASKS);
+    sandbox_guard_patterns(L);
     set_path(L);
     return rt;
 }

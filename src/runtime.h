@@ -16,10 +16,27 @@
 #include <lua.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctx.h"
 
 typedef struct runtime runtime;
+
+/*
+ * Policy code (files as they load, hooks as they run) runs in a sandbox
+ * (oops.sandbox.run, src/lua_sandbox.c) with a memory cap, an instruction
+ * budget and a wall-clock deadline. The state's allocator keeps the account;
+ * the pattern functions of `string` check their cost while depth > 0.
+ */
+typedef struct runtime_sandbox {
+    size_t mem_used;      /* bytes the state holds now */
+    size_t mem_limit;     /* 0 = no cap; else the allocator refuses growth past it */
+    bool mem_refused;     /* the allocator refused since the sandbox began */
+    uint64_t deadline_ns; /* uv_hrtime() past which sandboxed code is stopped; 0 = none */
+    int depth;            /* sandboxes now running */
+} runtime_sandbox;
+
+runtime_sandbox *runtime_sandbox_of(runtime *rt);
 
 /* A new state with the standard libraries, lua/ on package.path (the
  * directory $OOPS_LUA_DIR, else the one compiled in) and the `oops` module
@@ -64,6 +81,10 @@ void lua_register_proc(lua_State *L);
 void lua_register_http(lua_State *L);
 void lua_register_metrics(lua_State *L);
 void lua_register_daemon(lua_State *L);
+void lua_register_sandbox(lua_State *L);
+/* Wrap string.find/match/gmatch/gsub (also reached as string methods) with
+ * the sandbox's cost check; outside a sandbox they are the originals. */
+void sandbox_guard_patterns(lua_State *L);
 
 /* Helpers for bindings. */
 void lua_setfuncs_in(lua_State *L, const char *field, const luaL_Reg *fns); /* oops.<field> = { fns } */

@@ -24,9 +24,16 @@ local MAX_MS = 366 * 86400000 * 100
 local HINT = "not a duration (use e.g. 500ms, 5s, 10m, 2h)"
 
 -- How a value is shown in a message: strings quoted, anything else as is.
+-- A long string shows only its start and its length: a message never
+-- quotes more than a short prefix of what it was given (an environment
+-- variable's value, a file's content).
+local SHOW_MAX = 40
 local function show(v)
   if type(v) == "string" then
-    return (string.format("%q", v):gsub("\\\n", "\\n"))
+    local s = #v > SHOW_MAX and v:sub(1, SHOW_MAX - 8) or v
+    s = (string.format("%q", s):gsub("\\\n", "\\n"))
+    if #v > SHOW_MAX then s = s .. ("... (%d bytes)"):format(#v) end
+    return s
   end
   return tostring(v)
 end

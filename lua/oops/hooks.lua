@@ -1,12 +1,14 @@
--- Calling the operator's hook functions (policy files): under pcall with a
--- traceback and an instruction budget, so a broken hook fails that step's
--- hook call (logged with its file and line), never the server.
+-- Calling the operator's hook functions (policy files) in the policy
+-- sandbox (oops.sandbox.run): a memory cap, a wall-clock deadline that
+-- holds inside Lua's pattern functions too, and an instruction budget
+-- (policy.HOOK_LIMITS). A broken or runaway hook fails that step's hook
+-- call (logged with its file and line and a traceback), never the server.
+local oops = require("oops")
 local log = require("oops.log")
+local policy = require("oops.policy")
 
 local M = {}
 local current = {}
-
-local BUDGET = 10000000 -- instructions per call
 
 function M.set(hooks) current = hooks or {} end
 
@@ -14,16 +16,14 @@ function M.set(hooks) current = hooks or {} end
 function M.call(name, ...)
   local fn = current[name]
   if not fn then return nil end
-  local co = coroutine.create(fn)
-  debug.sethook(co, function() error("runaway hook: more than " .. BUDGET .. " instructions", 2) end, "", BUDGET)
-  local res = table.pack(coroutine.resume(co, ...))
+  local res = table.pack(oops.sandbox.run(fn, policy.HOOK_LIMITS, ...))
   if not res[1] then
-    log.error("hook " .. name .. " failed: " .. tostring(res[2]),
-      { traceback = debug.traceback(co) })
-    return nil
-  end
-  if coroutine.status(co) ~= "dead" then
-    log.error("hook " .. name .. " yielded; hooks must not wait")
+    local msg, kind, traceback = res[2], res[3], res[4]
+    if kind == "yield" then
+      log.error("hook " .. name .. " yielded; hooks must not wait")
+    else
+      log.error("hook " .. name .. " failed: " .. tostring(msg), { traceback = traceback })
+    end
     return nil
   end
   return table.unpack(res, 2, res.n)

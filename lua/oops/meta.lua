@@ -409,6 +409,36 @@ function CronHandle:has_seconds() end
 ---@return string
 function CronHandle:text() end
 
+------------------------------------------------------ sandbox (lua_sandbox.c)
+
+---@class oops.sandbox
+oops.sandbox = {}
+
+---@class oops.SandboxLimits
+---@field memory? integer bytes the state may grow by while fn runs (allocations past it fail)
+---@field time_ms? integer wall-clock deadline, also inside string.find/match/gmatch/gsub
+---@field instructions? integer VM instructions fn may run
+
+--- Run policy code under limits. A limit passed stops the code for good (a
+--- pcall inside cannot catch its way past). While it runs, the pattern
+--- functions refuse a pattern whose worst-case backtracking on the subject
+--- is too long. Returns true and fn's results, or false, message, kind
+--- ("memory" | "time" | "instructions" | "error" | "yield"), traceback.
+---@param fn function
+---@param limits oops.SandboxLimits
+---@param ... any passed to fn
+---@return boolean ok
+---@return any ...
+function oops.sandbox.run(fn, limits, ...) end
+
+--- The text of a regular file (after symlinks) of at most max_bytes, opened
+--- without blocking; else nil and "path: why" (a FIFO, a device, too large).
+---@param path string
+---@param max_bytes integer
+---@return string|nil text
+---@return string? err
+function oops.sandbox.read(path, max_bytes) end
+
 ------------------------------------------------------------ proc (lua_proc.c)
 
 ---@class oops.proc
@@ -416,8 +446,9 @@ oops.proc = {}
 
 ---@class oops.ProcOptions
 ---@field argv string[] the command, executed directly (never through a shell); argv[1] is looked up in PATH
----@field env? table<string, string> added to the inherited environment (replaces it with clear_env)
----@field clear_env? boolean start from an empty environment
+---@field env? table<string, string> added on top of the base environment; in the daemon, an OOPS_DB* name raises
+---@field inherit_env? boolean base: all of this process's environment (tools); default: the allow-list PATH HOME USER LOGNAME LANG LANGUAGE LC_* TZ TMPDIR
+---@field clear_env? boolean base: nothing. Whatever the base, OOPS_DB* is never inherited
 ---@field cwd? string
 ---@field stdin? string written to the child's stdin, then closed (default /dev/null)
 ---@field timeout_ms? integer on expiry SIGTERM to the process group, SIGKILL 2 s later (default none)

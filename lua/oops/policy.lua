@@ -22,6 +22,22 @@ local M = {}
 -- that declares things needs a few thousand).
 M.INSTRUCTION_LIMIT = 10000000
 
+-- The rest of the bounds on policy code (oops.sandbox.run, src/lua_sandbox.c):
+-- memory the state may grow by while one file runs, the wall-clock time the
+-- whole load may take (every file together: SIGHUP blocks the loop that
+-- long at most), and the same for each call of a hook. A file is read only
+-- if it is a regular file (after symlinks) of at most MAX_FILE_BYTES; a
+-- directory holds at most MAX_FILES policy files.
+M.MEMORY_LIMIT = 32 * 1024 * 1024
+M.LOAD_TIME_MS = 1000
+M.HOOK_LIMITS = { memory = 8 * 1024 * 1024, time_ms = 500, instructions = 10000000 }
+M.MAX_FILE_BYTES = 1024 * 1024
+M.MAX_FILES = 1000
+-- Errors reported at most, each cut to at most this many bytes (they reach
+-- logs and /healthz).
+M.MAX_ERRORS = 50
+M.MAX_ERROR_BYTES = 400
+
 -- Globals a file may assign: functions the engine calls.
 M.HOOKS = { "on_build_lost", "on_transition" }
 local HOOK_SET = {}
@@ -454,7 +470,34 @@ function build.notify(d, t, _, st)
   return n
 end
 
-local APP_KEYS = { "build", "deploy", "environments", "health", "limits", "restart", "restart_command", "timeouts" }
+local APP_KEYS = { "build", "deploy", "env", "environments", "health", "limits", "restart", "restart_command",
+  "timeouts" }
+
+-- env = { KUBECONFIG = "/etc/oopsd/kube" }: added to the allow-listed
+-- environment of the application's commands. OOPS_* names are the engine's
+-- (the pipeline's own variables; never the database settings).
+local function app_env(v)
+  local like = 'must be a table of NAME = "value" like { KUBECONFIG = "/etc/oopsd/kube" }'
+  if type(v) ~= "table" then return nil, like .. ", not " .. a_type(v) end
+  local out, n = {}, 0
+  for _, k in ipairs(sorted_keys(v)) do
+    local val = v[k]
+    n = n + 1
+    if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") or #k > 128 then
+      return nil, show(k) .. ": not a variable name (letters, digits and _, not starting with a digit)"
+    end
+    if k:upper():sub(1, 5) == "OOPS_" then
+      return nil, show(k) .. ": OOPS_* names are the engine's own (the pipeline's variables)"
+    end
+    if type(val) ~= "string" then return nil, k .. ": must be a string, not " .. a_type(val) end
+    if #val > 4096 or val:find("\0", 1, true) then
+      return nil, k .. ": must be at most 4096 bytes, without NUL"
+    end
+    out[k] = val
+  end
+  if n > 64 then return nil, "at most 64 variables" end
+  return out
+end
 
 -- restart = { prod = "0 3 * * *" } -> { prod = { cron = ..., expr = handle } }
 local function app_restart(d, v, envs, cron_parse)
@@ -517,6 +560,7 @@ function build.application(d, t, name, st)
   a.deploy = d:field(t, "deploy", argv(PIPELINE_PLACEHOLDERS), nil)
   a.health = d:field(t, "health", argv(PIPELINE_PLACEHOLDERS), nil)
   a.restart_cmd = d:field(t, "restart_command", argv(RESTART_PLACEHOLDERS), nil)
+  a.env = d:field(t, "env", app_env, {})
   a.restart = app_restart(d, t.restart, envs_ok and a.environments or nil, st.cron_parse)
   a.limits = app_limits(d, t)
   a.timeout_ms, a.deploy_timeout_set = app_timeouts(d, t)
@@ -653,6 +697,16 @@ local function copy(t, skip)
   return c
 end
 
+-- os.getenv for policies: the database settings (OOPS_DB, OOPS_DB_PASSWORD,
+-- any OOPS_DB*) are refused, whatever the case; anything else as usual.
+function M.getenv(name)
+  if type(name) ~= "string" then error("os.getenv: expects a variable name", 2) end
+  if name:upper():sub(1, 7) == "OOPS_DB" then
+    error("os.getenv: " .. name:sub(1, 40) .. ": the database settings are not readable by policies", 2)
+  end
+  return os.getenv(name)
+end
+
 -- The safe standard library. Library tables are copies, so a file that
 -- scribbles on `string` changes nothing outside its own sandbox.
 local function stdlib()
@@ -661,7 +715,7 @@ local function stdlib()
     table = copy(table),
     math = copy(math, { randomseed = true }),
     utf8 = copy(utf8),
-    os = { getenv = os.getenv, time = os.time, date = os.date },
+    os = { getenv = M.getenv, time = os.time, date = os.date },
     pairs = pairs, ipairs = ipairs, next = next, select = select,
     tostring = tostring, tonumber = tonumber, type = type,
     assert = assert, error = error, pcall = pcall,
@@ -709,13 +763,36 @@ local function with_path(msg, path)
   return path .. ": " .. msg
 end
 
+-- A policy file's text: a regular file (after symlinks) of at most
+-- MAX_FILE_BYTES, opened without blocking (a FIFO named zz.lua or a link to
+-- /dev/zero is an error naming the file, never a hang).
+-- The oops module when this runs inside oopsd (oopsd, --check, oopsd lua),
+-- else nil (plain Lua: the loader still works, with an instruction hook only).
+local function oops_module()
+  local oops = package.loaded["oops"]
+  if oops == nil then
+    local ok, mod = pcall(require, "oops")
+    oops = ok and mod or nil
+  end
+  if type(oops) == "table" and oops.sandbox then return oops end
+  return nil
+end
+
 local function read_file(path)
+  local oops = oops_module()
+  if oops then
+    return oops.sandbox.read(path, M.MAX_FILE_BYTES)
+  end
+  local mode = require("lfs").attributes(path, "mode")
+  if mode == nil then return nil, path .. ": No such file or directory" end
+  if mode ~= "file" then return nil, path .. ": " .. mode .. ", not a regular file: only regular files are read" end
   local f, err = io.open(path, "rb")
   if not f then return nil, err end
-  local text, rerr = f:read("a")
+  local text, rerr = f:read(M.MAX_FILE_BYTES + 1)
   f:close()
-  if not text then return nil, path .. ": " .. tostring(rerr) end
-  return text
+  if text and #text > M.MAX_FILE_BYTES then return nil, path .. ": larger than " .. M.MAX_FILE_BYTES .. " bytes" end
+  if not text and rerr then return nil, path .. ": " .. tostring(rerr) end
+  return text or ""
 end
 
 -- Stop the coroutine after `limit` instructions, and keep stopping it: a
@@ -729,20 +806,33 @@ local function arm_limit(co, limit, f)
   end, "", limit)
 end
 
--- Run one file in its sandbox; its declarations land in st.
+-- Run one file in its sandbox; its declarations land in st. With the oops
+-- module, under oops.sandbox.run (memory, the load's deadline, instructions,
+-- also inside Lua's pattern functions); without it (plain Lua), under an
+-- instruction hook only.
 local function run_file(st, path, text)
   local f = new_file(st, path)
   if text:sub(1, 1) == "#" then text = "--" .. text end -- a #! line, as lua(1) allows
   local chunk, err = load(text, f.source, "t", f.env)
   if not chunk then return f:error(with_path(err, path)) end
-  local co = coroutine.create(chunk)
-  arm_limit(co, st.instruction_limit, f)
-  local ok, rerr = coroutine.resume(co)
-  debug.sethook(co)
-  if f.runaway then
-    f:error(f.runaway)
-  elseif not ok then
-    f:error(with_path(rerr, path))
+  local oops = oops_module()
+  if oops then
+    local left = math.max(1, st.deadline - oops.now_ms())
+    local ok, msg, kind = oops.sandbox.run(chunk,
+      { memory = st.memory_limit, time_ms = left, instructions = st.instruction_limit })
+    if not ok then
+      if kind == "error" then f:error(with_path(msg, path)) else f:error(path .. ": " .. msg) end
+    end
+  else
+    local co = coroutine.create(chunk)
+    arm_limit(co, st.instruction_limit, f)
+    local ok, rerr = coroutine.resume(co)
+    debug.sethook(co)
+    if f.runaway then
+      f:error(f.runaway)
+    elseif not ok then
+      f:error(with_path(rerr, path))
+    end
   end
   for _, p in ipairs(f.pending) do
     if not p.done then f:error(p.where .. ": " .. p.label .. ": missing { ... } after the name") end
@@ -832,6 +922,11 @@ local function check_opts(opts)
   if math.type(limit) ~= "integer" or limit < 1 then
     error("policy: opts.instruction_limit must be a positive integer", 3)
   end
+  for _, k in ipairs({ "memory_limit", "time_ms" }) do
+    if opts[k] ~= nil and (math.type(opts[k]) ~= "integer" or opts[k] < 1) then
+      error("policy: opts." .. k .. " must be a positive integer", 3)
+    end
+  end
   return opts, limit
 end
 
@@ -846,13 +941,32 @@ local function safe_cron(parse)
   end
 end
 
+-- At most MAX_ERRORS errors of at most MAX_ERROR_BYTES each: an error a
+-- policy raises itself may carry anything, and errors reach logs and /healthz.
+local function bounded(errors)
+  local out = {}
+  for i, e in ipairs(errors) do
+    if i > M.MAX_ERRORS then
+      out[#out + 1] = ("... and %d more errors"):format(#errors - M.MAX_ERRORS)
+      break
+    end
+    if #e > M.MAX_ERROR_BYTES then e = e:sub(1, M.MAX_ERROR_BYTES - 3) .. "..." end
+    out[#out + 1] = e
+  end
+  return out
+end
+
 local function load_paths(paths, opts)
   local limit
   opts, limit = check_opts(opts)
   local cron = resolve_cron(opts)
+  local oops = oops_module()
+  local now = oops and oops.now_ms() or 0
   local st = {
     policy = M.defaults(), errors = {}, seen = {}, app_order = {}, notifies = {},
     instruction_limit = limit,
+    memory_limit = opts.memory_limit or M.MEMORY_LIMIT,
+    deadline = now + (opts.time_ms or M.LOAD_TIME_MS),
     cron_parse = safe_cron(cron),
   }
   local names, texts = {}, {}
@@ -869,7 +983,7 @@ local function load_paths(paths, opts)
   check_exec(st)
   check_deploy_timeouts(st)
   merge_notify(st)
-  if #st.errors > 0 then return nil, st.errors end
+  if #st.errors > 0 then return nil, bounded(st.errors) end
   st.policy.version_hash = version_hash(names, texts)
   return st.policy
 end
@@ -906,6 +1020,14 @@ function M.load_dir(dir, opts)
   local paths = {}
   for _, name in ipairs(names) do
     if name:match("%.lua$") and not name:match("^%.") then paths[#paths + 1] = name end
+  end
+  if #paths == 0 then
+    check_opts(opts)
+    return nil, { dir .. ": no policy files (*.lua) in it" }
+  end
+  if #paths > M.MAX_FILES then
+    check_opts(opts)
+    return nil, { dir .. ": " .. #paths .. " policy files: at most " .. M.MAX_FILES }
   end
   table.sort(paths)
   local sep = dir:sub(-1) == "/" and "" or "/"

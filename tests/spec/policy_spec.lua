@@ -53,7 +53,7 @@ local FAILS = {
   },
   bad_unknown_key = {
     'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval)',
-    'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" (known: build, deploy, environments, health, limits, restart, restart_command, timeouts)',
+    'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" (known: build, deploy, env, environments, health, limits, restart, restart_command, timeouts)',
     'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
     'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" (known: build, deploy, health, restart)',
     'bad_unknown_key/apps.lua:8: alert.cpu: unknown key "window" (known: percent, sustained)',
@@ -349,10 +349,11 @@ describe("a good policy", function()
       },
       limits = { cpu_millicores = 2000, memory_bytes = 4294967296 },
       timeout_ms = { build = 1200000, deploy = 600000, health = 10000, restart = 120000 },
+      env = {},
     }, p.applications["shop/api"])
     assert.are.same({
       namespace = "shop", application = "worker", environments = { "prod" }, restart = {},
-      limits = { cpu_millicores = 500 },
+      limits = { cpu_millicores = 500 }, env = {},
       timeout_ms = { build = 1800000, deploy = 300000, health = 30000, restart = 60000 },
     }, p.applications["shop/worker"])
     assert.are.same({ memory_bytes = 1000000000 }, p.applications["billing/web-2"].limits)
