@@ -16,4 +16,5 @@ return {
   rollout_timed_out = "Release timed out: the new version was not ready in time.",
   deploy_timed_out  = "Deploy timed out: the pipeline stayed DEPLOYING longer than the deploy timeout (its server may have died mid-deploy).",
   deploy_refused    = "Deploy refused: another pipeline for this application and environment is unfinished.",
+  refused           = "Refused, nothing was run: ",   -- .. why (pipelines.refusal)
 }

@@ -5,6 +5,8 @@ local oops = require("oops")
 local log = require("oops.log")
 local hooks = require("oops.hooks")
 local tasks = require("oops.tasks")
+local msg = require("oops.messages")
+local show = require("oops.duration").show
 
 local M = {}
 
@@ -69,11 +71,72 @@ function M.take(candidates, scan)
   return mine
 end
 
+-- A lowercase DNS label, the policy's rule for namespaces, applications and
+-- environments (policy.lua's is_label).
+local function is_label(s)
+  return type(s) == "string" and #s <= 63 and (s:match("^[a-z0-9]$") or s:match("^[a-z0-9][a-z0-9-]*[a-z0-9]$")) ~= nil
+end
+
+local function listed(list, v)
+  for _, x in ipairs(list or {}) do if x == v then return true end end
+  return false
+end
+
+-- Why the engine must not act for this pipeline, or nil. The engine is the
+-- guarantee, whoever wrote the row (oopsctl, another tool, SQL by hand):
+--   - its application must be declared by the running policy, and its
+--     environment be one of that application's environments (the simulated
+--     gateway with no application declared at all simulates any, for demos
+--     and tests: it runs no command);
+--   - every field that can reach a command's argv must be what it claims:
+--     namespace, application, environment lowercase DNS labels, the id
+--     [a-z0-9], and the artifact neither starting with "-" (a command would
+--     take it for an option) nor holding control characters.
+function M.refusal(pol, p)
+  local app = tostring(p.namespace) .. "/" .. tostring(p.application)
+  for _, f in ipairs({ "namespace", "application", "environment" }) do
+    if not is_label(p[f]) then
+      return ("its %s %s is not a lowercase DNS label"):format(f, show(p[f]))
+    end
+  end
+  if type(p.id) ~= "string" or not p.id:match("^[a-z0-9]+$") or #p.id > 64 then
+    return "its id " .. show(p.id) .. " is not [a-z0-9]"
+  end
+  local artifact = p.artifact or ""
+  if artifact:sub(1, 1) == "-" then
+    return "its artifact " .. show(artifact) .. ' starts with "-" (a command would take it for an option)'
+  end
+  if artifact:find("%c") then return "its artifact holds a control character" end
+  if #artifact > 1024 then return "its artifact is longer than 1024 bytes" end
+  local apps = pol and pol.applications or {}
+  if pol and pol.gateway and pol.gateway.kind == "simulated" and next(apps) == nil then return nil end
+  local a = apps[app]
+  if not a then return "application " .. app .. " is not declared by the running policy" end
+  if not listed(a.environments, p.environment) then
+    return ("environment %s is not one of %s's environments (%s)"):format(
+      show(p.environment), app, table.concat(a.environments or {}, ", "))
+  end
+  return nil
+end
+
+-- Fail (or, waiting for a manual release, refuse the release of) a pipeline
+-- the engine must not act for; no gateway call is made for it.
+local function refuse(p, why, scan)
+  log.warn("refused: " .. why, { scan = scan, pipeline = p.id })
+  if p.status == "BUILD_SUCCEEDED" then
+    oops.db.exec("UPDATE pipeline SET deploy_requested_at = NULL, message = ? " ..
+      "WHERE id = ? AND status = 'BUILD_SUCCEEDED'", msg.refused .. why, p.id)
+    return
+  end
+  M.transition(p, p.status, "ERROR", msg.refused .. why, scan)
+end
+
 -- Take the candidates' locks (one batch) and run the step handlers[status](p)
 -- of every pipeline held, each in its own task, so a slow gateway call for one
 -- application delays no other; returns when all are done, so a tick never
--- overlaps the next. With the lock session down nothing is driven.
-function M.drive(candidates, scan, handlers)
+-- overlaps the next. With the lock session down nothing is driven. A pipeline
+-- the policy does not cover (M.refusal) is failed instead of stepped.
+function M.drive(candidates, scan, handlers, pol)
   local mine, err = M.take(candidates, scan)
   if not mine then
     log.warn("lock session down: driving nothing (" .. tostring(err) .. ")", { scan = scan })
@@ -82,7 +145,12 @@ function M.drive(candidates, scan, handlers)
   local steps = {}
   for _, p in ipairs(mine) do
     local step = handlers[p.status]
-    if step then steps[#steps + 1] = function() step(p) end end
+    local why = step and M.refusal(pol, p)
+    if why then
+      steps[#steps + 1] = function() refuse(p, why, scan) end
+    elseif step then
+      steps[#steps + 1] = function() step(p) end
+    end
   end
   tasks.all(steps, scan .. " step")
 end

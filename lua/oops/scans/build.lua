@@ -95,7 +95,7 @@ function M.run(pol, gw)
     INITIALIZED = function(p) initialized(p, gw) end,
     RUNNING = function(p) running(p, gw, pol) end,
     BUILD_SUCCEEDED = function(p) M.deploy(p, "BUILD_SUCCEEDED", gw) end,
-  })
+  }, pol)
 end
 
 return M

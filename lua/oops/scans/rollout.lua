@@ -90,7 +90,7 @@ function M.run(pol, gw)
   P.drive(candidates, SCAN, {
     DEPLOYING = function(p) deploying(p, pol) end,
     ROLLING_OUT = function(p) rolling_out(p, pol, gw) end,
-  })
+  }, pol)
 end
 
 return M
