@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -29,7 +30,8 @@ typedef struct server_state {
     daemon_options o;
     int engine;              /* registry ref of require("oops.engine") */
     http_server *http;
-    uv_signal_t sighup, sigterm, sigint;
+    uv_signal_t sighup, sigterm, sigint, sigquit;
+    uv_signal_t ignored[8];  /* IGNORED_SIGNALS: logged, nothing else */
     uv_timer_t tick, drain;
     uint64_t last_heartbeat, drain_deadline;
     bool draining;
@@ -224,7 +226,19 @@ static void on_sighup(uv_signal_t *s, int sig)
 
 static void on_stop_signal(uv_signal_t *s, int sig)
 {
-    begin_shutdown(s->data, sig == SIGINT ? "SIGINT" : "SIGTERM");
+    begin_shutdown(s->data, sig == SIGINT ? "SIGINT" : sig == SIGQUIT ? "SIGQUIT" : "SIGTERM");
+}
+
+/* Signals whose default action would end the process on the spot (no drain,
+ * no release, the server row left as if alive): they mean nothing to oopsd,
+ * so they are logged and otherwise ignored. */
+static const int IGNORED_SIGNALS[] = {SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGXFSZ};
+
+static void on_ignored_signal(uv_signal_t *s, int sig)
+{
+    (void)s;
+    log_msg(LOG_WARN, "signal SIG%s (%d) ignored: oopsd gives it no meaning (SIGHUP reloads, SIGTERM stops)",
+            sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", sig);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -468,6 +482,42 @@ static int setup_runtime(server_state *d)
     return load_engine(d) == 0 ? OOPSD_OK : OOPSD_BAD_INPUT;
 }
 
+/* The settings are parsed: OOPS_DB, OOPS_DB_PASSWORD (any OOPS_DB*) leave
+ * the process environment, so no child, library or policy can read them,
+ * and their values are overwritten in the initial environment block. */
+static void scrub_db_environment(void)
+{
+    extern char **environ;
+    size_t n = 0;
+    for (char **e = environ; e && *e; e++)
+        n++;
+    char **names = calloc(n + 1, sizeof *names);
+    size_t k = 0;
+    for (size_t i = 0; names && i < n; i++) {
+        char *entry = environ[i], *eq = strchr(entry, '=');
+        if (strncasecmp(entry, "OOPS_DB", 7) == 0 && eq) {
+            names[k++] = strndup(entry, (size_t)(eq - entry));
+            /* Overwrite the value where it lies: the initial environment
+             * block is what /proc/PID/environ shows (as --db is masked in
+             * argv). */
+            memset(eq + 1, 'x', strlen(eq + 1));
+        }
+    }
+    for (size_t i = 0; i < k; i++) {
+        if (names[i])
+            unsetenv(names[i]);
+        free(names[i]);
+    }
+    free(names);
+    /* Whatever unsetenv could not name (an entry without '='): drop it. */
+    size_t out = 0;
+    for (size_t i = 0; environ && environ[i]; i++)
+        if (strncasecmp(environ[i], "OOPS_DB", 7) != 0)
+            environ[out++] = environ[i];
+    if (environ)
+        environ[out] = NULL;
+}
+
 static void process_init(void)
 {
     signal(SIGPIPE, SIG_IGN); /* a child that exits without reading its stdin must not kill us */
@@ -489,6 +539,9 @@ int daemon_run(const daemon_options *o)
     if (!d->o.drain_ms)
         d->o.drain_ms = 10000;
     process_init();
+    /* Until the loop watches them (below), these must not end the process either. */
+    for (size_t i = 0; i < sizeof IGNORED_SIGNALS / sizeof *IGNORED_SIGNALS; i++)
+        signal(IGNORED_SIGNALS[i], SIG_IGN);
     uv_loop_init(&d->loop);
     d->ctx.loop = &d->loop;
     d->ctx.metrics = metrics_new();
@@ -505,6 +558,8 @@ int daemon_run(const daemon_options *o)
         goto out;
     }
     d->ctx.have_db = true;
+    d->ctx.daemon = true;
+    scrub_db_environment();
     if ((rc = connect_all(d)) != OOPSD_OK || (rc = setup_runtime(d)) != OOPSD_OK)
         goto out;
     char *errs = engine_load(d, o->policies, true);
@@ -527,10 +582,16 @@ int daemon_run(const daemon_options *o)
     uv_signal_init(&d->loop, &d->sighup);
     uv_signal_init(&d->loop, &d->sigterm);
     uv_signal_init(&d->loop, &d->sigint);
-    d->sighup.data = d->sigterm.data = d->sigint.data = d;
+    uv_signal_init(&d->loop, &d->sigquit);
+    d->sighup.data = d->sigterm.data = d->sigint.data = d->sigquit.data = d;
     uv_signal_start(&d->sighup, on_sighup, SIGHUP);
     uv_signal_start(&d->sigterm, on_stop_signal, SIGTERM);
     uv_signal_start(&d->sigint, on_stop_signal, SIGINT);
+    uv_signal_start(&d->sigquit, on_stop_signal, SIGQUIT);
+    for (size_t i = 0; i < sizeof IGNORED_SIGNALS / sizeof *IGNORED_SIGNALS; i++) {
+        uv_signal_init(&d->loop, &d->ignored[i]);
+        uv_signal_start(&d->ignored[i], on_ignored_signal, IGNORED_SIGNALS[i]);
+    }
     uv_timer_init(&d->loop, &d->tick);
     uv_timer_init(&d->loop, &d->drain);
     d->tick.data = d->drain.data = d;
