@@ -821,7 +821,13 @@ local function run_file(st, path, text)
     local ok, msg, kind = oops.sandbox.run(chunk,
       { memory = st.memory_limit, time_ms = left, instructions = st.instruction_limit })
     if not ok then
-      if kind == "error" then f:error(with_path(msg, path)) else f:error(path .. ": " .. msg) end
+      if kind == "error" then
+        f:error(with_path(msg, path))
+      elseif kind == "time" then
+        f:error(path .. ": still running when the policy load's time limit (" .. st.time_ms .. " ms) ran out")
+      else
+        f:error(path .. ": " .. msg)
+      end
     end
   else
     local co = coroutine.create(chunk)
@@ -966,6 +972,7 @@ local function load_paths(paths, opts)
     policy = M.defaults(), errors = {}, seen = {}, app_order = {}, notifies = {},
     instruction_limit = limit,
     memory_limit = opts.memory_limit or M.MEMORY_LIMIT,
+    time_ms = opts.time_ms or M.LOAD_TIME_MS,
     deadline = now + (opts.time_ms or M.LOAD_TIME_MS),
     cron_parse = safe_cron(cron),
   }
