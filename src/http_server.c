@@ -3,8 +3,24 @@
  * MHD keeps all its sockets in one epoll set of its own. That epoll fd
  * becomes readable whenever any of them is ready, so a single uv_poll_t
  * on it tells us when to call MHD_run(). MHD_run() never blocks here; a
- * uv_timer_t re-armed from MHD_get_timeout() after every run covers idle
- * timeouts and work MHD left pending (its inner set is edge-triggered).
+ * uv_timer_t re-armed after every run covers MHD_get_timeout() (idle
+ * timeouts, work MHD left pending: its inner set is edge-triggered), our
+ * own per-connection deadlines, and one more run after any connection
+ * closed.
+ *
+ * That last one is what keeps the listener alive. At its connection limit
+ * (or when accept() hits EMFILE) MHD takes the listening socket out of its
+ * epoll set, and puts it back only at the start of a later MHD_run(). When
+ * the connections then close, nothing else would ever call MHD_run()
+ * again: MHD_get_timeout() says "nothing to wait for" once the last one is
+ * gone and the epoll set holds no socket any more, so the listener stayed
+ * dead for good (issue 10). We also cap connections ourselves below MHD's
+ * limit (on_accept), so in practice MHD never reaches it.
+ *
+ * Connections are tracked from MHD's "started" to its "closed"
+ * notification (http_conn). We close one by shutdown() on its socket: the
+ * fd stays MHD's (no fd number is freed under its feet), MHD sees the
+ * hang-up on its next run, closes the connection and tells us.
  */
 #include "http_server.h"
 
@@ -12,6 +28,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,17 +37,26 @@
 
 #include "buf.h"
 
-/* Idle keep-alive connections are dropped after this many seconds. */
-#define HTTP_IDLE_TIMEOUT_S 30u
-/* Scrapers and probes need few sockets; cap them so a flood cannot
- * exhaust the daemon's fds. */
-#define HTTP_MAX_CONNECTIONS 64u
-#define HTTP_BACKLOG 64
+/* The limits (HTTP_MAX_CONNECTIONS, the timeouts) are in http_server.h.
+ * The backlog only has to absorb a burst between two loop iterations:
+ * connections over the cap are accepted and closed, not left queued. */
+#define HTTP_BACKLOG 128
 #define HTTP_DEFAULT_CONTENT_TYPE "text/plain; charset=utf-8"
+
+/* One open connection, from MHD's "started" to its "closed" notification;
+ * kept in accept order. Times are ms on the monotonic clock. */
+typedef struct http_conn {
+    struct http_conn *prev, *next;
+    int fd;                 /* MHD's socket: only ever shutdown(), never closed */
+    int waiting;            /* waiting for a request's headers: may be evicted */
+    int shut;               /* shut down by us; no longer counted */
+    uint64_t waiting_since; /* accepted, or its previous response sent */
+    uint64_t deadline;      /* headers (waiting) or the request done by then */
+} http_conn;
 
 struct http_server {
     uv_poll_t poll;   /* watches MHD's epoll fd */
-    uv_timer_t timer; /* fires MHD_run when MHD_get_timeout says so */
+    uv_timer_t timer; /* runs MHD again: its timeouts, our deadlines, reruns */
     struct MHD_Daemon *mhd;
     http_serve_handler handler;
     void *ud;
@@ -42,6 +68,9 @@ struct http_server {
     int in_run;       /* MHD_run is on the stack: stopping MHD must wait */
     int closing;      /* http_server_close was called */
     int open_handles; /* uv handles not yet closed; free at 0 */
+    http_conn *conns, *conns_tail; /* open connections, oldest first */
+    unsigned int nconns; /* of those, not shut down by us */
+    int rerun;        /* a connection closed: run MHD once more, now */
 };
 
 static void set_err(char *err, size_t errlen, const char *where,
@@ -68,12 +97,14 @@ static int parse_port(const char *s, in_port_t *port)
     return 0;
 }
 
-/* "HOST:PORT" -> sockaddr. "localhost" is mapped by hand: resolving it
- * would be a blocking lookup that may also answer ::1. */
-static int parse_listen(const char *where, struct sockaddr_in *sa)
+/* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" -> sockaddr. "localhost"
+ * is mapped by hand: resolving it would be a blocking lookup that may also
+ * answer ::1. An IPv6 literal must be bracketed: "::1:80" is ambiguous. */
+static int parse_listen(const char *where, struct sockaddr_storage *ss,
+                        socklen_t *sslen)
 {
     const char *colon = strrchr(where, ':');
-    char host[INET_ADDRSTRLEN];
+    char host[INET6_ADDRSTRLEN + 2];
     size_t hlen;
 
     if (colon == NULL)
@@ -83,39 +114,62 @@ static int parse_listen(const char *where, struct sockaddr_in *sa)
         return -1;
     memcpy(host, where, hlen);
     host[hlen] = '\0';
-    if (strcmp(host, "localhost") == 0)
-        strcpy(host, "127.0.0.1");
+    memset(ss, 0, sizeof *ss);
 
-    memset(sa, 0, sizeof *sa);
-    sa->sin_family = AF_INET;
-    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
-        return -1;
-    return parse_port(colon + 1, &sa->sin_port);
+    if (host[0] == '[') {
+        struct sockaddr_in6 *sa6 = (struct sockaddr_in6 *)ss;
+
+        if (hlen < 3 || host[hlen - 1] != ']')
+            return -1;
+        host[hlen - 1] = '\0';
+        sa6->sin6_family = AF_INET6;
+        if (inet_pton(AF_INET6, host + 1, &sa6->sin6_addr) != 1)
+            return -1;
+        *sslen = sizeof *sa6;
+        return parse_port(colon + 1, &sa6->sin6_port);
+    } else {
+        struct sockaddr_in *sa = (struct sockaddr_in *)ss;
+
+        if (strcmp(host, "localhost") == 0)
+            strcpy(host, "127.0.0.1");
+        sa->sin_family = AF_INET;
+        if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+            return -1;
+        *sslen = sizeof *sa;
+        return parse_port(colon + 1, &sa->sin_port);
+    }
 }
 
 /* We bind the socket ourselves (instead of MHD_OPTION_SOCK_ADDR) because
  * MHD_start_daemon only returns NULL: this way the caller gets the real
  * errno. Returns the listening fd, or -errno. */
-static int open_listener(const struct sockaddr_in *sa, int *port)
+static int open_listener(const struct sockaddr_storage *ss, socklen_t sslen,
+                         int *port)
 {
-    struct sockaddr_in bound;
+    struct sockaddr_storage bound;
     socklen_t blen = sizeof bound;
     int one = 1;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    0);
 
     if (fd < 0)
         return -errno;
     /* SO_REUSEADDR so a restarted daemon is not refused because of
-     * TIME_WAIT leftovers; a live listener still yields EADDRINUSE. */
+     * TIME_WAIT leftovers; a live listener still yields EADDRINUSE.
+     * [::]:PORT means IPv6 only, whatever net.ipv6.bindv6only says. */
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(fd, (const struct sockaddr *)sa, sizeof *sa) != 0 ||
+        (ss->ss_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) ||
+        bind(fd, (const struct sockaddr *)ss, sslen) != 0 ||
         listen(fd, HTTP_BACKLOG) != 0 ||
         getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) {
         int e = errno;
         close(fd);
         return -e;
     }
-    *port = ntohs(bound.sin_port);
+    *port = bound.ss_family == AF_INET6
+                ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                : ntohs(((struct sockaddr_in *)&bound)->sin_port);
     return fd;
 }
 
@@ -190,6 +244,143 @@ static enum MHD_Result send_empty(struct MHD_Connection *conn,
     return ok;
 }
 
+/* ---- connections ------------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+    return uv_hrtime() / 1000000u;
+}
+
+static void wait_for_headers(http_conn *c, uint64_t now, unsigned int secs)
+{
+    c->waiting = 1;
+    c->waiting_since = now;
+    c->deadline = now + (uint64_t)secs * 1000u;
+}
+
+/* The connection's state, or NULL when it is not tracked. */
+static http_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return i != NULL ? i->socket_context : NULL;
+}
+
+/* Closes c as far as we are concerned: MHD sees the hang-up on its next
+ * run (shutdown wakes its epoll set) and then closes the fd itself. */
+static void shut_conn(http_server *s, http_conn *c)
+{
+    if (c->shut)
+        return;
+    c->shut = 1;
+    s->nconns--;
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+static void unlink_conn(http_server *s, http_conn *c)
+{
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    else
+        s->conns_tail = c->prev;
+    if (!c->shut)
+        s->nconns--;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_server *s = cls;
+    http_conn *c = *socket_ctx;
+    const union MHD_ConnectionInfo *fd;
+
+    if (code != MHD_CONNECTION_NOTIFY_STARTED) { /* closed */
+        s->rerun = 1; /* MHD may have to take its listening socket back */
+        if (c != NULL) {
+            unlink_conn(s, c);
+            free(c);
+            *socket_ctx = NULL;
+        }
+        return;
+    }
+    fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (fd == NULL)
+        return; /* cannot happen in MHD 0.9.75; MHD's own timeout applies */
+    c = calloc(1, sizeof *c);
+    if (c == NULL) { /* a connection we cannot bound is not kept */
+        shutdown(fd->connect_fd, SHUT_RDWR);
+        return;
+    }
+    c->fd = fd->connect_fd;
+    wait_for_headers(c, now_ms(), HTTP_HEADER_TIMEOUT_S);
+    c->prev = s->conns_tail;
+    if (s->conns_tail != NULL)
+        s->conns_tail->next = c;
+    else
+        s->conns = c;
+    s->conns_tail = c;
+    s->nconns++;
+    *socket_ctx = c;
+}
+
+/* MHD asks before it sets up each accepted connection. Under the cap: yes.
+ * At the cap: the connection that has waited longest for a request's
+ * headers is shut down to make room (a slowloris or an idle keep-alive
+ * one, never a request in progress); when there is none, MHD_NO makes MHD
+ * close the new one at once. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
+                                 socklen_t addrlen)
+{
+    http_server *s = cls;
+    http_conn *c, *oldest = NULL;
+
+    (void)addr;
+    (void)addrlen;
+    if (s->nconns < HTTP_MAX_CONNECTIONS)
+        return MHD_YES;
+    for (c = s->conns; c != NULL; c = c->next)
+        if (!c->shut && c->waiting &&
+            (oldest == NULL || c->waiting_since < oldest->waiting_since))
+            oldest = c;
+    if (oldest == NULL)
+        return MHD_NO;
+    shut_conn(s, oldest);
+    return MHD_YES;
+}
+
+/* Shuts down the connections past their deadline. Returns the earliest
+ * deadline among the others, or 0 when there is none. */
+static uint64_t reap(http_server *s, uint64_t now)
+{
+    uint64_t next = 0;
+
+    for (http_conn *c = s->conns; c != NULL; c = c->next) {
+        if (c->shut)
+            continue;
+        if (c->deadline <= now)
+            shut_conn(s, c);
+        else if (next == 0 || c->deadline < next)
+            next = c->deadline;
+    }
+    return next;
+}
+
+/* After MHD_stop_daemon: anything it did not report closed. */
+static void free_conns(http_server *s)
+{
+    while (s->conns != NULL) {
+        http_conn *c = s->conns;
+        unlink_conn(s, c);
+        free(c);
+    }
+}
+
 /* ---- requests ---------------------------------------------------------- */
 
 /* What we keep per request between MHD's calls; freed by on_completed. */
@@ -255,6 +446,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 
     (void)version;
     if (rs == NULL) { /* headers seen */
+        http_conn *c = conn_of(conn);
+        if (c != NULL) { /* the request must now be read and answered */
+            c->waiting = 0;
+            c->deadline = now_ms() + (uint64_t)HTTP_IDLE_TIMEOUT_S * 1000u;
+        }
         rs = calloc(1, sizeof *rs);
         if (rs == NULL)
             return MHD_NO;
@@ -292,10 +488,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
                          void **req_ptr, enum MHD_RequestTerminationCode toe)
 {
     req_state *rs = *req_ptr;
+    http_conn *c = conn_of(conn);
 
     (void)cls;
-    (void)conn;
-    (void)toe;
+    if (c != NULL && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        wait_for_headers(c, now_ms(), HTTP_IDLE_TIMEOUT_S); /* keep-alive */
     if (rs != NULL) {
         buf_free(&rs->body);
         free(rs);
@@ -341,20 +538,32 @@ int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud)
 static void on_timer(uv_timer_t *t);
 static void teardown(http_server *s);
 
-/* MHD must run again within MHD_get_timeout() ms; MHD_NO means it has
- * nothing pending and no connection timeouts to enforce. */
+/* MHD must run again: at once after a connection closed (so it takes its
+ * listening socket back if it had dropped it), within MHD_get_timeout()
+ * ms (MHD_NO: nothing pending, no timeout of its own to enforce), and at
+ * our earliest connection deadline. */
 static void arm_timer(http_server *s)
 {
     MHD_UNSIGNED_LONG_LONG ms;
+    uint64_t delay = UINT64_MAX, now = now_ms(), next = reap(s, now);
 
-    if (MHD_get_timeout(s->mhd, &ms) == MHD_YES)
-        uv_timer_start(&s->timer, on_timer, (uint64_t)ms, 0);
+    if (s->rerun) {
+        s->rerun = 0;
+        delay = 0;
+    }
+    if (MHD_get_timeout(s->mhd, &ms) == MHD_YES && (uint64_t)ms < delay)
+        delay = (uint64_t)ms;
+    if (next != 0 && next - now < delay)
+        delay = next - now;
+    if (delay != UINT64_MAX)
+        uv_timer_start(&s->timer, on_timer, delay, 0);
     else
         uv_timer_stop(&s->timer);
 }
 
 static void run_mhd(http_server *s)
 {
+    reap(s, now_ms()); /* what it shuts down, this very run closes */
     s->in_run = 1;
     MHD_run(s->mhd);
     s->in_run = 0;
@@ -393,18 +602,26 @@ static void teardown(http_server *s)
     uv_close((uv_handle_t *)&s->timer, on_handle_closed);
     MHD_stop_daemon(s->mhd); /* also closes the listening socket */
     s->mhd = NULL;
+    free_conns(s);
 }
 
 static struct MHD_Daemon *start_mhd(http_server *s, int listen_fd)
 {
     /* No MHD_USE_INTERNAL_POLLING_THREAD: MHD only does work inside
      * MHD_run(), i.e. on the loop thread. */
-    return MHD_start_daemon(MHD_USE_EPOLL, 0, NULL, NULL, on_request, s,
+    /* MHD's own limit sits above our cap (on_accept) by the connections
+     * we shut down that MHD has not reaped yet; it is only a backstop. */
+    return MHD_start_daemon(MHD_USE_EPOLL, 0, on_accept, s, on_request, s,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_CONNECTION_TIMEOUT,
-                            HTTP_IDLE_TIMEOUT_S,
-                            MHD_OPTION_CONNECTION_LIMIT, HTTP_MAX_CONNECTIONS,
+                            (unsigned int)HTTP_IDLE_TIMEOUT_S,
+                            MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned int)(HTTP_MAX_CONNECTIONS +
+                                           HTTP_CLOSING_SLACK),
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                            (size_t)HTTP_CONNECTION_MEMORY,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_END);
 }
 
@@ -437,16 +654,18 @@ static int attach_to_loop(http_server *s, uv_loop_t *loop)
 static http_server *start(http_server *s, uv_loop_t *loop, const char *where,
                           char *err, size_t errlen)
 {
-    struct sockaddr_in sa;
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
     int fd, rc;
 
-    if (parse_listen(where, &sa) != 0) {
+    if (parse_listen(where, &ss, &sslen) != 0) {
         set_err(err, errlen, where,
-                "invalid address (want IPV4:PORT or localhost:PORT)");
+                "invalid address (want IPV4:PORT, [IPV6]:PORT or "
+                "localhost:PORT)");
         free(s);
         return NULL;
     }
-    fd = open_listener(&sa, &s->port);
+    fd = open_listener(&ss, sslen, &s->port);
     if (fd < 0) {
         set_err(err, errlen, where, strerror(-fd));
         free(s);

@@ -10,12 +10,53 @@
  *   - http_server_serve: every method reaches the handler, with the
  *     request body (bounded: a bigger one is answered 413) and its headers
  *     (oops.http.serve, webhook receivers in tests and scenarios).
+ *
+ * Listen addresses: "IPV4:PORT", "[IPV6]:PORT" (a bracketed literal, the
+ * socket is IPv6-only) or "localhost:PORT" (127.0.0.1, never resolved);
+ * PORT 0 = any free port.
+ *
+ * Limits. The clients are scrapers, probes and webhook senders that need
+ * a handful of short connections; the limits keep a flood of idle or slow
+ * connections (slowloris) from taking the listener away from them, and
+ * the listener recovers as soon as connections go away:
+ *   - at most HTTP_MAX_CONNECTIONS (128) connections at once. When a new
+ *     one arrives at the cap, the connection that has waited longest for
+ *     a request's headers (just opened, or idle between keep-alive
+ *     requests) is closed to make room; if every connection is busy with
+ *     a request, the new one is closed at once (the client sees the
+ *     connection closed, it never hangs in the backlog). So a probe still
+ *     gets an answer while a slowloris holds the cap.
+ *   - a new connection must deliver a complete request line and headers
+ *     within HTTP_HEADER_TIMEOUT_S (10 s) of being accepted, however
+ *     slowly it trickles them; else it is closed.
+ *   - HTTP_IDLE_TIMEOUT_S (30 s) bounds the rest: a kept-alive connection
+ *     must deliver its next request's headers within 30 s of the previous
+ *     response (keep-alive idle time); a request must be read and answered
+ *     within 30 s of its headers (a trickled body); and 30 s without any
+ *     traffic closes a connection whatever it is doing.
+ *   - request line + headers are bounded by the per-connection memory,
+ *     HTTP_CONNECTION_MEMORY (32 KiB): a bigger header block is answered
+ *     431 by libmicrohttpd without reaching the handler. Bodies are
+ *     bounded separately (http_serve_options.max_body).
+ *   - no per-IP limit: the default listener is loopback, where every
+ *     client (probe, scraper, a local flood) has the same address, so it
+ *     would only be a lower global cap; eviction is what protects probes.
+ * A server thus holds at most HTTP_MAX_CONNECTIONS + HTTP_CLOSING_SLACK
+ * (160) sockets (connections closed by the cap but not yet reaped by
+ * libmicrohttpd's next run), plus its listening socket and epoll fd, and
+ * at most 160 x 32 KiB = 5 MiB of connection buffers.
  */
 #ifndef OOPS_HTTP_SERVER_H
 #define OOPS_HTTP_SERVER_H
 
 #include <stddef.h>
 #include <uv.h>
+
+#define HTTP_MAX_CONNECTIONS 128u
+#define HTTP_HEADER_TIMEOUT_S 10u
+#define HTTP_IDLE_TIMEOUT_S 30u
+#define HTTP_CONNECTION_MEMORY ((size_t)32 << 10) /* 32 KiB */
+#define HTTP_CLOSING_SLACK 32u
 
 /* What a handler answers. The server pre-fills it with status 0, a NULL
  * content_type, a NULL body and len 0 before calling the handler. */
@@ -79,14 +120,16 @@ typedef struct http_serve_options {
                                    reading and dropping it when chunked) */
 } http_serve_options;
 
-/* Starts listening on `listen` ("HOST:PORT", HOST an IPv4 literal or
- * "localhost"; PORT 0 = any free port) and serves requests on `loop`.
+/* Starts listening on `listen` ("IPV4:PORT", "[IPV6]:PORT" or
+ * "localhost:PORT"; PORT 0 = any free port) and serves requests on `loop`.
  * Non-GET requests are answered 405 without calling the handler.
  * `handler` and `ud` are borrowed and must stay valid until the server is
  * closed. Returns a server owned by the caller (release it with
  * http_server_close), or NULL with a one-line message in err (when
  * err != NULL and errlen > 0), e.g.
- * "cannot listen on 127.0.0.1:7070: Address already in use". */
+ * "cannot listen on 127.0.0.1:7070: Address already in use", or for a
+ * malformed address "cannot listen on ADDR: invalid address (want
+ * IPV4:PORT, [IPV6]:PORT or localhost:PORT)". */
 http_server *http_server_start(uv_loop_t *loop, const char *listen,
                                http_handler handler, void *ud,
                                char *err, size_t errlen);
