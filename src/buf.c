@@ -79,9 +79,14 @@ void json_str(buf *b, const char *s)
         case '\r': buf_puts(b, "\\r"); break;
         case '\t': buf_puts(b, "\\t"); break;
         default:
-            if (*c < 0x20)
+            /* Control characters escaped, C1 (U+0080-U+009F, UTF-8 C2 80-9F)
+             * and DEL too: the JSON stays exact, and safe on a terminal. */
+            if (*c < 0x20 || *c == 0x7f)
                 buf_printf(b, "\\u%04x", *c);
-            else
+            else if (*c == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f) {
+                buf_printf(b, "\\u%04x", c[1]);
+                c++;
+            } else
                 buf_add(b, (const char *)c, 1);
         }
     }

@@ -1,7 +1,9 @@
 /* Connection settings: URL parsing, password masking, and db_exec on the real database. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
@@ -229,8 +231,6 @@ static void a_wrong_password_is_refused_naming_the_host_not_the_password(void **
 static void connects_over_ipv6_with_a_bracketed_literal(void **state)
 {
     (void)state;
-    if (!getenv("MDB_IPV6"))
-        skip(); /* no IPv6 loopback here: reported as skipped */
     db_config c;
     char err[512];
     testdb_config(&c);
@@ -302,14 +302,21 @@ int main(void)
         cmocka_unit_test(bad_urls_say_what_is_wrong_without_the_password),
         cmocka_unit_test(no_part_of_any_password_reaches_a_message),
         cmocka_unit_test(ipv6_literals_and_bare_hosts),
-        cmocka_unit_test(connects_over_ipv6_with_a_bracketed_literal),
         cmocka_unit_test(the_password_is_masked_in_place),
         cmocka_unit_test(exec_binds_parameters_and_returns_typed_text_cells),
         cmocka_unit_test(a_wrong_password_is_refused_naming_the_host_not_the_password),
         cmocka_unit_test(a_killed_work_connection_is_reopened_on_demand),
         cmocka_unit_test(session_settings_apply_on_open_and_reopen),
+        /* last: left out where the test server has no ::1 (tests/lib/mariadb.sh) */
+        cmocka_unit_test(connects_over_ipv6_with_a_bracketed_literal),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    size_t n = sizeof tests / sizeof *tests;
+    bool ipv6 = getenv("MDB_IPV6") && *getenv("MDB_IPV6");
+    int rc = _cmocka_run_group_tests("test_db", tests, ipv6 ? n : n - 1, NULL, NULL);
+    /* cmocka 1.1's skip() prints "not ok # SKIP", which tests/run.sh counts as
+     * a failure: report the skip in the form it lists as skipped. */
+    if (!ipv6)
+        printf("ok %zu # SKIP %s: no IPv6 loopback (::1) on this machine\n", n, tests[n - 1].name);
     mysql_library_end();
     return rc;
 }
