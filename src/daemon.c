@@ -557,6 +557,11 @@ int daemon_run(const daemon_options *o)
         rc = OOPSD_BAD_INPUT;
         goto out;
     }
+    if (strcmp(d->o.listen, "off") != 0 && http_listen_check(d->o.listen, err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: %s\n", err); /* bad input, whether or not the database is up */
+        rc = OOPSD_BAD_INPUT;
+        goto out;
+    }
     d->ctx.have_db = true;
     d->ctx.daemon = true;
     scrub_db_environment();

@@ -687,6 +687,18 @@ static http_server *start(http_server *s, uv_loop_t *loop, const char *where,
     return s;
 }
 
+int http_listen_check(const char *where, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
+
+    if (where != NULL && parse_listen(where, &ss, &sslen) == 0)
+        return 0;
+    set_err(err, errlen, where != NULL ? where : "(null)",
+            "invalid address (want IPV4:PORT, [IPV6]:PORT or localhost:PORT)");
+    return -1;
+}
+
 http_server *http_server_start(uv_loop_t *loop, const char *where,
                                http_handler handler, void *ud,
                                char *err, size_t errlen)

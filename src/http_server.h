@@ -146,6 +146,11 @@ http_server *http_server_serve(uv_loop_t *loop, const char *listen,
  * loop runs. For servers owned by scripts (oops.http.serve). */
 void http_server_unref(http_server *s);
 
+/* 0 when `listen` is an address http_server_start would accept, else -1
+ * with the same one-line message it would give (nothing is opened): lets a
+ * caller refuse a bad flag before doing anything else. */
+int http_listen_check(const char *listen, char *err, size_t errlen);
+
 /* The port actually bound (useful after asking for port 0). */
 int http_server_port(const http_server *s);
 

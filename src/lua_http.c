@@ -265,7 +265,12 @@ static int l_serve(lua_State *L)
     /* the URL's host: where we listen; any address means this host */
     const char *colon = strrchr(listen, ':');
     size_t hlen = colon ? (size_t)(colon - listen) : 0;
-    if (hlen == 0 || hlen >= sizeof ls->host || (hlen == 9 && !strncmp(listen, "localhost", 9)) ||
+    /* The address a client uses: a wildcard becomes its loopback ("[::]" →
+     * "[::1]", "0.0.0.0" → 127.0.0.1); an IPv6 host keeps its brackets. A
+     * host too long to keep is refused by http_server_serve below anyway. */
+    if (hlen == 4 && !strncmp(listen, "[::]", 4))
+        snprintf(ls->host, sizeof ls->host, "[::1]");
+    else if (hlen == 0 || hlen >= sizeof ls->host || (hlen == 9 && !strncmp(listen, "localhost", 9)) ||
         (hlen == 7 && !strncmp(listen, "0.0.0.0", 7)))
         snprintf(ls->host, sizeof ls->host, "127.0.0.1");
     else

@@ -533,7 +533,7 @@ oops.http = {}
 function oops.http.request(opts) end
 
 ---@class oops.HttpServeOptions
----@field listen? string "HOST:PORT" (HOST an IPv4 literal or localhost; PORT 0 = any free port), default "127.0.0.1:0"
+---@field listen? string "HOST:PORT" (HOST an IPv4 literal, [IPv6] or localhost; PORT 0 = any free port), default "127.0.0.1:0"
 ---@field handler fun(req: oops.HttpServerRequest): integer, string?, string? answers one request: status [, body [, content_type]]
 ---@field max_body? integer request body limit in bytes (default 1 MiB); a longer body is answered 413 without the handler
 

@@ -86,6 +86,9 @@ for u in 'mysql://oops:SECRET/TAIL@127.0.0.1:x3306/oops' 'mysql://oops:SE@CR/ET@
 done
 like "$(bounded "$oopsd" --db 'mysql://oops:a%zz@127.0.0.1/oops' --name u1 --policies "$pol2" --listen off 2>&1)" \
   'percent-encode @ : / % in a user or password as %40 %3A %2F %25' "the message says how to encode a password"
+out=$(bounded "$oopsd" --db 'mysql://oops@127.0.0.1:1/oops' --name u1 --policies "$pol2" --listen '[::1:80' 2>&1); rc=$?
+is "$rc" 1 "a bad --listen is bad input (exit 1) even with the database unreachable"
+like "$out" 'cannot listen on \[::1:80: invalid address' "... and says so before connecting"
 if [[ -n "${MDB_IPV6:-}" ]]; then
   v6=${OOPS_TEST_DB/@127.0.0.1:/@[::1]:}
   ipv6_id=$(ctl create --app shop/v6 --env prod)

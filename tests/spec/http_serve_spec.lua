@@ -50,7 +50,26 @@ local function write_temp(text)
   return path
 end
 
+local function have_ipv6_loopback()
+  local f = io.open("/proc/net/if_inet6")
+  if not f then return false end
+  local text = f:read("a")
+  f:close()
+  return text:find("^0+1 ") ~= nil or text:find("\n0+1 ") ~= nil
+end
+
 describe("oops.http.serve", function()
+  it("listens on an IPv6 literal, and its url is one a client can use", function()
+    if not have_ipv6_loopback() then return pending("no IPv6 loopback (::1) on this machine") end
+    for _, listen in ipairs({ "[::1]:0", "[::]:0" }) do
+      local srv = recording_server(function() return 200, "v6" end, { listen = listen })
+      local url = srv:url()
+      assert.matches("^http://%[::1%]:%d+$", url)
+      assert.are.equal("v6", curl(url .. "/x"))
+      srv:close()
+    end
+  end)
+
   it("hands a POST's method, path, body and lower-case headers to the handler and sends its answer", function()
     local srv, seen = recording_server(function(req) return 201, "got " .. req.body end)
     local res = assert(post(srv:url() .. "/hook?x=1", '{"id":"e1"}', {
