@@ -18,6 +18,15 @@
 --   timeouts         how long each command may run before it is killed.
 --                    Defaults: build 30m, deploy 5m (at most deploy.timeout),
 --                    health 30s, restart 1m.
+--   env              variables for its commands, { NAME = "value" }. Commands
+--                    never inherit oopsd's environment: they get PATH, HOME,
+--                    USER, LOGNAME, LANG, LANGUAGE, LC_*, TZ, TMPDIR, then
+--                    this, then OOPS_PIPELINE, OOPS_NAMESPACE, ... (OOPS_* are
+--                    the engine's). A host variable: { KUBECONFIG =
+--                    os.getenv("KUBECONFIG") }. OOPS_DB* is never readable.
+--
+-- oopsd drives only what is declared here: a pipeline for another
+-- application or environment fails with "Refused, nothing was run".
 
 -- A web API on staging and prod, restarted every night at 03:00 on prod.
 application "shop/api" {
