@@ -47,8 +47,10 @@ local function sum_parts(s)
     local u = unit and UNITS[unit]
     if not u or u.rank <= last_rank then return nil end
     local n = math.tointeger(tonumber(digits))
-    if not n or #digits > 12 then return nil, "too large" end
+    -- Checked before multiplying: 999999999999d would wrap around int64.
+    if not n or #digits > 12 or n > MAX_MS // u.ms then return nil, "too large" end
     total = total + n * u.ms
+    if total > MAX_MS then return nil, "too large" end
     last_rank, pos = u.rank, next_pos
   end
   return total

@@ -35,6 +35,10 @@ describe("duration.parse", function()
     { nil, "nil: " .. HINT },
     { "99999999999999h", '"99999999999999h": too large' },
     { "36600000000d", '"36600000000d": too large' },
+    -- found by fuzz_lua_values: n * 86400000 wrapped around int64 to a negative duration
+    { "999999999999d", '"999999999999d": too large' },
+    { "999999999999h999999999999m", '"999999999999h999999999999m": too large' },
+    { "36599d23h59m59s999ms1", '"36599d23h59m59s999ms1": ' .. HINT },
   }
   for _, case in ipairs(bad) do
     it("refuses " .. duration.show(case[1]) .. " with: " .. case[2], function()
