@@ -3,8 +3,20 @@
 # missing, from Debian's packages — then build it. Idempotent; safe to rerun.
 #   scripts/setup.sh            build into build/
 #   scripts/setup.sh --asan     also build build-asan/ (AddressSanitizer + UBSan)
+#   scripts/setup.sh --fuzz     also build build-fuzz/ (clang, -DOOPS_FUZZ=ON: the
+#                               libFuzzer harnesses of fuzz/, run with fuzz/run)
+# Options combine: scripts/setup.sh --asan --fuzz (what scripts/test.sh does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+asan=0 fuzz=0
+for arg in "$@"; do
+  case $arg in
+    --asan) asan=1 ;;
+    --fuzz) fuzz=1 ;;
+    *) echo "usage: scripts/setup.sh [--asan] [--fuzz]" >&2; exit 1 ;;
+  esac
+done
 
 packages=(
   build-essential cmake pkg-config
@@ -13,6 +25,7 @@ packages=(
   mariadb-server mariadb-client curl procps bc
   iproute2 # `ip netns`: the partition scenario (tests/scenarios/partition.lua)
   gnuplot-nox # bench/run: the PNG plots
+  clang libclang-rt-14-dev llvm # fuzz/: clang-14, its libFuzzer runtime, llvm-symbolizer
 )
 
 missing=()
@@ -33,14 +46,17 @@ if ((${#missing[@]})); then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-build() { # dir, extra cmake args...
+build() { # dir, extra cmake args... ($target: build only that target)
   local dir=$1; shift
   local log; log=$(mktemp)
-  if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" && cmake --build "$dir" -j"$(nproc)"; } >"$log" 2>&1; then
+  if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" &&
+         cmake --build "$dir" -j"$(nproc)" ${target:+--target "$target"}; } >"$log" 2>&1; then
     echo "setup: the build in $dir failed:" >&2; grep -E 'error|Error' "$log" | head -40 >&2; rm -f "$log"; exit 1
   fi
   rm -f "$log"
 }
 build build
-[[ "${1:-}" == "--asan" ]] && build build-asan -DOOPS_SANITIZE=ON
+((asan)) && build build-asan -DOOPS_SANITIZE=ON
+# The harnesses only (the core under ASan/UBSan + coverage comes with them).
+((fuzz)) && CC=clang target=fuzz build build-fuzz -DOOPS_FUZZ=ON
 echo "setup: built build/oopsd and build/oopsctl"

@@ -100,6 +100,15 @@ for suite in "${suites[@]}"; do
           OOPS_TEST_DB=$db run_one "scenarios/$n" "$build/oopsctl" --db "$db" scenario "$t"
         fi
       done ;;
+    fuzz)
+      # Not a default suite: `tests/run.sh BUILD fuzz` (scripts/test.sh runs it
+      # once). Each libFuzzer harness for $OOPS_FUZZ_SECONDS (30) seconds plus
+      # its fuzz/regressions/, against build-fuzz/ (scripts/setup.sh --fuzz).
+      if [[ -d $root/build-fuzz ]]; then
+        FUZZ_BUILD=$root/build-fuzz run_one "fuzz" bash "$root/fuzz/run" "${OOPS_FUZZ_SECONDS:-30}"
+      else
+        run_one "fuzz" echo "ok 1 # SKIP no build-fuzz (bash scripts/setup.sh --fuzz builds it)"
+      fi ;;
     *) echo "unknown suite $suite" >&2; failed=$((failed + 1)) ;;
   esac
 done

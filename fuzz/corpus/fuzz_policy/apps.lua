@@ -1,0 +1,50 @@
+-- apps.lua: the applications oopsd drives.
+--
+-- One block per application, named "namespace/application" (lowercase
+-- letters, digits and "-"), as in `oopsctl create --app shop/api`.
+--
+--   environments     where it can be deployed; a pipeline names one.
+--   build, deploy,   argv lists, run by the "exec" gateway (and required by
+--   health,          it); never a shell string, so nothing is ever quoted
+--   restart_command  or expanded. Placeholders: {namespace} {application}
+--                    {environment}, plus {artifact} {id} (the pipeline) for build,
+--                    deploy and health. The "simulated" gateway ignores them.
+--   restart          a cron schedule per environment ("0 3 * * *" = 03:00
+--                    daily; 5 fields, or 6 with seconds first). One server
+--                    fires each restart once.
+--   limits           the pods' limits, with units: cpu "500m" or "2"
+--                    (cores), memory "512Mi", "4Gi" or "1G". Resource alerts
+--                    fire at a percentage of these; no limit, no alert.
+--   timeouts         how long each command may run before it is killed.
+--                    Defaults: build 30m, deploy 5m (at most deploy.timeout),
+--                    health 30s, restart 1m.
+--   env              variables for its commands, { NAME = "value" }. Commands
+--                    never inherit oopsd's environment: they get PATH, HOME,
+--                    USER, LOGNAME, LANG, LANGUAGE, LC_*, TZ, TMPDIR, then
+--                    this, then OOPS_PIPELINE, OOPS_NAMESPACE, ... (OOPS_* are
+--                    the engine's). A host variable: { KUBECONFIG =
+--                    os.getenv("KUBECONFIG") }. OOPS_DB* is never readable.
+--
+-- oopsd drives only what is declared here: a pipeline for another
+-- application or environment fails with "Refused, nothing was run".
+
+-- A web API on staging and prod, restarted every night at 03:00 on prod.
+application "shop/api" {
+  environments    = { "staging", "prod" },
+  build           = { "make", "image", "TAG={artifact}" },
+  deploy          = { "./deploy.sh", "{artifact}", "{environment}" },
+  health          = { "./healthy.sh", "{environment}" },
+  restart_command = { "./restart.sh", "{environment}" },
+  restart         = { prod = "0 3 * * *" },
+  limits          = { cpu = "2", memory = "4Gi" },
+  timeouts        = { build = "30m", deploy = "5m", health = "30s", restart = "1m" },
+}
+
+-- A background worker with small limits and no restart schedule.
+application "shop/worker" {
+  environments = { "staging", "prod" },
+  build        = { "make", "worker-image", "TAG={artifact}" },
+  deploy       = { "./deploy.sh", "{artifact}", "{environment}" },
+  health       = { "./healthy.sh", "{environment}" },
+  limits       = { cpu = "500m", memory = "512Mi" },
+}

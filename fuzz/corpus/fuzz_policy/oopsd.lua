@@ -1,0 +1,78 @@
+-- oopsd.lua: how this server schedules its work.
+--
+-- Every server in the fleet should load the same policy files. Edit, then
+-- check with `oopsd --check --policies DIR`, then reload with SIGHUP: the new
+-- policy takes over between two scans only if every file loads cleanly;
+-- otherwise the old one stays and the error shows in the log and /healthz.
+--
+-- Durations are written with their unit: 500ms, 5s, 10m, 2h (or 1h30m).
+-- Leaving a declaration out gives the default shown in its comment.
+
+-- How often each scan (builds, rollouts, the lock sweep) looks at the
+-- pipelines. Default 5s. Shorter makes pipelines move faster at the cost of
+-- more queries per server; at least 100ms.
+scan { interval = "5s" }
+
+-- How long a pipeline may stay DEPLOYING before it is failed. Default 10m.
+-- This is what frees a pipeline whose server died mid-deploy, so keep it
+-- above your slowest deploy command (an application's timeouts.deploy may
+-- not exceed it).
+deploy { timeout = "10m" }
+
+-- How long a rollout may stay not-ready before the pipeline is failed.
+-- Default 5m. Raise it for applications whose pods take long to warm up.
+rollout { timeout = "5m" }
+
+-- How often the idle lock session is checked against the database. Default
+-- 30s. If the session is gone, every lock is gone: this server stops
+-- driving pipelines until it reconnects. The database also reaps a vanished
+-- server's session after three of these intervals, so a shorter interval
+-- hands a dead server's pipelines over sooner; at least 1s.
+-- `session_timeout` overrides that reaping bound (at least twice
+-- validate_every): how long a frozen or cut-off server's locks outlive its
+-- silence. "server" leaves the database's own wait_timeout (8 hours by
+-- default): its pipelines then wait that long. Default: 3 × validate_every.
+--   locks { validate_every = "30s", session_timeout = "2m" }
+locks { validate_every = "30s" }
+
+-- Where builds, deploys and restarts happen.
+--   "simulated": a simulated cluster kept in the database (the demo and the
+--                test scenarios use it): every build takes `build`, every
+--                deploy `deploy`, every rollout completes after `rollout`.
+--                Defaults 2s, 0s, 1s.
+--   "exec":      runs each application's build/deploy/health/restart_command
+--                (see apps.lua); `workdir` sets where relative commands run
+--                (default: the directory of these policy files; a relative workdir is taken from there).
+--     gateway "exec" { workdir = "/srv/deploy" }
+gateway "simulated" { build = "2s", deploy = "0s", rollout = "1s" }
+
+-- Where pipeline events and alerts go. Several routes may be given, in one
+-- notify block or several:
+--   notify { webhook = "http://127.0.0.1:9000/hook" }   -- POST, JSON body
+--   notify { command = { "/usr/local/bin/page", "--team", "shop" } }
+--   notify { log = true }                               -- oopsd's own log
+-- Delivery is retried from `initial` up to `max` between attempts (defaults
+-- 1s and 1m) until the receiver accepts; each message carries a stable id
+-- so a receiver can drop duplicates. Default when no route is named: log.
+notify { log = true, retry = { initial = "1s", max = "1m" } }
+
+-- Resource alerts (off unless declared). Declaring the block turns them on;
+-- thresholds are a percentage of each application's limits (apps.lua), and
+-- must hold for `sustained` before an alert fires; a firing alert repeats
+-- every `every`. Defaults: cpu 95% for 10m, memory 90% for 5m, every 30m.
+--   alert {
+--     cpu    = { percent = 95, sustained = "10m" },
+--     memory = { percent = 90, sustained = "5m" },
+--     every  = "30m",
+--     probe  = { prometheus = "http://127.0.0.1:9090", scrape_interval = "30s" },
+--   }
+
+-- Scheduled restarts (the schedules themselves are in apps.lua). Cron is
+-- read in the server's time zone unless `timezone` says otherwise; `grace`
+-- is how late a restart may still fire after its minute (e.g. while the
+-- restart leader changes hands). Defaults: server time zone, 2m.
+--   restarts { timezone = "Europe/Paris", grace = "2m" }
+
+-- Hooks are plain functions the engine calls; known ones:
+--   on_build_lost(pipeline)  -- a RUNNING pipeline's build job has vanished
+--   on_transition(pipeline)  -- after each status change this server makes

@@ -1,0 +1,2 @@
+application "a/b" { environments = { "prod" }
+((((((((((((((((((((((((((((((((((((((((
