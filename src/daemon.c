@@ -316,6 +316,12 @@ static void prom_metrics(server_state *d, http_response *out)
     metrics_set(m, "oops_tasks", "", (double)runtime_task_count(d->ctx.rt));
     metrics_set(m, "oops_db_round_trips_total", "conn=\"work\"", (double)db_round_trips(d->ctx.work));
     metrics_set(m, "oops_db_round_trips_total", "conn=\"locks\"", (double)lock_registry_round_trips(r));
+    http_server_stats hs = http_server_get_stats(d->http);
+    metrics_set(m, "oops_http_connections", "", hs.open);
+    metrics_set(m, "oops_http_connections_total", "result=\"accepted\"", (double)hs.accepted);
+    metrics_set(m, "oops_http_connections_total", "result=\"evicted\"", (double)hs.evicted);
+    metrics_set(m, "oops_http_connections_total", "result=\"refused\"", (double)hs.refused);
+    metrics_set(m, "oops_http_connections_total", "result=\"timed_out\"", (double)hs.timed_out);
     buf b = {0};
     metrics_render(m, &b);
     out->status = 200;
@@ -406,6 +412,10 @@ static void describe_metrics(metrics *m)
     metrics_describe(m, "oops_db_round_trips_total", METRIC_COUNTER, "statements and prepares sent, per connection");
     metrics_describe(m, "oops_lock_acquire_statements_total", METRIC_COUNTER, "GET_LOCK statements sent by scans");
     metrics_describe(m, "oops_lock_acquire_batches_total", METRIC_COUNTER, "scan ticks that asked for new locks");
+    metrics_describe(m, "oops_http_connections", METRIC_GAUGE, "HTTP connections open now");
+    metrics_describe(m, "oops_http_connections_total", METRIC_COUNTER,
+                     "HTTP connections by what the limits did: accepted, evicted (closed at the cap to make room), "
+                     "refused (closed at once, the cap full of requests), timed_out (a deadline passed)");
     metrics_add(m, "oops_policy_reloads_total", "result=\"ok\"", 0);
     metrics_add(m, "oops_policy_reloads_total", "result=\"failed\"", 0);
 }

@@ -70,6 +70,7 @@ struct http_server {
     int open_handles; /* uv handles not yet closed; free at 0 */
     http_conn *conns, *conns_tail; /* open connections, oldest first */
     unsigned int nconns; /* of those, not shut down by us */
+    http_server_stats stats;
     int rerun;        /* a connection closed: run MHD once more, now */
 };
 
@@ -326,6 +327,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
         s->conns = c;
     s->conns_tail = c;
     s->nconns++;
+    s->stats.accepted++;
     *socket_ctx = c;
 }
 
@@ -348,9 +350,12 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
         if (!c->shut && c->waiting &&
             (oldest == NULL || c->waiting_since < oldest->waiting_since))
             oldest = c;
-    if (oldest == NULL)
+    if (oldest == NULL) {
+        s->stats.refused++;
         return MHD_NO;
+    }
     shut_conn(s, oldest);
+    s->stats.evicted++;
     return MHD_YES;
 }
 
@@ -363,8 +368,10 @@ static uint64_t reap(http_server *s, uint64_t now)
     for (http_conn *c = s->conns; c != NULL; c = c->next) {
         if (c->shut)
             continue;
-        if (c->deadline <= now)
+        if (c->deadline <= now) {
             shut_conn(s, c);
+            s->stats.timed_out++;
+        }
         else if (next == 0 || c->deadline < next)
             next = c->deadline;
     }
@@ -753,6 +760,17 @@ void http_server_unref(http_server *s)
         return;
     uv_unref((uv_handle_t *)&s->poll);
     uv_unref((uv_handle_t *)&s->timer);
+}
+
+http_server_stats http_server_get_stats(const http_server *s)
+{
+    http_server_stats st = {0};
+
+    if (s != NULL) {
+        st = s->stats;
+        st.open = s->nconns;
+    }
+    return st;
 }
 
 int http_server_port(const http_server *s)

@@ -50,6 +50,7 @@
 #define OOPS_HTTP_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #define HTTP_MAX_CONNECTIONS 128u
@@ -150,6 +151,17 @@ void http_server_unref(http_server *s);
  * with the same one-line message it would give (nothing is opened): lets a
  * caller refuse a bad flag before doing anything else. */
 int http_listen_check(const char *listen, char *err, size_t errlen);
+
+/* What the limits did so far, for /metrics. */
+typedef struct http_server_stats {
+    unsigned int open;   /* connections open now (not closed by us) */
+    uint64_t accepted;   /* connections taken on */
+    uint64_t evicted;    /* closed at the cap to make room (waiting for headers longest) */
+    uint64_t refused;    /* closed at once: the cap was full of requests in progress */
+    uint64_t timed_out;  /* closed by a deadline (headers, idle, request) */
+} http_server_stats;
+
+http_server_stats http_server_get_stats(const http_server *s);
 
 /* The port actually bound (useful after asking for port 0). */
 int http_server_port(const http_server *s);

@@ -103,6 +103,10 @@ check "... while they still trickle" kill -0 "$HOLDER"
 release "$HOLDER"
 is "$(healthz)" 200 "/healthz answers after the slowloris"
 like "$(curl -s -m 5 "$(url h1 /metrics)")" 'oops_scan_runs_total\{scan="build"\} [1-9]' "the scans ran meanwhile"
+m=$(curl -s -m 5 "$(url h1 /metrics)")
+like "$m" 'oops_http_connections_total\{result="evicted"\} [1-9]' "/metrics counts the connections closed at the cap to make room"
+like "$m" 'oops_http_connections_total\{result="timed_out"\} [1-9]' "... and those closed by the header deadline"
+like "$m" 'oops_http_connections_total\{result="accepted"\} [1-9][0-9]{2,}' "... and every accepted one"
 check "the server is still running" kill -0 "${SRV_PID[h1]}"
 
 # 4. --listen: a bad address is refused with one line naming it and the forms.
