@@ -11,6 +11,10 @@
  *  - a policy has a 16-hex-digit version_hash, whole-ms durations within
  *    their documented minimums, applications whose name is
  *    "namespace/application", and deploy timeouts within deploy.timeout;
+ *  - its hooks, called as the engine does (oops.hooks.call: on_transition
+ *    with a pipeline, "INITIALIZED", "RUNNING", then on_build_lost), never
+ *    make the call raise, whatever they do (the hook instruction budget is
+ *    lowered to the same limit);
  *  - nothing outside the sandbox changed: the real globals and the
  *    standard library tables (string, table, math, os, io, utf8, coroutine,
  *    debug, package.loaded, the string metatable) hold exactly what they
@@ -88,6 +92,20 @@ static const char DRIVER[] =
     "    if a.timeout_ms.deploy > p.deploy.timeout_ms then return name .. ': deploy timeout above deploy.timeout' end\n"
     "  end\n"
     "end\n"
+    "local hooks = require('oops.hooks')\n"
+    "require('oops.log').error = function() end -- a failing hook logs: not here\n"
+    "local PIPELINE = { id = 'abc123def456', namespace = 'shop', application = 'api',\n"
+    "  environment = 'prod', status = 'RUNNING', artifact = 'v1', trigger_type = 'manual' }\n"
+    "local function call_hooks(p, limit)\n"
+    "  local l = policy.HOOK_LIMITS\n"
+    "  policy.HOOK_LIMITS = { memory = l.memory, time_ms = l.time_ms, instructions = limit }\n"
+    "  hooks.set(p.hooks)\n"
+    "  local ok, err = pcall(hooks.call, 'on_transition', PIPELINE, 'INITIALIZED', 'RUNNING')\n"
+    "  if ok then ok, err = pcall(hooks.call, 'on_build_lost', PIPELINE) end\n"
+    "  hooks.set({})\n"
+    "  policy.HOOK_LIMITS = l\n"
+    "  if not ok then return 'hooks.call raised: ' .. tostring(err) end\n"
+    "end\n"
     "local function check(path, limit)\n"
     "  local ok, p, errs = pcall(policy.load_files, { path }, { instruction_limit = limit })\n"
     "  if not ok then return 'load_files raised: ' .. tostring(p) end\n"
@@ -102,7 +120,7 @@ static const char DRIVER[] =
     "      end\n"
     "    end\n"
     "  else\n"
-    "    why = check_policy(p)\n"
+    "    why = check_policy(p) or call_hooks(p, limit)\n"
     "  end\n"
     "  return why\n"
     "end\n"
