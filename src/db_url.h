@@ -1,0 +1,55 @@
+/*
+ * db_url — database connection settings: the mysql:// URL (percent-encoding,
+ * IPv6 literals, ?options), the environment (OOPS_DB, OOPS_DB_PASSWORD), and
+ * the password kept out of messages and argv. Pure: nothing here connects
+ * (db.h opens connections from a db_config).
+ */
+#ifndef OOPS_DB_URL_H
+#define OOPS_DB_URL_H
+
+#include <stddef.h>
+
+/* Connection settings. Strings are owned by the struct (db_config_free). */
+typedef struct db_config {
+    char *user;
+    char *password; /* never printed; db_config_where() leaves it out */
+    char *host;
+    char *database;
+    char *socket;   /* unix socket path, or NULL */
+    unsigned port;  /* 0 = 3306 */
+    unsigned connect_timeout_s;
+    unsigned read_timeout_s;
+    unsigned write_timeout_s;
+    /* Session settings, 0 = the server's default: how long an idle session
+     * lives (a vanished host's session, and the row locks of a transaction
+     * it left open, are freed within it), and how long a statement waits for
+     * a row lock before failing (instead of blocking the caller). */
+    unsigned session_wait_timeout_s;
+    unsigned row_lock_wait_s;
+} db_config;
+
+/*
+ * Parse mysql://user[:password]@host[:port]/database[?socket=PATH].
+ * User and password may be percent-encoded. When the URL carries no password
+ * and env_password is non-NULL, it is used (OOPS_DB_PASSWORD). Returns 0, or
+ * -1 with a one-line message in err that never contains the password.
+ */
+int db_config_parse(db_config *cfg, const char *url, const char *env_password,
+                    char *err, size_t errlen);
+/*
+ * The URL from --db when given, else $OOPS_DB; the password from the URL,
+ * else $OOPS_DB_PASSWORD. Same return as db_config_parse.
+ */
+int db_config_resolve(db_config *cfg, const char *url_flag, char *err, size_t errlen);
+int db_config_copy(db_config *dst, const db_config *src);
+void db_config_free(db_config *cfg);
+/* "host:port" or "socket PATH" for messages; writes into buf and returns it. */
+const char *db_config_where(const db_config *cfg, char *buf, size_t n);
+
+/*
+ * Mask the password of a mysql:// URL in place (each character becomes 'x'),
+ * so that `ps` does not show it once the process has parsed its arguments.
+ */
+void db_mask_url_password(char *url);
+
+#endif
