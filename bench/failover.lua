@@ -56,7 +56,7 @@ gateway "simulated" { build = "1s", deploy = "0s", rollout = "0s" }
 
 local netns
 if FAULT == "partition" then
-  local N = require("oops.netns")
+  local N = require("oops.scenario.netns")
   local available, why = N.available()
   if not available then
     write_out { fault = FAULT, skipped = "network namespaces unavailable: " .. tostring(why) }

@@ -502,7 +502,7 @@ local ran, err = pcall(oops.wait, function()
   results.machine.mariadb = v and v.ok and v.stdout:match("Ver%s+(%S+)") or nil
   if opt.only.scale or opt.only.reaction or opt.only.footprint then
     local e
-    db, e = require("oops.mariadb").start { dir = work .. "/mariadb" }
+    db, e = require("oops.scenario.mariadb").start { dir = work .. "/mariadb" }
     if not db then error("cannot start MariaDB: " .. tostring(e)) end
   end
   if opt.only.scale then scale() end

@@ -21,4 +21,4 @@ mariadb_start "$work/mariadb" || exit 1
 tty=0; [[ -t 1 ]] && tty=1
 OOPS_DB="$MDB_URL" OOPSD="$root/build/oopsd" OOPSCTL="$root/build/oopsctl" \
   OOPS_DEMO_DIR="$work" OOPS_DEMO_TTY=$tty \
-  "$root/build/oopsd" lua "$root/lua/oops/demo.lua"
+  "$root/build/oopsd" lua "$root/lua/oops/scenario/demo.lua"

@@ -780,7 +780,7 @@ static int cmd_locks(ctl *c, int argc, char **argv)
 }
 
 /*
- * scenario FILE: run a scenario (lua/oops/scenario.lua) with the oopsd next
+ * scenario FILE: run a scenario (lua/oops/scenario/) with the oopsd next
  * to this binary. The URL travels in the environment, never in argv.
  */
 static int run_scenario(ctl *c, int argc, char **argv)
@@ -793,7 +793,7 @@ static int run_scenario(ctl *c, int argc, char **argv)
     if (npos != 1)
         return fail(EXIT_INPUT, "scenario: expects one FILE");
     /* Without a URL the scenario starts a throwaway MariaDB of its own
-     * (lua/oops/mariadb.lua) and removes it at the end. */
+     * (lua/oops/scenario/mariadb.lua) and removes it at the end. */
     const char *url = c->db_url ? c->db_url : getenv("OOPS_DB");
     char self[4096], dir[4096], oopsd[4200], script[4200];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -806,7 +806,7 @@ static int run_scenario(ctl *c, int argc, char **argv)
         *slash = '\0';
     snprintf(oopsd, sizeof oopsd, "%s/oopsd", dir);
     const char *lua_dir = getenv("OOPS_LUA_DIR") ? getenv("OOPS_LUA_DIR") : OOPS_LUA_DIR;
-    snprintf(script, sizeof script, "%s/oops/scenario_cli.lua", lua_dir);
+    snprintf(script, sizeof script, "%s/oops/scenario/cli.lua", lua_dir);
     if (url && *url)
         setenv("OOPS_DB", url, 1);
     else

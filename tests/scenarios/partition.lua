@@ -9,7 +9,7 @@
 -- finds its lock session gone and reconnects.
 -- Where network namespaces cannot be made (not root, no iproute2, a
 -- container without the right), this scenario says so and is skipped.
-local N = require("oops.netns")
+local N = require("oops.scenario.netns")
 local available, why = N.available()
 if not available then
   skip("network namespaces unavailable: " .. tostring(why))

@@ -1,9 +1,9 @@
--- lua/oops/receiver.lua, the webhook receiver scenarios use, through the
+-- lua/oops/scenario/receiver.lua, the webhook receiver scenarios use, through the
 -- real binary: requests shaped like the notify scan's webhooks (POST, JSON
 -- body with "id", X-Oops-Event-Id and X-Oops-Server headers) are sent with
 -- oops.http.request.
 local oops = require("oops")
-local receiver = require("oops.receiver")
+local receiver = require("oops.scenario.receiver")
 
 local function raises(text, fn, ...)
   local ok, err = pcall(fn, ...)
@@ -40,7 +40,7 @@ local function count(set)
   return n
 end
 
-describe("oops.receiver", function()
+describe("oops.scenario.receiver", function()
   it("records each delivery with its id, status, server, body and time", function()
     local r = assert(receiver.start())
     assert.truthy(r.url:match("^http://127%.0%.0%.1:%d+/hook$"), r.url)

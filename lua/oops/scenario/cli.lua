@@ -1,7 +1,7 @@
 -- Entry point of `oopsctl scenario FILE` (oopsctl runs: oopsd lua <this> FILE).
 -- OOPS_DB, OOPSD and OOPSCTL come from oopsctl's environment. Without OOPS_DB
 -- (no --db) the scenario runs on a throwaway MariaDB of its own, started in
--- its work directory (lua/oops/mariadb.lua) and removed at the end, also when
+-- its work directory (lua/oops/scenario/mariadb.lua) and removed at the end, also when
 -- the scenario fails or errors.
 local lfs = require("lfs")
 local oops = require("oops")
@@ -52,7 +52,7 @@ if not url then
     -- A scenario may need more of its database (M.database_options: extra
     -- addresses to listen on and to accept the oops user from; it runs `ip`).
     local extra = scenario.database_options and scenario.database_options(path) or {}
-    return require("oops.mariadb").start {
+    return require("oops.scenario.mariadb").start {
       dir = work .. "/mariadb", bind = extra.bind, clients = extra.clients }
   end)
   if not ran or not started then
@@ -81,7 +81,7 @@ if db then
     if rc == 0 then rc = 1 end
   end
 end
--- Network namespaces and the hub address (lua/oops/netns.lua) of a run that
+-- Network namespaces and the hub address (lua/oops/scenario/netns.lua) of a run that
 -- never reached its cleanup.
 pcall(oops.wait, scenario.netns_cleanup)
 

@@ -1,8 +1,8 @@
--- oops.receiver: a webhook receiver for scenarios and specs, on
+-- oops.scenario.receiver: a webhook receiver for scenarios and specs, on
 -- oops.http.serve. Point a policy's `notify { webhook = r.url }` at it, make
 -- it fail on purpose, and check at the end what reached it:
 --
---   local r = assert(require("oops.receiver").start{ fail_first = 2 })
+--   local r = assert(require("oops.scenario.receiver").start{ fail_first = 2 })
 --   -- policy: notify { webhook = r.url }
 --   r:fail(true)   -- answer 500 to every request until r:fail(false)
 --   r:fail(3)      -- answer 500 to the next 3 requests, then 200 again

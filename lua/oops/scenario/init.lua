@@ -37,7 +37,7 @@
 -- s:reload([policy text]) → true | false, the refusal's log line.
 --
 -- Checked at the end of every scenario, whatever it did
--- (lua/oops/scenario_check.lua): no pipeline left a status twice, no side
+-- (lua/oops/scenario/check.lua): no pipeline left a status twice, no side
 -- effect twice (build submit, deploy, restart, alert announcement), every
 -- notification delivered (and received by every receiver), every pipeline
 -- finished, every restart claim resolved, and after each fault no
@@ -45,7 +45,7 @@
 -- takeovers with their latency (fault → first transition by the new
 -- driver), violations. Exit 0 only when every check passed.
 local oops = require("oops")
-local files = require("oops.files")
+local files = require("oops.scenario.files")
 
 local M = {}
 
@@ -96,7 +96,7 @@ local run = {}   -- the run's state: dir, db url, oopsd binary, servers by name
 
 -- Every fault the scenario injects, on the database's clock, with the lock
 -- session the server had at that moment: the end checks and the report
--- (lua/oops/scenario_check.lua) read it.
+-- (lua/oops/scenario/check.lua) read it.
 function M.record_fault(kind, server_name)
   if kind == "db_restart" and not server_name then
     -- Every server loses its lock session: one entry each, so the end
@@ -224,7 +224,7 @@ end
 
 ---------------------------------------------------------------- network namespaces
 -- servers { netns = true | "name", ... } starts each of those servers in a
--- network namespace of its own (lua/oops/netns.lua; "name" names it, with
+-- network namespace of its own (lua/oops/scenario/netns.lua; "name" names it, with
 -- "-1", "-2"... when there are several); it reaches the database through the
 -- namespaces' hub address. s:partition() cuts its link (packets dropped
 -- silently), s:heal() restores it. The database must be the scenario's own
@@ -250,13 +250,13 @@ local function scenario_needs(path, what)
   return found
 end
 
--- Extra options for oops.mariadb.start for the scenario at path: when it
+-- Extra options for oops.scenario.mariadb.start for the scenario at path: when it
 -- needs network namespaces and they can be made here, the hub address to
 -- listen on and the addresses its namespaced servers connect from.
--- nil otherwise (the scenario then finds out through oops.netns.available).
+-- nil otherwise (the scenario then finds out through oops.scenario.netns.available).
 function M.database_options(path)
   if not scenario_needs(path, "network namespaces") then return nil end
-  local N = require("oops.netns")
+  local N = require("oops.scenario.netns")
   if not N.available() then return nil end
   local hub, err = N.hub()
   if not hub then
@@ -275,11 +275,11 @@ local function netns_attach(list, want)
     error("servers{netns = ...}: needs a database the scenario owns (the namespaces reach it " ..
       "through their hub address): run it without --db", 3)
   end
-  local N = require("oops.netns")
+  local N = require("oops.scenario.netns")
   local available, why = N.available()
   if not available then
     error("servers{netns = ...}: network namespaces unavailable: " .. tostring(why) ..
-      " (check oops.netns.available() first and skip())", 3)
+      " (check oops.scenario.netns.available() first and skip())", 3)
   end
   if not netns.hub then
     error("servers{netns = ...}: the scenario's database does not listen on the namespaces' hub: " ..
@@ -336,7 +336,7 @@ end
 -- task; a second call does nothing. The runner calls it too (M.netns_cleanup),
 -- for a run that never reached its cleanup.
 local function netns_cleanup()
-  local N = require("oops.netns")
+  local N = require("oops.scenario.netns")
   for _, ns in ipairs(netns.made) do
     local fine, err = ns:destroy()
     if not fine then note("cleanup: " .. err) end
@@ -498,11 +498,11 @@ local function fail_rollout(p, reason)
   return job_fault(p, "rollout", reason or "ImagePullBackOff (simulated)", "rollout_failed")
 end
 
--- A webhook receiver (lua/oops/receiver.lua) for the scenario's notify
+-- A webhook receiver (lua/oops/scenario/receiver.lua) for the scenario's notify
 -- policy: r.url, r:fail(true|false|n), r:deliveries(), r:ids(). The end
 -- checks require every notification to have reached it.
 local function receiver(opts)
-  local r = assert(require("oops.receiver").start(opts or {}))
+  local r = assert(require("oops.scenario.receiver").start(opts or {}))
   local fail = r.fail
   r.fail = function(self, v)
     M.record_fault(v and "receiver_down" or "receiver_up")
@@ -514,12 +514,12 @@ end
 
 ---------------------------------------------------------------- the end
 
--- The end checks (lua/oops/scenario_check.lua), polled until they all pass
+-- The end checks (lua/oops/scenario/check.lua), polled until they all pass
 -- or `seconds` ran out (what
 -- takes time to come true: nothing stuck, everything delivered): results
 -- ({desc, ok, diag}...) and the report's lines.
 local function checks(seconds)
-  local check = require("oops.scenario_check")
+  local check = require("oops.scenario.check")
   local ctx = { sql = sql, faults = run.faults, receivers = run.receivers, began = run.began }
   local deadline = oops.now_ms() + (seconds or 0) * 1000
   local results
@@ -615,7 +615,7 @@ end
 M.cleanup = function() cleanup() end
 
 -- Run the scenario at path against database url; returns the exit code.
--- database: the handle of the MariaDB the scenario owns (lua/oops/mariadb.lua),
+-- database: the handle of the MariaDB the scenario owns (lua/oops/scenario/mariadb.lua),
 -- nil when it runs on a --db database.
 function M.main(path, url, oopsd, oopsctl_bin, workdir, database)
   local env, err = M.begin(url, oopsd, oopsctl_bin, workdir, path:match("^(.*)/[^/]*$"))

@@ -2,7 +2,7 @@
 -- `oopsctl scenario FILE` without --db runs the scenario on one of these, and
 -- restart_database{} stops and starts it under the running servers.
 --
---   local db, err = require("oops.mariadb").start { dir = DIR, bind = { "10.0.0.1" } }
+--   local db, err = require("oops.scenario.mariadb").start { dir = DIR, bind = { "10.0.0.1" } }
 --     dir   a directory that does not exist yet or is empty; the data, the
 --           socket and the logs live there and db:stop() removes it
 --     bind  optional extra IPv4 addresses to listen on besides 127.0.0.1
@@ -26,7 +26,7 @@
 -- a shell; the password never appears in an argv (the bootstrap SQL goes to
 -- the client's stdin).
 local oops = require("oops")
-local files = require("oops.files")
+local files = require("oops.scenario.files")
 local lfs = require("lfs")
 
 local M = {}
@@ -186,21 +186,21 @@ end
 --- when the server cannot be made or started.
 function M.start(opts)
   if type(opts) ~= "table" or type(opts.dir) ~= "string" or opts.dir == "" then
-    error("oops.mariadb.start: give { dir = \"/path/to/a/new/dir\" }", 2)
+    error("oops.scenario.mariadb.start: give { dir = \"/path/to/a/new/dir\" }", 2)
   end
   local dir = opts.dir:gsub("/+$", "")
   local binds = { "127.0.0.1" }
   local seen = { ["127.0.0.1"] = true }
   for _, a in ipairs(opts.bind or {}) do
     if not is_ipv4(a) then
-      error(("oops.mariadb.start: bind address %q is not an IPv4 address"):format(tostring(a)), 2)
+      error(("oops.scenario.mariadb.start: bind address %q is not an IPv4 address"):format(tostring(a)), 2)
     end
     if not seen[a] then seen[a] = true; binds[#binds + 1] = a end
   end
   local clients = {}
   for _, h in ipairs(opts.clients or {}) do
     if not is_client_host(h) then
-      error(("oops.mariadb.start: client host %q is not an IPv4 address, address/netmask " ..
+      error(("oops.scenario.mariadb.start: client host %q is not an IPv4 address, address/netmask " ..
         "or pattern like 10.0.%%"):format(tostring(h)), 2)
     end
     clients[#clients + 1] = h
@@ -210,9 +210,9 @@ function M.start(opts)
     local made, merr = lfs.mkdir(dir)
     if not made then return nil, ("cannot create %s: %s"):format(dir, tostring(merr)) end
   elseif mode ~= "directory" then
-    error(("oops.mariadb.start: %s exists and is not a directory"):format(dir), 2)
+    error(("oops.scenario.mariadb.start: %s exists and is not a directory"):format(dir), 2)
   elseif not dir_is_empty(dir) then
-    error(("oops.mariadb.start: %s is not empty (it is removed by db:stop())"):format(dir), 2)
+    error(("oops.scenario.mariadb.start: %s is not empty (it is removed by db:stop())"):format(dir), 2)
   end
 
   local self = setmetatable({ dir = dir, socket = dir .. "/mysqld.sock", bind = binds }, Db)

@@ -1,8 +1,8 @@
--- oops.netns: Linux network namespaces for scenarios — a server in a
+-- oops.scenario.netns: Linux network namespaces for scenarios — a server in a
 -- namespace of its own, joined to the root namespace by a veth pair, whose
 -- link a scenario cuts (a partition) and heals.
 --
---   local N = require("oops.netns")
+--   local N = require("oops.scenario.netns")
 --   local fine, why = N.available()      -- true, or nil + the reason (not root,
 --                                        -- `ip` missing, namespaces refused)
 --   local ns = assert(N.create())        -- or N.create("name")

@@ -2,7 +2,7 @@
 -- on the simulated gateway drive a dozen pipelines — some manual and released
 -- with `oopsctl deploy`, one failing build, one stopped midway — while one
 -- server is SIGKILLed mid-run and the others take its pipelines over.
--- Usage: oopsd lua lua/oops/demo.lua   (OOPS_DB, OOPSD, OOPSCTL, OOPS_DEMO_DIR set)
+-- Usage: oopsd lua lua/oops/scenario/demo.lua   (OOPS_DB, OOPSD, OOPSCTL, OOPS_DEMO_DIR set)
 local oops = require("oops")
 local scenario = require("oops.scenario")
 
