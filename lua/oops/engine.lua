@@ -1,6 +1,6 @@
 -- The engine: the scans, run by tasks at the running policy's cadence.
--- The C daemon calls load (start and SIGHUP), start, stop and
--- on_locks_reconnected; everything else happens in scan tasks.
+-- The C daemon calls load (start and SIGHUP), start and stop; everything
+-- else happens in scan tasks.
 --
 -- A reload swaps the running policy atomically between ticks: each tick reads
 -- `current` once at its start and uses that policy to its end, so a scan never
@@ -125,7 +125,5 @@ function M.stop()
   local gw = current and current.gateway
   if gw and gw.stop then gw.stop() end
 end
-
-function M.on_locks_reconnected() end
 
 return M
