@@ -13,6 +13,10 @@
 -- more queries per server; at least 100ms.
 scan { interval = "5s" }
 
+-- How long a build may run (or its gateway keep failing to say how it is
+-- doing) before the pipeline is failed and the build stopped. Default 2h.
+--   build { timeout = "2h" }
+
 -- How long a pipeline may stay DEPLOYING before it is failed. Default 10m.
 -- This is what frees a pipeline whose server died mid-deploy, so keep it
 -- above your slowest deploy command (an application's timeouts.deploy may

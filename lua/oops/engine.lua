@@ -29,7 +29,7 @@ M.scans = {
       return leader.until_next(require("oops.scans.restart").needs_seconds(p) and 1000 or 60000)
     end },
   { mod = "oops.scans.alert", interval = function(p)
-      local every = p.alert.interval_ms or 60000
+      local every = p.alert.interval_ms -- a whole minute: aligned to the clock's minutes
       return every == 60000 and leader.until_next(60000) or every
     end },
   { mod = "oops.scans.notify", interval = function() return 1000 end },

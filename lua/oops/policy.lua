@@ -63,31 +63,87 @@ local EXAMPLES = {
 
 -------------------------------------------------------------------- defaults
 
--- Per-application command timeouts when `timeouts` leaves one out.
-local APP_TIMEOUTS = { build = 1800000, deploy = 300000, health = 30000, restart = 60000 }
+-- Every default of the policy language, written as an operator writes it.
+-- The loader fills omitted values from here (M.defaults), the engine reads
+-- the loaded policy, and tests/spec/policy_spec.lua checks that the comments
+-- of the shipped policies/ state these same values: a default is written
+-- once.
+M.DEFAULTS = {
+  scan = { interval = "5s" },
+  -- A RUNNING pipeline whose build neither finishes nor fails (or whose
+  -- gateway keeps erroring) is failed after this; the original's build jobs
+  -- had a 2-hour deadline.
+  build = { timeout = "2h" },
+  deploy = { timeout = "10m" },
+  rollout = { timeout = "5m" },
+  locks = { validate_every = "30s" },
+  gateway = { simulated = { build = "2s", deploy = "0s", rollout = "1s" } },
+  restarts = { grace = "2m" },
+  alert = {
+    cpu = { percent = 95, sustained = "10m" },
+    memory = { percent = 90, sustained = "5m" },
+    every = "30m",
+    -- how often the alert scan probes: every minute, at its start
+    interval = "1m",
+    probe = { scrape_interval = "30s" },
+  },
+  notify = { retry = { initial = "1s", max = "1m" } },
+  -- per-application command timeouts when `timeouts` leaves one out
+  application = { timeouts = { build = "30m", deploy = "5m", health = "30s", restart = "1m" } },
+}
+
+local function ms(text) return assert(duration.parse(text)) end
+
+-- M.DEFAULTS with every duration in milliseconds (how the policy holds them).
+local D = {
+  scan_interval = ms(M.DEFAULTS.scan.interval),
+  build_timeout = ms(M.DEFAULTS.build.timeout),
+  deploy_timeout = ms(M.DEFAULTS.deploy.timeout),
+  rollout_timeout = ms(M.DEFAULTS.rollout.timeout),
+  validate_every = ms(M.DEFAULTS.locks.validate_every),
+  sim = {
+    build = ms(M.DEFAULTS.gateway.simulated.build),
+    deploy = ms(M.DEFAULTS.gateway.simulated.deploy),
+    rollout = ms(M.DEFAULTS.gateway.simulated.rollout),
+  },
+  grace = ms(M.DEFAULTS.restarts.grace),
+  cpu = { percent = M.DEFAULTS.alert.cpu.percent, sustained_ms = ms(M.DEFAULTS.alert.cpu.sustained) },
+  memory = { percent = M.DEFAULTS.alert.memory.percent, sustained_ms = ms(M.DEFAULTS.alert.memory.sustained) },
+  alert_every = ms(M.DEFAULTS.alert.every),
+  alert_interval = ms(M.DEFAULTS.alert.interval),
+  scrape_interval = ms(M.DEFAULTS.alert.probe.scrape_interval),
+  retry_initial = ms(M.DEFAULTS.notify.retry.initial),
+  retry_max = ms(M.DEFAULTS.notify.retry.max),
+  app_timeouts = {},
+}
+for step, text in pairs(M.DEFAULTS.application.timeouts) do D.app_timeouts[step] = ms(text) end
+
+-- Per-application command timeouts (ms) when `timeouts` leaves one out.
+function M.app_timeout_default(step) return D.app_timeouts[step] end
 
 -- A fresh policy holding every default (REFERENCE.md §8 for alerts).
 function M.defaults()
   return {
     version_hash = nil,
     files = {},
-    scan = { interval_ms = 5000 },
-    build = { timeout_ms = 7200000 },
-    deploy = { timeout_ms = 600000 },
-    rollout = { timeout_ms = 300000 },
-    locks = { validate_every_ms = 30000 },
-    gateway = { kind = "simulated", build_ms = 2000, deploy_ms = 0, rollout_ms = 1000, options = {} },
+    scan = { interval_ms = D.scan_interval },
+    build = { timeout_ms = D.build_timeout },
+    deploy = { timeout_ms = D.deploy_timeout },
+    rollout = { timeout_ms = D.rollout_timeout },
+    locks = { validate_every_ms = D.validate_every },
+    gateway = { kind = "simulated", build_ms = D.sim.build, deploy_ms = D.sim.deploy, rollout_ms = D.sim.rollout,
+      options = {} },
     applications = {},
-    restarts = { timezone = nil, grace_ms = 120000 },
+    restarts = { timezone = nil, grace_ms = D.grace },
     alert = {
       enabled = false,
-      cpu = { percent = 95, sustained_ms = 600000 },
-      memory = { percent = 90, sustained_ms = 300000 },
-      every_ms = 1800000,
-      interval_ms = 60000,
-      probe = { kind = "simulated", scrape_interval_ms = 30000 },
+      cpu = { percent = D.cpu.percent, sustained_ms = D.cpu.sustained_ms },
+      memory = { percent = D.memory.percent, sustained_ms = D.memory.sustained_ms },
+      every_ms = D.alert_every,
+      interval_ms = D.alert_interval,
+      probe = { kind = "simulated", scrape_interval_ms = D.scrape_interval },
     },
-    notify = { routes = { { kind = "log" } }, retry = { initial_ms = 1000, max_ms = 60000 } },
+    notify = { routes = { { kind = "log" } }, retry = { initial_ms = D.retry_initial, max_ms = D.retry_max } },
     hooks = {},
     sources = { applications = {}, hooks = {}, notify = {} },
   }
@@ -313,25 +369,22 @@ local build = {}
 function build.scan(d, t)
   d:only(nil, t, { "interval" })
   -- Below 100ms every server would hammer the database for nothing.
-  return { interval_ms = d:field(t, "interval", dur(100), 5000) }
+  return { interval_ms = d:field(t, "interval", dur(100), D.scan_interval) }
 end
 
--- A RUNNING pipeline whose build neither finishes nor fails (or whose
--- gateway keeps erroring) is failed after this; the original's build jobs
--- had a 2-hour deadline.
 function build.build(d, t)
   d:only(nil, t, { "timeout" })
-  return { timeout_ms = d:field(t, "timeout", dur(1), 7200000) }
+  return { timeout_ms = d:field(t, "timeout", dur(1), D.build_timeout) }
 end
 
 function build.deploy(d, t)
   d:only(nil, t, { "timeout" })
-  return { timeout_ms = d:field(t, "timeout", dur(1), 600000) }
+  return { timeout_ms = d:field(t, "timeout", dur(1), D.deploy_timeout) }
 end
 
 function build.rollout(d, t)
   d:only(nil, t, { "timeout" })
-  return { timeout_ms = d:field(t, "timeout", dur(1), 300000) }
+  return { timeout_ms = d:field(t, "timeout", dur(1), D.rollout_timeout) }
 end
 
 -- session_timeout: how long the database keeps a silent lock session (and
@@ -355,13 +408,13 @@ end
 
 function build.locks(d, t)
   d:only(nil, t, { "session_timeout", "validate_every" })
-  local every = d:field(t, "validate_every", dur(1000), 30000)
+  local every = d:field(t, "validate_every", dur(1000), D.validate_every)
   return { validate_every_ms = every, session_timeout = d:field(t, "session_timeout", session_timeout(every), nil) }
 end
 
 function build.restarts(d, t)
   d:only(nil, t, { "grace", "timezone" })
-  return { timezone = d:field(t, "timezone", timezone, nil), grace_ms = d:field(t, "grace", dur(0), 120000) }
+  return { timezone = d:field(t, "timezone", timezone, nil), grace_ms = d:field(t, "grace", dur(0), D.grace) }
 end
 
 local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
@@ -399,7 +452,7 @@ local function alert_metric(d, t, name, default)
 end
 
 local function alert_probe(d, v)
-  local probe = { kind = "simulated", scrape_interval_ms = 30000 }
+  local probe = { kind = "simulated", scrape_interval_ms = D.scrape_interval }
   if v == nil or v == "simulated" then return probe end
   if type(v) ~= "table" then
     d:fail("probe", show(v) .. ': must be "simulated" or { prometheus = "http://..." }')
@@ -411,7 +464,7 @@ local function alert_probe(d, v)
   end
   probe.kind = "prometheus"
   probe.url = d:field(v, "prometheus", url, nil, "probe.prometheus")
-  probe.scrape_interval_ms = d:field(v, "scrape_interval", dur(1000), 30000, "probe.scrape_interval")
+  probe.scrape_interval_ms = d:field(v, "scrape_interval", dur(1000), D.scrape_interval, "probe.scrape_interval")
   probe.token = d:field(v, "token", text, nil, "probe.token")
   return probe
 end
@@ -434,8 +487,8 @@ end
 local function notify_retry(d, t)
   local r = d:sub(t, "retry", { "initial", "max" })
   local out = {
-    initial_ms = d:field(r, "initial", dur(1), 1000, "retry.initial"),
-    max_ms = d:field(r, "max", dur(1), 60000, "retry.max"),
+    initial_ms = d:field(r, "initial", dur(1), D.retry_initial, "retry.initial"),
+    max_ms = d:field(r, "max", dur(1), D.retry_max, "retry.max"),
   }
   if out.initial_ms > out.max_ms then
     d:fail("retry", "initial " .. duration.format(out.initial_ms) .. " is longer than max "
@@ -541,7 +594,7 @@ local function app_timeouts(d, t)
   local tt = d:sub(t, "timeouts", names)
   local out = {}
   for _, name in ipairs(names) do
-    out[name] = d:field(tt, name, dur(1), APP_TIMEOUTS[name], "timeouts." .. name)
+    out[name] = d:field(tt, name, dur(1), D.app_timeouts[name], "timeouts." .. name)
   end
   return out, tt.deploy ~= nil
 end

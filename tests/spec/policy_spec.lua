@@ -537,3 +537,72 @@ describe("locks { session_timeout }", function()
     assert.truthy(errs[1]:find('(or "server": the database server\'s own wait_timeout)', 1, true), errs[1])
   end)
 end)
+
+describe("the defaults, written once", function()
+  local D = policy.DEFAULTS
+  local function text_of(path)
+    local f = assert(io.open(ROOT .. path, "rb"))
+    local s = f:read("a")
+    f:close()
+    return s
+  end
+  -- The comment block (joined into one line) that ends right above the first
+  -- line matching `anchor`, or that holds it when the anchor is in a comment.
+  local function comment_around(text, anchor)
+    local lines = {}
+    for l in (text .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = l end
+    for i, l in ipairs(lines) do
+      if l:find(anchor, 1, true) then
+        local first, last = i, i
+        if not l:match("^%-%-") then last = i - 1 end
+        first = last
+        while first > 1 and lines[first - 1]:match("^%-%-") do first = first - 1 end
+        while lines[last + 1] and lines[last + 1]:match("^%-%-") do last = last + 1 end
+        local parts = {}
+        for j = first, last do parts[#parts + 1] = (lines[j]:gsub("^%-%-%s?", "")) end
+        return (table.concat(parts, " "):gsub("%s+", " "))
+      end
+    end
+    error("no line with " .. anchor)
+  end
+
+  it("fill every omitted value of a loaded policy", function()
+    local p = assert(policy.load_files({}, OPTS))
+    local ms = function(s) return assert(require("oops.duration").parse(s)) end
+    assert.are.equal(ms(D.scan.interval), p.scan.interval_ms)
+    assert.are.equal(ms(D.build.timeout), p.build.timeout_ms)
+    assert.are.equal(ms(D.deploy.timeout), p.deploy.timeout_ms)
+    assert.are.equal(ms(D.rollout.timeout), p.rollout.timeout_ms)
+    assert.are.equal(ms(D.locks.validate_every), p.locks.validate_every_ms)
+    assert.are.equal(ms(D.gateway.simulated.build), p.gateway.build_ms)
+    assert.are.equal(ms(D.restarts.grace), p.restarts.grace_ms)
+    assert.are.same({ percent = D.alert.cpu.percent, sustained_ms = ms(D.alert.cpu.sustained) }, p.alert.cpu)
+    assert.are.equal(ms(D.alert.every), p.alert.every_ms)
+    assert.are.equal(ms(D.notify.retry.max), p.notify.retry.max_ms)
+    assert.are.equal(ms(D.application.timeouts.health), policy.app_timeout_default("health"))
+  end)
+
+  it("are the ones the shipped policies' comments state", function()
+    local oopsd, apps = text_of("policies/oopsd.lua"), text_of("policies/apps.lua")
+    local function says(text, anchor, phrase)
+      local block = comment_around(text, anchor)
+      assert(block:find(phrase, 1, true), ("the comment at %q should say %q:\n%s"):format(anchor, phrase, block))
+    end
+    says(oopsd, "scan {", "Default " .. D.scan.interval .. ".")
+    says(oopsd, "build { timeout", "Default " .. D.build.timeout .. ".")
+    says(oopsd, "deploy {", "Default " .. D.deploy.timeout .. ".")
+    says(oopsd, "rollout {", "Default " .. D.rollout.timeout .. ".")
+    says(oopsd, "locks { validate_every", "Default " .. D.locks.validate_every .. ".")
+    local sim = D.gateway.simulated
+    says(oopsd, 'gateway "simulated"', ("Defaults %s, %s, %s."):format(sim.build, sim.deploy, sim.rollout))
+    says(oopsd, "notify { log", ("defaults %s and %s"):format(D.notify.retry.initial, D.notify.retry.max))
+    local a = D.alert
+    says(oopsd, "Resource alerts", ("Defaults: cpu %d%% for %s, memory %d%% for %s, every %s."):format(
+      a.cpu.percent, a.cpu.sustained, a.memory.percent, a.memory.sustained, a.every))
+    says(oopsd, "Scheduled restarts", D.restarts.grace .. ".")
+    local at = D.application.timeouts
+    says(apps, "timeouts  ", ("Defaults: build %s, deploy %s (at most deploy.timeout), health %s, restart %s."):format(
+      at.build, at.deploy, at.health, at.restart))
+  end)
+end)
+

@@ -55,11 +55,10 @@
 local oops = require("oops")
 local log = require("oops.log")
 local duration = require("oops.duration")
+local policy_defaults = require("oops.policy")
 
 local M = {}
 
--- Per-command timeouts when the policy gives none.
-M.DEFAULT_TIMEOUT_MS = { build = 1800000, deploy = 300000, health = 30000, restart = 60000 }
 -- Output kept per command run, from its end.
 M.OUTPUT_CAP = 64 * 1024
 -- After SIGTERM, a stopped pipeline's processes get this long before SIGKILL.
@@ -213,7 +212,8 @@ local function app_of(policy, app)
 end
 
 local function timeout_of(a, step)
-  return (a.timeout_ms and a.timeout_ms[step]) or M.DEFAULT_TIMEOUT_MS[step]
+  -- The loader fills every step's timeout; the default is for a bare table.
+  return (a.timeout_ms and a.timeout_ms[step]) or policy_defaults.app_timeout_default(step)
 end
 
 local function dirname(path) return path:match("^(.*)/[^/]*$") or "." end
