@@ -32,9 +32,14 @@ bool strset_has(const strset *s, const char *k)
     return s->cap && find(s, k) != (size_t)-1;
 }
 
+/* Rehash when live members and tombstones fill 3/4 of the slots: into a table
+ * where the live members fill at most half, so a set that sees many names come
+ * and go (the held locks) drops its tombstones instead of doubling each time. */
 static bool grow(strset *s)
 {
-    size_t ncap = s->cap ? s->cap * 2 : 16;
+    size_t ncap = s->cap ? s->cap : 16;
+    while ((s->len + 1) * 2 > ncap)
+        ncap *= 2;
     char **old = s->slots;
     size_t ocap = s->cap;
     s->slots = calloc(ncap, sizeof *s->slots);
