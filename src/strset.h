@@ -14,7 +14,14 @@ typedef struct strset {
     size_t cap, len, used;
 } strset;
 
-uint64_t strset_hash(const char *s); /* 64-bit FNV-1a */
+/*
+ * 64-bit FNV-1a's step (xor the byte, multiply by 1099511628211) from offset
+ * basis 1469598103934665603 — not FNV's published basis, whose last digit it
+ * lacks. Long lock names are shortened with it (lock_name_shorten), so every
+ * server must compute the same value: it must never change (test_strset pins
+ * it).
+ */
+uint64_t strset_hash(const char *s);
 bool strset_has(const strset *s, const char *k);
 /* true when added, false when already present (or out of memory). */
 bool strset_add(strset *s, const char *k);
