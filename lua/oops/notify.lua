@@ -46,7 +46,7 @@
 -- alert_payload raises on a missing or mistyped field (a caller's mistake),
 -- so a bad payload never reaches the outbox; alert_message returns nil, why
 -- for one read from the database.
-local cjson = require("cjson").new() -- our own instance: settings never leak
+local json = require("oops.json")
 
 local M = {}
 
@@ -192,8 +192,8 @@ end
 -- The branch a pipeline builds from, when its source JSON names one.
 local function branch(source)
   if type(source) ~= "string" then return nil end
-  local ok, t = pcall(cjson.decode, source)
-  if ok and type(t) == "table" and type(t.branch) == "string" then return t.branch end
+  local t = json.decode(source)
+  if type(t) == "table" and type(t.branch) == "string" then return t.branch end
 end
 
 local PIPELINE_ADVICE = {
@@ -244,9 +244,9 @@ local function bad_payload(p)
     if type(p[k]) ~= "string" then return k .. ": missing" end
   end
   for _, k in ipairs({ "percent", "threshold", "limit", "duration_s" }) do
-    if p[k] ~= nil and p[k] ~= cjson.null and type(p[k]) ~= "number" then return k .. ": not a number" end
+    if p[k] ~= nil and p[k] ~= json.null and type(p[k]) ~= "number" then return k .. ": not a number" end
   end
-  if p.pods ~= nil and p.pods ~= cjson.null and type(p.pods) ~= "table" then return "pods: not a list" end
+  if p.pods ~= nil and p.pods ~= json.null and type(p.pods) ~= "table" then return "pods: not a list" end
 end
 
 -- "95% (1900m / 2000m)", "95%" without the quantities, nil without the percent.
@@ -264,8 +264,8 @@ function M.alert_message(event_id, payload, created_at)
   if type(event_id) ~= "string" then error("notify.alert_message: event_id must be a string", 2) end
   local p = payload
   if type(payload) == "string" then
-    local ok, t = pcall(cjson.decode, payload)
-    if not ok then return nil, "alert payload: not JSON: " .. tostring(t) end
+    local t, err = json.decode(payload)
+    if t == nil then return nil, "alert payload: not JSON: " .. tostring(err) end
     p = t
   end
   local why = bad_payload(p)
@@ -297,30 +297,21 @@ function M.alert_message(event_id, payload, created_at)
   }
 end
 
--- One JSON value. This lua-cjson writes "/" as "\/"; every "/" in its
--- output comes from that escape, so dropping the backslash before each one
--- is exact (and "shop/api" reads as written).
-local function json(v)
-  if v == nil then return "null" end
-  return (cjson.encode(v):gsub("\\/", "/"))
-end
-
 -- The JSON of a message, keys in a fixed order (id, kind, type, level,
 -- title, facts, advice, time; each fact name, value), so the same message is
 -- the same bytes from every server: a resend is an exact duplicate. advice
 -- and time are null when absent.
+local MESSAGE_KEYS = { "id", "kind", "type", "level", "title", "facts", "advice", "time" }
+local FACT_KEYS = { "name", "value" }
+
 function M.encode(m)
   if type(m) ~= "table" then error("notify.encode: expects a message table", 2) end
-  local facts = {}
-  for i, f in ipairs(m.facts or {}) do
-    facts[i] = '{"name":' .. json(f.name) .. ',"value":' .. json(f.value) .. "}"
-  end
-  return table.concat({
-    '{"id":', json(m.id), ',"kind":', json(m.kind), ',"type":', json(m.type),
-    ',"level":', json(m.level), ',"title":', json(m.title),
-    ',"facts":[', table.concat(facts, ","), '],"advice":', json(m.advice),
-    ',"time":', json(m.time), "}",
-  })
+  local facts = json.array()
+  for i, f in ipairs(m.facts or {}) do facts[i] = json.object({ name = f.name, value = f.value }, FACT_KEYS) end
+  return json.encode(json.object({
+    id = m.id, kind = m.kind, type = m.type, level = m.level, title = m.title,
+    facts = facts, advice = m.advice, time = m.time,
+  }, MESSAGE_KEYS))
 end
 
 ------------------------------------------------------------------ for the alert scan
@@ -362,13 +353,10 @@ function M.alert_payload(t)
     out[k] = t[k]
   end
   for _, k in ipairs({ "percent", "threshold", "limit", "since" }) do
-    if t[k] == nil then out[k] = cjson.null else out[k] = t[k] end
+    if t[k] == nil then out[k] = json.null else out[k] = t[k] end
   end
-  out.pods = pods
-  local text = cjson.encode(out):gsub("\\/", "/")
-  -- This lua-cjson writes an empty table as {}: the pod list stays a list.
-  if #pods == 0 then text = text:gsub('"pods":{}', '"pods":[]', 1) end
-  return text
+  out.pods = json.array(pods)
+  return json.encode(out)
 end
 
 return M

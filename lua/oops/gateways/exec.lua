@@ -55,6 +55,7 @@
 local oops = require("oops")
 local log = require("oops.log")
 local duration = require("oops.duration")
+local json = require("oops.json")
 local policy_defaults = require("oops.policy")
 
 local M = {}
@@ -104,19 +105,12 @@ local function clean_utf8(s)
   end
 end
 
-local JSON_ESC = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
-
-local function json_string(s)
-  return '"' .. clean_utf8(s):gsub('[%c"\\]', function(c)
-    return JSON_ESC[c] or string.format("\\u%04x", c:byte())
-  end) .. '"'
-end
-
--- The argv as a JSON array (pipeline_log.argv, printed by `oopsctl logs`).
+-- The argv as a JSON array (pipeline_log.argv, printed by `oopsctl logs`);
+-- arguments that are not UTF-8 are cleaned first (the column is utf8mb4).
 function M.argv_json(argv)
-  local parts = {}
-  for i, a in ipairs(argv) do parts[i] = json_string(a) end
-  return "[" .. table.concat(parts, ",") .. "]"
+  local list = json.array()
+  for i, a in ipairs(argv) do list[i] = clean_utf8(a) end
+  return json.encode(list)
 end
 
 -- The last non-empty line of s, trimmed and bounded, or nil.

@@ -10,7 +10,7 @@
 -- whole window; the firing pods are the distinct `pod` labels of the result.
 -- Query building and response parsing are pure functions (specced in
 -- tests/spec/alert_spec.lua); only M.probe talks to the network.
-local cjson = require("cjson")
+local json = require("oops.json")
 
 local M = {}
 
@@ -71,8 +71,8 @@ function M.request(t, cfg)
 end
 
 local function decode(body)
-  local ok, doc = pcall(cjson.decode, body or "")
-  if not ok or type(doc) ~= "table" then return nil end
+  local doc = json.decode(body or "")
+  if type(doc) ~= "table" then return nil end
   return doc
 end
 
