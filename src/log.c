@@ -26,12 +26,16 @@ int log_level_parse(const char *s)
     return -1;
 }
 
+/* A C1 control character (U+0080-U+009F) in UTF-8: C2 80 .. C2 9F. NEL (U+0085)
+ * ends a line for some readers, CSI (U+009B) drives some terminals. */
+static bool c1_at(const unsigned char *c) { return c[0] == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f; }
+
 static bool needs_quotes(const char *v)
 {
     if (!*v)
         return true;
     for (const unsigned char *c = (const unsigned char *)v; *c; c++)
-        if (*c <= ' ' || *c == '"' || *c == '=' || *c == '\\' || *c == 0x7f)
+        if (*c <= ' ' || *c == '"' || *c == '=' || *c == '\\' || *c == 0x7f || c1_at(c))
             return true;
     return false;
 }
@@ -53,7 +57,10 @@ static void put_value(buf *b, const char *v)
         default:
             if (*c < 0x20 || *c == 0x7f)
                 buf_printf(b, "\\x%02x", *c);
-            else
+            else if (c1_at(c)) {
+                buf_printf(b, "\\xc2\\x%02x", c[1]);
+                c++;
+            } else
                 buf_add(b, (const char *)c, 1);
         }
     }

@@ -1,8 +1,9 @@
 /*
  * log — one line per event on stderr as key=value pairs:
  *   ts=2026-11-30T12:00:00.123Z level=info server=s1 scan=build pipeline=ab12 msg="..."
- * Values with spaces, quotes, '=' or control characters are quoted with
- * backslash escapes, so every event stays on one line (tracebacks included).
+ * Values with spaces, quotes, '=' or control characters (C0, DEL, and C1 as
+ * UTF-8) are quoted with backslash escapes (\" \\ \n \t \r, else \xNN per
+ * byte), so every event stays on one line (tracebacks included).
  */
 #ifndef OOPS_LOG_H
 #define OOPS_LOG_H
