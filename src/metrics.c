@@ -142,7 +142,9 @@ static void sample(buf *out, const char *name, const char *suffix, const char *l
 
 void metrics_render(const metrics *m, buf *out)
 {
-    series *v = malloc((m->n ? m->n : 1) * sizeof *v);
+    if (!m->n) /* nothing recorded (and m->s still NULL: no memcpy from it) */
+        return;
+    series *v = malloc(m->n * sizeof *v);
     if (!v)
         return;
     memcpy(v, m->s, m->n * sizeof *v);
