@@ -8,6 +8,8 @@ local oops = require("oops")
 local cjson = require("cjson")
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local C = dofile(here .. "/common.lua")
+local files = require("oops.scenario.files")
+local sql = require("oops.scenario").sql -- rows, or raises naming the statement
 local BOUNDS = require("oops.engine").DURATION_BUCKETS
 
 local mode = arg[1]
@@ -20,14 +22,8 @@ local DB = assert(os.getenv("OOPS_DB"), "OOPS_DB: the case's database")
 local function policy_dir(workdir, name, text)
   local dir = workdir .. "/policy-" .. name
   require("lfs").mkdir(dir)
-  C.write(dir .. "/bench.lua", text)
+  files.write(dir .. "/bench.lua", text)
   return dir
-end
-
-local function sql(q, ...)
-  local rows, err = oops.db.exec(q, ...)
-  if not rows then error("sql: " .. tostring(err) .. "\n  in: " .. q, 2) end
-  return rows
 end
 
 local function db_now() return tonumber(sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t) end

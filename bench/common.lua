@@ -1,23 +1,13 @@
 -- What bench/run.lua (the driver) and bench/case.lua (one measured case, in a
--- process of its own) share: files, /proc, real oopsd servers, /metrics,
--- quantiles. Loaded with dofile(); everything that waits must run in a task.
+-- process of its own) share: /proc, real oopsd servers (started by the
+-- scenario runner's launcher, oops.scenario.server), /metrics, quantiles.
+-- Files are read and written with oops.scenario.files. Loaded with dofile();
+-- everything that waits must run in a task.
 local oops = require("oops")
+local files = require("oops.scenario.files")
+local launcher = require("oops.scenario.server")
 
 local C = {}
-
-function C.read(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-function C.write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
 
 function C.sleep(seconds) oops.sleep(math.max(0, math.floor(seconds * 1000))) end
 
@@ -36,8 +26,8 @@ end
 -- { cpu = s (user + sys), user, sys, rss_kb = current, hwm_kb = peak,
 -- anon_kb, file_kb }, or nil when it is gone.
 function C.proc_usage(pid)
-  local stat = C.read("/proc/" .. pid .. "/stat")
-  local status = C.read("/proc/" .. pid .. "/status")
+  local stat = files.read("/proc/" .. pid .. "/stat")
+  local status = files.read("/proc/" .. pid .. "/status")
   if not stat or not status then return nil end
   -- Fields after the command (which may hold spaces) start at field 3.
   local rest = stat:match("%) (.*)$")
@@ -59,7 +49,7 @@ end
 -- Proportional set size: shared pages divided among the processes that map
 -- them (a shared library's pages count fully in every RSS).
 function C.pss_kb(pid)
-  return tonumber((C.read("/proc/" .. pid .. "/smaps_rollup") or ""):match("\nPss:%s*(%d+)"))
+  return tonumber((files.read("/proc/" .. pid .. "/smaps_rollup") or ""):match("\nPss:%s*(%d+)"))
 end
 
 ---------------------------------------------------------------- servers
@@ -68,53 +58,25 @@ C.started = {} -- every server started by this process, for C.kill_all()
 
 -- SIGKILL every server still running (a case that failed half-way).
 function C.kill_all()
-  for _, s in ipairs(C.started) do if not s.exit then s.proc:kill(9) end end
+  for _, s in ipairs(C.started) do if s.proc and not s.exit then s.proc:kill(9) end end
 end
 
--- Start one oopsd; returns { name, port, pid, proc, log_path } once it has
--- logged "started:", or raises with its log.
+-- Start one oopsd listening on a free loopback port; returns { name, port,
+-- pid, proc, log_path } once it has logged "started:", or raises with its log.
 function C.start_server(o)
   local s = { name = o.name, log_path = o.log_path }
-  local log = assert(io.open(o.log_path, "a"))
-  local head = ""
-  s.proc = assert(oops.proc.start {
-    argv = { o.oopsd, "--name", o.name, "--policies", o.policies, "--listen", "127.0.0.1:0",
-      "--drain", "3000" },
-    env = { OOPS_DB = o.db }, -- not in argv: ps must not show the password
-    inherit_env = true,
-    on_output = function(_, data)
-      log:write(data)
-      if not s.port then
-        head = (head .. data):sub(-4096)
-        local port = head:match('msg="started:[^"]*listening on [%d.]+:(%d+)')
-        if port then s.port = tonumber(port) end
-      end
-    end,
-    on_exit = function(r) log:close(); s.exit = r end,
-  })
-  s.pid = s.proc:pid()
   C.started[#C.started + 1] = s
-  local deadline = oops.now_ms() + 30000
-  while not s.port and not s.exit and oops.now_ms() < deadline do C.sleep(0.05) end
-  if not s.port then
+  local started, log = launcher.start(s, { oopsd = o.oopsd, name = o.name, policies = o.policies,
+    db = o.db, log_path = o.log_path, listen = "127.0.0.1:0" })
+  if not started or not s.port then
     s.proc:kill(9)
-    error(("oopsd %s did not start:\n%s"):format(o.name, (C.read(o.log_path) or ""):sub(-2000)), 2)
+    error(("oopsd %s did not start:\n%s"):format(o.name, (log or files.read(o.log_path) or ""):sub(-2000)), 2)
   end
   return s
 end
 
--- SIGTERM, then SIGKILL after `seconds`; waits for the exit.
-function C.stop_server(s, seconds)
-  if s.exit then return end
-  s.proc:kill(15)
-  local deadline = oops.now_ms() + (seconds or 10) * 1000
-  while not s.exit and oops.now_ms() < deadline do C.sleep(0.05) end
-  if not s.exit then
-    s.proc:kill(9)
-    deadline = oops.now_ms() + 5000
-    while not s.exit and oops.now_ms() < deadline do C.sleep(0.05) end
-  end
-end
+-- SIGTERM, then SIGKILL after `seconds` (default 10); waits for the exit.
+function C.stop_server(s, seconds) launcher.stop(s, seconds or 10) end
 
 ---------------------------------------------------------------- /metrics
 

@@ -37,10 +37,7 @@ local KNOWN = { kill = true, cut = true, freeze = true, partition = true }
 assert(KNOWN[FAULT], "BENCH_FAULT: one of kill, cut, freeze, partition")
 
 local function write_out(doc)
-  if not OUT then return end
-  local f = assert(io.open(OUT, "w"))
-  f:write(cjson.encode(doc), "\n")
-  f:close()
+  if OUT then require("oops.scenario.files").write(OUT, cjson.encode(doc) .. "\n") end
 end
 
 local SHORT = [[

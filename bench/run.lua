@@ -8,6 +8,7 @@ local cjson = require("cjson")
 local lfs = require("lfs")
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local C = dofile(here .. "/common.lua")
+local files = require("oops.scenario.files")
 
 local USAGE = [[
 usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
@@ -105,30 +106,21 @@ local function mkdirs(path)
   end
 end
 
-local function make_workdir()
-  local base = os.getenv("TMPDIR")
-  if not base or base == "" then base = "/tmp" end
-  for _ = 1, 20 do
-    local dir = ("%s/oops-bench-%06d"):format(base, math.random(0, 999999))
-    if lfs.mkdir(dir) then return dir end
-  end
-  die("cannot create a work directory under " .. base)
-end
-
 local function machine()
-  local cpuinfo = C.read("/proc/cpuinfo") or ""
+  local cpuinfo = files.read("/proc/cpuinfo") or ""
   local n = 0
   for _ in cpuinfo:gmatch("\nprocessor%s*:") do n = n + 1 end
   if cpuinfo:match("^processor%s*:") then n = n + 1 end
-  local mem = tonumber((C.read("/proc/meminfo") or ""):match("MemTotal:%s*(%d+)")) or 0
+  local mem = tonumber((files.read("/proc/meminfo") or ""):match("MemTotal:%s*(%d+)")) or 0
   return {
     nproc = n, cpu = cpuinfo:match("model name%s*:%s*([^\n]+)") or "unknown",
     memory_gb = math.floor(mem / 1048576 * 10 + 0.5) / 10,
-    kernel = ((C.read("/proc/sys/kernel/osrelease") or "?"):gsub("%s+$", "")),
+    kernel = ((files.read("/proc/sys/kernel/osrelease") or "?"):gsub("%s+$", "")),
   }
 end
 
-local work = make_workdir()
+local work, parent = files.workdir("oops-bench")
+if not work then die("cannot create a work directory under " .. parent) end
 local results -- what latest.json holds
 local failed = {} -- what went wrong, for the end
 
@@ -138,8 +130,7 @@ local dbseq = 0
 local function run_case(label, mode, ...)
   dbseq = dbseq + 1
   local name = ("bench_%d_%s"):format(dbseq, mode)
-  local r = oops.proc.run { argv = { "mariadb", "--no-defaults", "--socket=" .. db.socket, "-uroot" },
-    stdin = "CREATE DATABASE " .. name .. ";\n", timeout_ms = 30000 }
+  local r = db:admin("CREATE DATABASE " .. name .. ";\n")
   if not r or not r.ok then
     failed[#failed + 1] = label .. ": cannot create its database"
     return nil
@@ -154,7 +145,7 @@ local function run_case(label, mode, ...)
     env = { OOPS_DB = db:url_for("127.0.0.1"):gsub("/oops$", "/" .. name), OOPSD = OOPSD,
       BENCH_DB_PID = tostring(db.proc:pid()) } }
   local took = (oops.now_ms() - t0) / 1000
-  if res then C.write(dir .. "/case.err", res.stderr) end
+  if res then files.write(dir .. "/case.err", res.stderr) end
   local doc = res and res.ok and select(2, pcall(cjson.decode, res.stdout:match("[^\n]*\n?$") or ""))
   if type(doc) ~= "table" then
     local why = res and (res.stderr:match("bench case [^\n]*") or res.stderr:match("([^\n]+)%s*$")
@@ -198,8 +189,8 @@ local function failover()
     local r = oops.proc.run { argv = { OOPSCTL, "scenario", here .. "/failover.lua" }, env = env,
       clear_env = true, timeout_ms = 20 * 60 * 1000 }
     local tap = ("%s/failover-%s.tap"):format(work, f)
-    C.write(tap, (r and r.stdout or "") .. (r and r.stderr or ""))
-    local doc = C.read(out)
+    files.write(tap, (r and r.stdout or "") .. (r and r.stderr or ""))
+    local doc = files.read(out)
     doc = doc and select(2, pcall(cjson.decode, doc))
     if type(doc) ~= "table" then
       failed[#failed + 1] = ("failover %s: no result (see %s)"):format(f, tap)
@@ -225,7 +216,7 @@ local function footprint()
   fp.idle_shipped = run_case(("idle, shipped policies (%ds)"):format(opt.idle), "idle", root .. "/policies", opt.idle)
   local dir = work .. "/policy-idle-fast"
   lfs.mkdir(dir)
-  C.write(dir .. "/bench.lua", 'scan { interval = "500ms" }\ngateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }\n')
+  files.write(dir .. "/bench.lua", 'scan { interval = "500ms" }\ngateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }\n')
   fp.idle_fast = run_case(("idle, scan 500ms (%ds)"):format(opt.idle), "idle", dir, opt.idle)
   -- Driving: one server alone with the largest scale case (measured there).
   local biggest
@@ -375,7 +366,7 @@ local function plots(outdir)
   local made, script = {}, {}
   local function dat(name, lines)
     local path = ("%s/%s.dat"):format(work, name)
-    C.write(path, table.concat(lines, "\n") .. "\n")
+    files.write(path, table.concat(lines, "\n") .. "\n")
     return path
   end
   local function png(name, body)
@@ -474,7 +465,7 @@ local function plots(outdir)
   end
   if #made == 0 then return {} end
   local sp = work .. "/plots.gp"
-  C.write(sp, table.concat(script, "\n"))
+  files.write(sp, table.concat(script, "\n"))
   local r = oops.proc.run { argv = { "gnuplot", sp }, timeout_ms = 60000 }
   if not r or not r.ok then
     failed[#failed + 1] = "gnuplot: " .. (r and (r.stderr:match("([^\n]+)%s*$") or "") or "did not run")
@@ -487,14 +478,14 @@ end
 
 local ran, err = pcall(oops.wait, function()
   if opt.replot then
-    local text = C.read(opt.out .. "/latest.json")
+    local text = files.read(opt.out .. "/latest.json")
     if not text then error("--replot: no " .. opt.out .. "/latest.json") end
     results = cjson.decode(text)
     results.table, rows = nil, {}
     table_rows()
     results.table = rows
     results.plots = plots(opt.out)
-    C.write(opt.out .. "/latest.json", cjson.encode(results) .. "\n")
+    files.write(opt.out .. "/latest.json", cjson.encode(results) .. "\n")
     return
   end
   local t0 = oops.now_ms()
@@ -516,7 +507,7 @@ local ran, err = pcall(oops.wait, function()
   mkdirs(opt.out)
   results.plots = plots(opt.out)
   results.failed = failed
-  C.write(opt.out .. "/latest.json", cjson.encode(results) .. "\n")
+  files.write(opt.out .. "/latest.json", cjson.encode(results) .. "\n")
 end)
 if db then pcall(oops.wait, function() db:stop() end) end
 if not ran then

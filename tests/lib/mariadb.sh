@@ -9,14 +9,7 @@
 MDB_DIR=""
 MDB_PID=""
 
-_mdb_free_port() {
-  local p
-  for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+): no clash with a client socket
-    if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "$p"; return 0; fi
-  done
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/ports.sh" # _free_port
 
 mariadb_start() {
   MDB_DIR=$1
@@ -33,7 +26,7 @@ mariadb_start() {
   if grep -qE '^0{31}1 .* lo$' /proc/net/if_inet6 2>/dev/null; then bind=127.0.0.1,::1; MDB_IPV6=1; fi
   local try
   for try in 1 2 3; do
-    MDB_PORT=$(_mdb_free_port)
+    MDB_PORT=$(_free_port)
     mariadbd --no-defaults --datadir="$MDB_DIR/data" --socket="$MDB_SOCKET" \
       --port="$MDB_PORT" --bind-address="$bind" --user="$user" \
       --pid-file="$MDB_DIR/mysqld.pid" --log-error="$MDB_DIR/error.log" \

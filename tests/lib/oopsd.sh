@@ -4,14 +4,7 @@
 #   stop_servers                             SIGKILL every server still running (trap)
 declare -A SRV_PID SRV_PORT SRV_LOG
 
-_free_port() {
-  local p
-  for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+): no clash with a client socket
-    (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo "$p"; return 0; }
-  done
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/ports.sh" # _free_port (the integration tests use it too)
 
 start_server() {
   local name=$1 dir=$2; shift 2

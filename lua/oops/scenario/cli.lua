@@ -1,8 +1,8 @@
 -- Entry point of `oopsctl scenario FILE` (oopsctl runs: oopsd lua <this> FILE).
 -- OOPS_DB, OOPSD and OOPSCTL come from oopsctl's environment. Without OOPS_DB
 -- (no --db) the scenario runs on a throwaway MariaDB of its own, started in
--- its work directory (lua/oops/scenario/mariadb.lua) and removed at the end, also when
--- the scenario fails or errors.
+-- its work directory (lua/oops/scenario/mariadb.lua) and removed at the end,
+-- also when the scenario fails or errors.
 local lfs = require("lfs")
 local oops = require("oops")
 local path = arg[1]
@@ -17,18 +17,6 @@ end
 local url = os.getenv("OOPS_DB")
 if url == "" then url = nil end
 
--- A private directory for the servers' policies and logs (and the database's
--- data when it is our own), under $TMPDIR when set.
-local function make_workdir()
-  local base = os.getenv("TMPDIR")
-  if not base or base == "" or lfs.attributes(base, "mode") ~= "directory" then base = "/tmp" end
-  for _ = 1, 20 do
-    local dir = ("%s/oops-scenario-%06d"):format(base:gsub("/+$", ""), math.random(0, 999999))
-    if lfs.mkdir(dir) then return dir end
-  end
-  return nil
-end
-
 local function remove_tree(p)
   if lfs.symlinkattributes(p, "mode") == "directory" then
     for name in lfs.dir(p) do
@@ -38,10 +26,11 @@ local function remove_tree(p)
   os.remove(p)
 end
 
-local work = make_workdir()
+-- A private directory for the servers' policies and logs (and the database's
+-- data when it is our own), under $TMPDIR when set.
+local work, parent = require("oops.scenario.files").workdir("oops-scenario")
 if not work then
-  io.stderr:write("oopsctl scenario: cannot create a work directory under " ..
-    (os.getenv("TMPDIR") or "/tmp") .. "\n")
+  io.stderr:write("oopsctl scenario: cannot create a work directory under " .. parent .. "\n")
   os.exit(1)
 end
 

@@ -46,6 +46,7 @@
 -- driver), violations. Exit 0 only when every check passed.
 local oops = require("oops")
 local files = require("oops.scenario.files")
+local launcher = require("oops.scenario.server")
 
 local M = {}
 
@@ -69,11 +70,14 @@ local function note(text)
   io.flush()
 end
 
+-- Rows of a statement with bound parameters; raises with the statement when
+-- it fails. Also bench/'s (require("oops.scenario").sql).
 local function sql(q, ...)
   local rows, err = oops.db.exec(q, ...)
   if not rows then error("sql: " .. tostring(err) .. "\n  in: " .. q, 2) end
   return rows
 end
+M.sql = sql
 
 local function sleep(seconds) oops.sleep(math.floor(seconds * 1000)) end
 
@@ -119,35 +123,16 @@ end
 local Server = {}
 Server.__index = Server
 
-local write_file, read_file = files.write, files.read
+local write_file = files.write
+local function read_file(path) return files.read(path) or "" end
 
 function Server:start()
   assert(not self:alive(), self.name .. " is already running")
-  local log = io.open(self.log_path, "a")
-  self.started = false
-  local me = self
-  local argv = { run.oopsd, "--name", self.name, "--policies", self.policies,
-    "--listen", "off", "--drain", "3000" }
-  if self.ns then argv = self.ns:argv(argv) end -- servers{netns = ...}
-  self.proc = assert(oops.proc.start {
-    argv = argv,
-    env = { OOPS_DB = self.db_url or run.db }, -- not in argv: ps must not show the password
-    inherit_env = true, -- a tool: its servers get the runner's environment (sanitizer settings, ...)
-    on_output = function(_, data)
-      log:write(data)
-      log:flush()
-      if data:find('msg="started:', 1, true) then me.started = true end
-    end,
-    on_exit = function(r)
-      log:close()
-      me.exit = r
-    end,
-  })
-  self.exit = nil
-  local deadline = oops.now_ms() + 30000
-  while not self.started and not self.exit and oops.now_ms() < deadline do sleep(0.05) end
-  if not self.started then
-    error(("server %s did not start:\n%s"):format(self.name, read_file(self.log_path)), 2)
+  local started, log = launcher.start(self, { oopsd = run.oopsd, name = self.name,
+    policies = self.policies, db = self.db_url or run.db, log_path = self.log_path,
+    wrap = self.ns and function(argv) return self.ns:argv(argv) end }) -- servers{netns = ...}
+  if not started then
+    error(("server %s did not start:\n%s"):format(self.name, log), 2)
   end
   return self
 end
@@ -167,15 +152,9 @@ function Server:kill(sig)
   end
 end
 
--- SIGTERM and wait for the exit; returns its exit status.
-function Server:stop(seconds)
-  if not self:alive() then return self.exit and self.exit.status end
-  self.proc:kill(15)
-  local deadline = oops.now_ms() + (seconds or 20) * 1000
-  while self.exit == nil and oops.now_ms() < deadline do sleep(0.05) end
-  if self.exit == nil then self.proc:kill(9) return nil end
-  return self.exit.status
-end
+-- SIGTERM and wait for the exit; returns its exit status (nil when it had
+-- to be SIGKILLed after `seconds`, default 20).
+function Server:stop(seconds) return launcher.stop(self, seconds) end
 
 function Server:log() return read_file(self.log_path) end
 

@@ -14,6 +14,8 @@
 --   db.url            mysql://oops:PASSWORD@127.0.0.1:PORT/oops
 --   db.port, db.password, db.dir, db.socket
 --   db:url_for(host)  the same URL with another host
+--   db:admin(sql)     SQL text run as root by the mariadb client (no
+--                     placeholders: our own values only, e.g. CREATE DATABASE)
 --   db:restart { down = seconds [, stop_within = seconds] }  stop mariadbd (SIGTERM;
 --                     SIGKILL after stop_within, default 30),
 --                     stay down, start it on the same port and data, wait until it
@@ -39,7 +41,9 @@ local STOP_SECONDS = 30      -- SIGTERM to exit, before SIGKILL
 
 local function sleep(seconds) oops.sleep(math.floor(seconds * 1000)) end
 
-local read_file, write_file = files.read, files.write
+-- The file's text, "" when there is none (yet).
+local function read_file(path) return files.read(path) or "" end
+local write_file = files.write
 
 -- The last non-empty line of a text (a log), trimmed; "(empty log)" when none.
 local function last_line(text)
@@ -118,15 +122,17 @@ local function run(argv, opts)
   return oops.proc.run(opts)
 end
 
--- The mariadb client as root on the private socket (root has no password in
--- a datadir made with --auth-root-authentication-method=normal).
-local function client(self, sql)
+-- SQL text run by the mariadb client as root on the private socket (root
+-- has no password in a datadir made with
+-- --auth-root-authentication-method=normal): the oops.proc.run result, or
+-- nil, err. No placeholders: only for statements whose values are ours.
+function Db:admin(sql)
   return run({ "mariadb", "--no-defaults", "--socket=" .. self.socket, "-uroot", "--batch" },
     { stdin = sql, timeout_ms = 30000 })
 end
 
 function Db:_answers()
-  local r = client(self, "SELECT 1;\n")
+  local r = self:admin("SELECT 1;\n")
   return r ~= nil and r.ok
 end
 
@@ -262,7 +268,7 @@ function M.start(opts)
     ::next::
   end
   sql[#sql + 1] = "CREATE DATABASE oops;"
-  local c, cerr = client(self, table.concat(sql, "\n") .. "\n")
+  local c, cerr = self:admin(table.concat(sql, "\n") .. "\n")
   if not c or not c.ok then
     self:_halt(9)
     return nil, "creating the oops user and database failed: " ..

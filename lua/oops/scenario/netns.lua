@@ -40,6 +40,7 @@
 -- Failures name the command and its stderr:
 --   `ip link add ovab12cdh type veth peer name ovab12cdn netns x` failed: RTNETLINK answers: Operation not permitted
 local oops = require("oops")
+local read_file = require("oops.scenario.files").read
 
 local N = {}
 
@@ -69,14 +70,6 @@ local function run(argv)
   elseif r.signal ~= 0 then why = "killed by signal " .. r.signal
   elseif why == "" then why = "exit status " .. r.status end
   return nil, show(argv) .. " failed: " .. why, r.stderr
-end
-
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
 end
 
 local function my_pid()
