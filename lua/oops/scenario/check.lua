@@ -18,7 +18,7 @@
 -- ctx = { sql = fn(query, ...) → rows, faults = { {kind, server, session, at}... },
 --         receivers = { r... } (each must have got every event), began = epoch
 --         seconds (database clock) }
-local cjson = require("cjson")
+local json = require("oops.json")
 
 local M = {}
 
@@ -71,8 +71,8 @@ local function checks(ctx)
   -- episode (its "since") is announced firing once and resolved once.
   local bad_alerts, seen, last = {}, {}, {}
   for _, r in ipairs(sql("SELECT id, payload FROM outbox WHERE kind = 'alert' ORDER BY id")) do
-    local okj, doc = pcall(cjson.decode, r.payload or "")
-    if okj and type(doc) == "table" then
+    local doc = json.decode(r.payload or "")
+    if type(doc) == "table" then
       local key = ("%s/%s/%s %s"):format(doc.namespace, doc.application, doc.environment, doc.metric)
       local ep = key .. " since " .. tostring(doc.since)
       if doc.edge == "FIRING" or doc.edge == "RESOLVED" then

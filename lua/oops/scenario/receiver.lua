@@ -21,7 +21,7 @@
 -- task's oops.sleep, oops.wait). It is closed by r:close(), or when the
 -- receiver is garbage collected (keep a reference) or the state closes.
 local oops = require("oops")
-local cjson = require("cjson").new() -- our own instance: settings never leak
+local json = require("oops.json")
 
 local M = {}
 
@@ -39,8 +39,8 @@ end
 local function event_id(req)
   local id = req.headers["x-oops-event-id"]
   if id and id ~= "" then return id end
-  local ok, t = pcall(cjson.decode, req.body)
-  if ok and type(t) == "table" and type(t.id) == "string" and t.id ~= "" then return t.id end
+  local t = json.decode(req.body)
+  if type(t) == "table" and type(t.id) == "string" and t.id ~= "" then return t.id end
   return nil
 end
 
