@@ -79,7 +79,7 @@ local server_wait = tonumber(sql("SELECT @@global.wait_timeout AS w")[1].w)
 
 local function live_count()
   return tonumber(sql([[SELECT COUNT(*) AS n FROM server
-    WHERE IS_USED_LOCK(CONCAT('oops:server:', name)) IS NOT NULL]])[1].n)
+    WHERE IS_USED_LOCK(CONCAT(?, name)) IS NOT NULL]], oops.locks.names.server_prefix)[1].n)
 end
 
 local function session_of(name)
@@ -88,7 +88,7 @@ local function session_of(name)
 end
 
 local function server_lock_on_new_session(name, old)
-  local r = sql("SELECT IS_USED_LOCK(CONCAT('oops:server:', ?)) AS c", name)[1]
+  local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.server_prefix, name)[1]
   local c = r and tonumber(r.c)
   return c ~= nil and c ~= old
 end
@@ -176,7 +176,7 @@ local function round(kind, victims, bound)
       -- A session the database was never told about (its wait_timeout not
       -- reached): the bench ends it so the victim's pipelines can move on.
       local done, err, code = oops.db.exec("KILL CONNECTION ?", sessions[v])
-      if not done and code ~= 1094 then note("killing " .. v .. "'s stale session: " .. tostring(err)) end
+      if not done and code ~= "not_found" then note("killing " .. v .. "'s stale session: " .. tostring(err)) end
     end
   end
   for _, v in ipairs(victims) do

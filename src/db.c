@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error_names.h"
+
 #define STMT_CACHE_SIZE 48
 
 typedef struct cached_stmt {
@@ -20,6 +22,7 @@ struct db_conn {
     db_config cfg;
     uint64_t connection_id;
     bool alive;
+    unsigned last_error; /* db_last_error */
     uint64_t statements;
     uint64_t prepares;
     uint64_t clock; /* for LRU */
@@ -49,6 +52,29 @@ bool db_errno_is_connection(unsigned code)
 #endif
            code == 1927 /* ER_CONNECTION_KILLED */ || code == 1053 /* ER_SERVER_SHUTDOWN */ ||
            code == 4031 /* ER_CLIENT_INTERACTION_TIMEOUT */;
+}
+
+const char *db_error_name(unsigned code)
+{
+    switch (code) {
+    case DB_ER_DUP_ENTRY:
+    case DB_ER_DUP_KEY:
+    case DB_ER_DUP_ENTRY_WITH_KEY_NAME:
+        return OOPS_E_EXISTS;
+    case DB_ER_NO_SUCH_TABLE:
+    case DB_ER_NO_SUCH_THREAD:
+        return OOPS_E_NOT_FOUND;
+    case DB_ER_LOCK_DEADLOCK:
+        return OOPS_E_DEADLOCK;
+    case DB_ER_LOCK_WAIT_TIMEOUT:
+        return OOPS_E_LOCK_WAIT;
+    case DB_CR_CONNECTION_ERROR:
+    case DB_CR_CONN_HOST_ERROR:
+    case DB_CR_UNKNOWN_HOST:
+        return OOPS_E_UNREACHABLE;
+    default:
+        return db_errno_is_connection(code) ? OOPS_E_GONE : OOPS_E_DB;
+    }
 }
 
 static void cache_clear(db_conn *c)
@@ -166,6 +192,7 @@ uint64_t db_connection_id(const db_conn *c) { return c ? c->connection_id : 0; }
 bool db_is_alive(const db_conn *c) { return c && c->alive; }
 uint64_t db_statement_count(const db_conn *c) { return c ? c->statements : 0; }
 uint64_t db_round_trips(const db_conn *c) { return c ? c->statements + c->prepares : 0; }
+unsigned db_last_error(const db_conn *c) { return c ? c->last_error : 0; }
 
 unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
 {
@@ -176,7 +203,7 @@ unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
         mysql_close(c->m);
     c->m = open_session(&c->cfg, err, errlen);
     if (!c->m)
-        return DB_CR_CONN_HOST_ERROR;
+        return c->last_error = DB_CR_CONN_HOST_ERROR;
     c->alive = true;
     unsigned rc = session_setup(c, err, errlen);
     if (rc)
@@ -401,8 +428,8 @@ out:
     return rc;
 }
 
-unsigned db_exec(db_conn *c, const char *sql, const db_value *params, size_t nparams,
-                 db_result **out, char *err, size_t errlen)
+static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t nparams,
+                     db_result **out, char *err, size_t errlen)
 {
     unsigned code = 0;
     if (out)
@@ -455,6 +482,15 @@ unsigned db_exec(db_conn *c, const char *sql, const db_value *params, size_t npa
     else
         db_result_free(r);
     return 0;
+}
+
+unsigned db_exec(db_conn *c, const char *sql, const db_value *params, size_t nparams,
+                 db_result **out, char *err, size_t errlen)
+{
+    unsigned code = exec(c, sql, params, nparams, out, err, errlen);
+    if (code)
+        c->last_error = code;
+    return code;
 }
 
 unsigned db_begin(db_conn *c, char *err, size_t errlen)

@@ -22,10 +22,16 @@
 
 /* Error numbers worth naming (MySQL/MariaDB server and client errors). */
 enum {
+    DB_ER_DUP_KEY = 1022,
     DB_ER_DUP_ENTRY = 1062,
+    DB_ER_NO_SUCH_THREAD = 1094, /* KILL of a session id that does not exist */
+    DB_ER_NO_SUCH_TABLE = 1146,
+    DB_ER_LOCK_WAIT_TIMEOUT = 1205,
     DB_ER_LOCK_DEADLOCK = 1213,
+    DB_ER_DUP_ENTRY_WITH_KEY_NAME = 1586,
     DB_CR_CONNECTION_ERROR = 2002,
     DB_CR_CONN_HOST_ERROR = 2003,
+    DB_CR_UNKNOWN_HOST = 2005,
     DB_CR_SERVER_GONE = 2006,
     DB_CR_SERVER_LOST = 2013,
 };
@@ -51,6 +57,18 @@ uint64_t db_statement_count(const db_conn *c);
 uint64_t db_round_trips(const db_conn *c);
 /* True when this MySQL/MariaDB error number means "connection lost or unreachable". */
 bool db_errno_is_connection(unsigned code);
+/*
+ * The stable name of an error number, as the Lua bindings return it
+ * (nil, msg, name; error_names.h): "exists", "not_found", "deadlock",
+ * "lock_wait", "gone", "unreachable", else "db". The one mapping.
+ */
+const char *db_error_name(unsigned code);
+/*
+ * The error number of the last call that failed on c (db_exec, db_begin,
+ * db_commit, db_conn_ensure), 0 when none has; a success does not reset it.
+ * For callers that got only a message back (pipeline_store's PSTORE_DB).
+ */
+unsigned db_last_error(const db_conn *c);
 
 typedef enum { DB_NULL, DB_INT, DB_TEXT, DB_DOUBLE } db_type;
 

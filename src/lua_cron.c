@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "cron.h"
+#include "error_names.h"
 #include "runtime.h"
 
 #define CRON_MT "oops.cron"
@@ -44,17 +45,14 @@ static void tz_leave(tzswap *s)
     free(s->old);
 }
 
-/* parse(text) -> cron | nil, "minute 61 out of range 0-59" */
+/* parse(text) -> cron | nil, "minute 61 out of range 0-59", "invalid" */
 static int l_parse(lua_State *L)
 {
     const char *text = luaL_checkstring(L, 1);
     lcron *c = lua_newuserdatauv(L, sizeof *c, 1);
     char err[256];
-    if (cron_parse(text, &c->e, err, sizeof err) != 0) {
-        lua_pushnil(L);
-        lua_pushstring(L, err);
-        return 2;
-    }
+    if (cron_parse(text, &c->e, err, sizeof err) != 0)
+        return lua_fail(L, err, OOPS_E_INVALID);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
     luaL_setmetatable(L, CRON_MT);

@@ -1,8 +1,10 @@
-/* oops.server_name, oops.stopping, oops.connect (scripts), oops.migrate */
+/* oops.server_name, oops.stopping, oops.connect (scripts), oops.migrate,
+ * oops.error_names */
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "error_names.h"
 #include "runtime.h"
 #include "schema.h"
 
@@ -20,7 +22,7 @@ static int l_stopping(lua_State *L)
 
 /*
  * connect{db = URL (default $OOPS_DB), name = "server name", locks = true,
- *         validate_ms = 30000} -> true | nil, msg
+ *         validate_ms = 30000} -> true | nil, msg, name
  * For scripts and specs run with `oopsd lua`: the daemon connects by itself.
  */
 static int l_connect(lua_State *L)
@@ -44,26 +46,21 @@ static int l_connect(lua_State *L)
         return luaL_error(L, "oops.connect: %s", err);
     c->have_db = true;
     c->work = db_open(&c->dbcfg, err, sizeof err);
-    if (!c->work) {
-        lua_pushnil(L);
-        lua_pushstring(L, err);
-        return 2;
-    }
+    if (!c->work)
+        return lua_fail(L, err, OOPS_E_UNREACHABLE);
     if (locks) {
         lock_registry_options o = {.validate_interval_ms = (unsigned)validate,
                                    .backoff_initial_ms = 100, .backoff_max_ms = 2000};
         c->locks = lock_registry_new(&c->dbcfg, &o);
-        if (lock_registry_connect(c->locks, err, sizeof err) != 0) {
-            lua_pushnil(L);
-            lua_pushstring(L, err);
-            return 2;
-        }
+        int rc = lock_registry_connect(c->locks, err, sizeof err);
+        if (rc != 0) /* LOCK_REFUSED: the server cannot share locks (Galera, read-only) */
+            return lua_fail(L, err, rc == LOCK_REFUSED ? OOPS_E_DB : OOPS_E_UNREACHABLE);
     }
     lua_pushboolean(L, 1);
     return 1;
 }
 
-/* migrate() -> number of migrations applied | nil, msg */
+/* migrate() -> number of migrations applied | nil, msg, name */
 static int l_migrate(lua_State *L)
 {
     oops_ctx *c = runtime_ctx(L);
@@ -71,11 +68,9 @@ static int l_migrate(lua_State *L)
         return luaL_error(L, "oops.migrate: not connected");
     char err[512];
     int applied = 0;
-    if (schema_migrate(c->work, &applied, err, sizeof err)) {
-        lua_pushnil(L);
-        lua_pushstring(L, err);
-        return 2;
-    }
+    unsigned rc = schema_migrate(c->work, &applied, err, sizeof err);
+    if (rc)
+        return lua_fail(L, err, db_error_name(rc));
     lua_pushinteger(L, applied);
     return 1;
 }
@@ -88,4 +83,5 @@ void lua_register_daemon(lua_State *L)
         {NULL, NULL},
     };
     luaL_setfuncs(L, fns, 0);
+    lua_set_error_names(L);
 }

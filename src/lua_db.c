@@ -8,26 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error_names.h"
 #include "pipeline_store.h"
 #include "runtime.h"
 #include "schema.h"
 
 /* The work connection, reopened when the last statement lost it. NULL with
- * nil, msg, code pushed (3 values) when it cannot be had. */
+ * nil, msg, name pushed (3 values) when it cannot be had. */
 static db_conn *work(lua_State *L, int *pushed)
 {
     oops_ctx *c = runtime_ctx(L);
     *pushed = 0;
     if (!c->work) {
-        lua_push_fail(L, "not connected to a database", 0);
-        *pushed = 3;
+        *pushed = lua_fail(L, "not connected to a database", OOPS_E_UNREACHABLE);
         return NULL;
     }
     char err[512];
     unsigned rc = db_conn_ensure(c->work, err, sizeof err);
     if (rc) {
-        lua_push_fail(L, err, (int)rc);
-        *pushed = 3;
+        *pushed = lua_fail(L, err, db_error_name(rc));
         return NULL;
     }
     return c->work;
@@ -50,7 +49,7 @@ static void push_cell(lua_State *L, const db_result *r, size_t row, size_t col)
 }
 
 /* oops.db.exec(sql, ...) -> rows (array of {column = value}) for a query,
- * {affected = n, insert_id = n} for a change; nil, msg, errno on failure. */
+ * {affected = n, insert_id = n} for a change; nil, msg, name on failure. */
 static int l_exec(lua_State *L)
 {
     const char *sql = luaL_checkstring(L, 1);
@@ -87,10 +86,8 @@ static int l_exec(lua_State *L)
     char err[512];
     unsigned rc = db_exec(c, sql, p, (size_t)n, &r, err, sizeof err);
     free(p);
-    if (rc) {
-        lua_push_fail(L, err, (int)rc);
-        return 3;
-    }
+    if (rc)
+        return lua_fail(L, err, db_error_name(rc));
     if (r->ncols) {
         lua_createtable(L, (int)r->nrows, 0);
         for (size_t i = 0; i < r->nrows; i++) {
@@ -120,10 +117,8 @@ static int tx(lua_State *L, unsigned (*fn)(db_conn *, char *, size_t))
         return pushed;
     char err[512];
     unsigned rc = fn(c, err, sizeof err);
-    if (rc) {
-        lua_push_fail(L, err, (int)rc);
-        return 3;
-    }
+    if (rc)
+        return lua_fail(L, err, db_error_name(rc));
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -148,10 +143,8 @@ static int l_now(lua_State *L)
     db_result *r = NULL;
     char err[512];
     unsigned rc = db_exec(c, "SELECT UNIX_TIMESTAMP(NOW(6)), NOW(6)", NULL, 0, &r, err, sizeof err);
-    if (rc) {
-        lua_push_fail(L, err, (int)rc);
-        return 3;
-    }
+    if (rc)
+        return lua_fail(L, err, db_error_name(rc));
     lua_pushnumber(L, strtod(db_get(r, 0, 0), NULL));
     lua_pushstring(L, db_get(r, 0, 1));
     db_result_free(r);
@@ -221,13 +214,15 @@ static const char *opt_field(lua_State *L, int t, const char *k)
     return v;
 }
 
-static int store_fail(lua_State *L, int rc, const char *err)
+/* nil, msg, name for a PSTORE_* failure; PSTORE_DB is named by the error
+ * number the connection last saw (PSTORE_ILLEGAL does not get here:
+ * l_transition raises first). */
+static int store_fail(lua_State *L, db_conn *db, int rc, const char *err)
 {
-    static const char *const codes[] = {"", "illegal", "exists", "db", "bad"};
-    lua_pushnil(L);
-    lua_pushstring(L, err);
-    lua_pushstring(L, rc < 0 && rc >= -4 ? codes[-rc] : "db");
-    return 3;
+    const char *name = rc == PSTORE_EXISTS                      ? OOPS_E_EXISTS
+                     : rc == PSTORE_BAD || rc == PSTORE_ILLEGAL ? OOPS_E_INVALID
+                                                                : db_error_name(db_last_error(db));
+    return lua_fail(L, err, name);
 }
 
 /* oops.store.create{namespace=, application=, environment=, manual=, artifact=, source=, trigger=} -> id */
@@ -254,7 +249,7 @@ static int l_create(lua_State *L)
     char id[25], err[512];
     int rc = pipeline_store_create(db, &n, id, err, sizeof err);
     if (rc != 0)
-        return store_fail(L, rc, err);
+        return store_fail(L, db, rc, err);
     lua_pushstring(L, id);
     return 1;
 }
@@ -286,7 +281,7 @@ static int l_transition(lua_State *L)
     int rc = pipeline_store_transition(db, id, from, to, msg, c->server_name, c->server_name,
                                        session, err, sizeof err);
     if (rc < 0)
-        return store_fail(L, rc, err);
+        return store_fail(L, db, rc, err);
     if (rc == 1) {
         char labels[64];
         snprintf(labels, sizeof labels, "to=\"%s\"", pipeline_status_name(to));
@@ -308,7 +303,7 @@ static int l_get(lua_State *L)
     char err[512];
     int rc = pipeline_store_get(db, id, &p, err, sizeof err);
     if (rc < 0)
-        return store_fail(L, rc, err);
+        return store_fail(L, db, rc, err);
     if (rc == 0) {
         lua_pushboolean(L, 0);
         return 1;
@@ -357,7 +352,7 @@ static int l_list(lua_State *L)
     int rc = owned ? pipeline_store_list_owned(db, mask, &v, &n, err, sizeof err)
                    : pipeline_store_list(db, mask, min_age, (size_t)limit, &v, &n, err, sizeof err);
     if (rc < 0)
-        return store_fail(L, rc, err);
+        return store_fail(L, db, rc, err);
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
         push_pipeline(L, &v[i]);
@@ -379,7 +374,7 @@ static int l_events(lua_State *L)
     char err[512];
     int rc = pipeline_store_events(db, id, &v, &n, err, sizeof err);
     if (rc < 0)
-        return store_fail(L, rc, err);
+        return store_fail(L, db, rc, err);
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
         lua_createtable(L, 0, 7);

@@ -1,6 +1,7 @@
 /*
  * oops.http.request{method=, url=, headers=, body=, timeout_ms=} waits (in a
- * task) and returns {status=, body=}, or nil, "why" when no response came.
+ * task) and returns {status=, body=}, or nil, "why", "io" when no response
+ * came ("invalid" when the request was refused before sending).
  * headers: {["Name"] = "value"} or {"Name: value", ...}.
  *
  * oops.http.serve{listen=, handler=, max_body=} returns a server (methods
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "http_client.h"
+#include "error_names.h"
 #include "http_server.h"
 #include "runtime.h"
 
@@ -27,8 +29,7 @@ static void done(void *ud, const http_result *r)
     lua_State *co = q->co;
     free(q);
     if (r->error) {
-        lua_push_fail(co, r->error, 0);
-        runtime_resume(co, 3);
+        runtime_resume(co, lua_fail(co, r->error, OOPS_E_IO));
         return;
     }
     lua_createtable(co, 0, 2);
@@ -82,9 +83,8 @@ static int l_request(lua_State *L)
     q->co = L;
     char err[512];
     if (http_client_request(c->http, &req, done, q, err, sizeof err) != 0) {
-        free(q);
-        lua_push_fail(L, err, 0);
-        return 3;
+        free(q); /* refused before sending: scheme, method, URL or header */
+        return lua_fail(L, err, OOPS_E_INVALID);
     }
     return lua_yield(L, 0);
 }
@@ -278,10 +278,8 @@ static int l_serve(lua_State *L)
     http_serve_options o = {.handler = on_serve, .ud = ls, .max_body = (size_t)max_body};
     char err[512];
     http_server *srv = http_server_serve(runtime_ctx(L)->loop, listen, &o, err, sizeof err);
-    if (!srv) {
-        lua_push_fail(L, err, 0);
-        return 3;
-    }
+    if (!srv)
+        return lua_fail(L, err, OOPS_E_IO);
     /* A server alone does not keep `oopsd lua` or oops.wait going. */
     http_server_unref(srv);
     ls->srv = srv;

@@ -1,8 +1,11 @@
-/* oops.locks: the lock registry of this server (DESIGN.md, "The lock registry"). */
+/* oops.locks: the lock registry of this server (DESIGN.md, "The lock registry"),
+ * and oops.locks.names: the lock names of lock_names.h. */
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "error_names.h"
+#include "lock_names.h"
 #include "runtime.h"
 
 static lock_registry *reg(lua_State *L)
@@ -12,11 +15,10 @@ static lock_registry *reg(lua_State *L)
 
 static int down(lua_State *L)
 {
-    lua_push_fail(L, "lock session down", LOCK_DOWN);
-    return 3;
+    return lua_fail(L, "lock session down", OOPS_E_GONE);
 }
 
-/* acquire(name) -> true | false (held elsewhere) | nil, "lock session down" */
+/* acquire(name) -> true | false (held elsewhere) | nil, "lock session down", "gone" */
 static int l_acquire(lua_State *L)
 {
     const char *name = luaL_checkstring(L, 1);
@@ -28,7 +30,7 @@ static int l_acquire(lua_State *L)
     return 1;
 }
 
-/* acquire_many({names}) -> {name = true|false} in one statement | nil, "lock session down" */
+/* acquire_many({names}) -> {name = true|false} in one statement | nil, "lock session down", "gone" */
 static int l_acquire_many(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -145,6 +147,33 @@ static int l_set_validate_interval(lua_State *L)
     return 0;
 }
 
+/* oops.locks.names = {pipeline_prefix=, server_prefix=, leader_prefix=, migrate=,
+ * leaders = {SCAN = "oops:leader:SCAN", ...}}, into the oops.locks table at the top. */
+static void set_names(lua_State *L)
+{
+    static const struct { const char *k, *v; } fixed[] = {
+        {"pipeline_prefix", OOPS_LOCK_PIPELINE_PREFIX},
+        {"server_prefix", OOPS_LOCK_SERVER_PREFIX},
+        {"leader_prefix", OOPS_LOCK_LEADER_PREFIX},
+        {"migrate", OOPS_LOCK_MIGRATE},
+    };
+    static const char *const leaders[] = {OOPS_LEADER_SCANS};
+    lua_createtable(L, 0, 5);
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
+        lua_pushstring(L, fixed[i].v);
+        lua_setfield(L, -2, fixed[i].k);
+    }
+    lua_createtable(L, 0, (int)(sizeof leaders / sizeof *leaders));
+    for (size_t i = 0; i < sizeof leaders / sizeof *leaders; i++) {
+        lua_pushstring(L, OOPS_LOCK_LEADER_PREFIX);
+        lua_pushstring(L, leaders[i]);
+        lua_concat(L, 2);
+        lua_setfield(L, -2, leaders[i]);
+    }
+    lua_setfield(L, -2, "leaders");
+    lua_setfield(L, -2, "names");
+}
+
 void lua_register_locks(lua_State *L)
 {
     static const luaL_Reg fns[] = {
@@ -161,4 +190,7 @@ void lua_register_locks(lua_State *L)
         {NULL, NULL},
     };
     lua_setfuncs_in(L, "locks", fns);
+    lua_getfield(L, -1, "locks");
+    set_names(L);
+    lua_pop(L, 1);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "error_names.h"
 #include "proc.h"
 #include "runtime.h"
 
@@ -299,8 +300,7 @@ static int l_run(lua_State *L)
     proc *p = spawn(L, lp, err, sizeof err);
     if (!p) {
         free(lp);
-        lua_push_fail(L, err, 0);
-        return 3;
+        return lua_fail(L, err, OOPS_E_IO);
     }
     lp->p = p;
     return lua_yield(L, 0);
@@ -323,8 +323,7 @@ static int l_start(lua_State *L)
     if (!p) {
         release(lp);
         free(lp);
-        lua_push_fail(L, err, 0);
-        return 3;
+        return lua_fail(L, err, OOPS_E_IO);
     }
     lp->p = p;
     lp->pid = proc_pid(p);

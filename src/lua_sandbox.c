@@ -39,6 +39,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "error_names.h"
 #include "runtime.h"
 
 #define HOOK_EVERY 1000
@@ -415,7 +416,7 @@ static const char *file_kind(mode_t m)
          : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
-/* oops.sandbox.read(path, max_bytes) → text | nil, "path: why".
+/* oops.sandbox.read(path, max_bytes) → text | nil, "path: why", "io".
  * Only a regular file (after symlinks) of at most max_bytes is read. The
  * open never blocks (O_NONBLOCK: a FIFO without a writer, a device), and the
  * type is checked on the opened file, so nothing can be swapped in between. */
@@ -428,7 +429,8 @@ static int l_read(lua_State *L)
     if (fd < 0) {
         lua_pushnil(L);
         lua_pushfstring(L, "%s: %s", path, strerror(errno));
-        return 2;
+        lua_pushliteral(L, OOPS_E_IO);
+        return 3;
     }
     struct stat st;
     const char *why = NULL;
@@ -445,7 +447,8 @@ static int l_read(lua_State *L)
             lua_pushfstring(L, "%s: larger than %I bytes: not read", path, max);
         else
             lua_pushfstring(L, "%s: %s, not a regular file: only regular files are read", path, why);
-        return 2;
+        lua_pushliteral(L, OOPS_E_IO);
+        return 3;
     }
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -460,7 +463,8 @@ static int l_read(lua_State *L)
             close(fd);
             lua_pushnil(L);
             lua_pushfstring(L, "%s: %s", path, strerror(e));
-            return 2;
+            lua_pushliteral(L, OOPS_E_IO);
+            return 3;
         }
         if (got == 0)
             break;
@@ -469,7 +473,8 @@ static int l_read(lua_State *L)
             close(fd);
             lua_pushnil(L);
             lua_pushfstring(L, "%s: larger than %I bytes: not read", path, max);
-            return 2;
+            lua_pushliteral(L, OOPS_E_IO);
+            return 3;
         }
         luaL_addlstring(&b, chunk, (size_t)got);
     }

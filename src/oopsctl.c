@@ -25,6 +25,7 @@
 #include "ctl_args.h"
 #include "ctx.h"
 #include "db.h"
+#include "lock_names.h"
 #include "metrics.h"
 #include "pipeline_store.h"
 #include "runtime.h"
@@ -125,12 +126,14 @@ static void usage(FILE *f)
           f);
 }
 
-/* Database errors: lost/unreachable → 2, anything else → 1 with a hint. */
+/* Database errors: lost/unreachable → 2, anything else → 1 with a hint.
+ * Called right after the failing call on c->db, whose error number tells
+ * a missing table (the schema not migrated yet). */
 static int db_fail(ctl *c, const char *what, const char *err)
 {
     if (!db_is_alive(c->db))
         return fail(EXIT_DB, "%s: database connection lost: %s", what, err);
-    if (strstr(err, "doesn't exist"))
+    if (db_last_error(c->db) == DB_ER_NO_SUCH_TABLE)
         return fail(EXIT_INPUT, "%s: %s (run `oopsctl migrate` first)", what, err);
     return fail(EXIT_INPUT, "%s: %s", what, err);
 }
@@ -736,19 +739,30 @@ static int cmd_locks(ctl *c, int argc, char **argv)
     if (rc != EXIT_OK || (rc = open_db(c)) != EXIT_OK)
         return rc;
     /* Who holds what, by asking the server: IS_USED_LOCK gives the holder's
-     * connection id, which every oopsd records in `server`. */
+     * connection id, which every oopsd records in `server`. The names come
+     * from lock_names.h: the lock of every unfinished pipeline, and one row
+     * per leader scan (OOPS_LEADER_SCANS, bound as parameters), held or not. */
+    static const char *const leaders[] = {OOPS_LEADER_SCANS};
+    enum { NLEADERS = sizeof leaders / sizeof *leaders };
+    static const char pipeline_locks[] =
+        "SELECT l.name, l.owner, s.name FROM ("
+        " SELECT CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id) AS name,"
+        "        IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) AS owner"
+        " FROM pipeline WHERE status NOT IN ('SUCCEEDED', 'ERROR', 'STOPPED')";
+    static const char leader_lock[] =
+        " UNION ALL SELECT CONCAT('" OOPS_LOCK_LEADER_PREFIX "', ?), IS_USED_LOCK(CONCAT('" OOPS_LOCK_LEADER_PREFIX "', ?))";
+    static const char tail[] = ") l LEFT JOIN server s ON s.lock_connection_id = l.owner ORDER BY l.name";
+    char sql[sizeof pipeline_locks + NLEADERS * sizeof leader_lock + sizeof tail];
+    size_t len = (size_t)snprintf(sql, sizeof sql, "%s", pipeline_locks);
+    db_value params[2 * NLEADERS];
+    for (size_t i = 0; i < NLEADERS; i++) {
+        len += (size_t)snprintf(sql + len, sizeof sql - len, "%s", leader_lock);
+        params[2 * i] = params[2 * i + 1] = db_text(leaders[i]);
+    }
+    snprintf(sql + len, sizeof sql - len, "%s", tail);
     db_result *r = NULL;
     char err[512];
-    unsigned qrc = db_exec(c->db,
-        "SELECT l.name, l.owner, s.name FROM ("
-        " SELECT CONCAT('oops:pipeline:', id) AS name,"
-        "        IS_USED_LOCK(CONCAT('oops:pipeline:', id)) AS owner"
-        " FROM pipeline WHERE status NOT IN ('SUCCEEDED', 'ERROR', 'STOPPED')"
-        " UNION ALL SELECT 'oops:leader:restart', IS_USED_LOCK('oops:leader:restart')"
-        " UNION ALL SELECT 'oops:leader:alert', IS_USED_LOCK('oops:leader:alert')"
-        " UNION ALL SELECT 'oops:leader:notify', IS_USED_LOCK('oops:leader:notify')"
-        ") l LEFT JOIN server s ON s.lock_connection_id = l.owner ORDER BY l.name",
-        NULL, 0, &r, err, sizeof err);
+    unsigned qrc = db_exec(c->db, sql, params, 2 * NLEADERS, &r, err, sizeof err);
     if (qrc)
         return db_fail(c, "locks", err);
     buf b = {0};

@@ -8,6 +8,19 @@ local log = require("oops.log")
 
 local M = {}
 
+-- The leader lock of a scan: oops:leader:SCAN, from the binding
+-- (oops.locks.names.leaders, src/lock_names.h). Raises for a scan not listed
+-- there (OOPS_LEADER_SCANS): `oopsctl locks` shows exactly those, so a new
+-- leader scan is added to that one list and nowhere else.
+function M.lock(scan)
+  local name = oops.locks.names.leaders[scan]
+  if not name then
+    error(("no leader lock for scan %q: add it to OOPS_LEADER_SCANS in src/lock_names.h"):format(
+      tostring(scan)), 2)
+  end
+  return name
+end
+
 -- Does this server lead `name` now? Takes the lock when it is free.
 function M.hold(name, scan)
   if oops.locks.holds(name) then return true end

@@ -8,7 +8,9 @@
 -- Two kinds of failure, everywhere (AGENTS.md, "Error reporting"):
 --   * a caller's mistake (wrong type, unknown status, call outside a task)
 --     RAISES a Lua error;
---   * a runtime failure (database, process, network) RETURNS nil, msg, code.
+--   * a runtime failure (database, process, network) RETURNS nil, msg, name,
+--     name one of the stable strings of oops.ErrorName below (never a MariaDB
+--     error number).
 -- Functions marked ---@async WAIT: they yield the calling task and must be
 -- called from one (oops.task, oops.wait or a scan); elsewhere they raise
 -- "oops.X waits, so it must be called from a task (oops.task or a scan)".
@@ -19,14 +21,26 @@
 
 ---@alias oops.Status "INITIALIZED"|"RUNNING"|"BUILD_SUCCEEDED"|"DEPLOYING"|"ROLLING_OUT"|"SUCCEEDED"|"ERROR"|"STOPPED"
 
----@alias oops.StoreFailure
----| "illegal" # the transition is not in the table
----| "exists"  # an unfinished pipeline already exists for that application/environment
----| "db"      # database error (msg says what)
----| "bad"     # bad input: an empty or too long field
+-- The names a runtime failure carries (src/error_names.h; db_error_name in
+-- src/db.c maps MariaDB error numbers to them). oops.error_names lists them;
+-- tests/spec/meta_spec.lua checks this list against it.
+---@alias oops.ErrorName
+---| "exists"      # a unique key already holds the value (ER_DUP_ENTRY); oops.store: an unfinished pipeline exists for that application/environment
+---| "not_found"   # what the statement names does not exist: a table, the session a KILL names
+---| "deadlock"    # the transaction was a deadlock victim and was rolled back
+---| "lock_wait"   # a row lock was not granted in time (innodb_lock_wait_timeout)
+---| "gone"        # the session was lost (killed, timed out, server gone); oops.locks: the lock session is down
+---| "unreachable" # no session could be opened (host, port, socket, credentials), or not connected at all
+---| "db"          # any other error the database reported (syntax, constraint, ...): msg says which
+---| "io"          # a process could not start, no HTTP response came, an address could not be listened on, a file could not be read
+---| "invalid"     # input read and refused: a pipeline field, a cron expression, an HTTP request refused before sending
 
 ---@class oops
 local oops = {}
+
+--- Every oops.ErrorName, in the order above.
+---@type oops.ErrorName[]
+oops.error_names = { "exists", "not_found", "deadlock", "lock_wait", "gone", "unreachable", "db", "io", "invalid" }
 
 ---------------------------------------------------------------- log (lua_log.c)
 
@@ -131,16 +145,19 @@ function oops.stopping() end
 --- For scripts and specs run with `oopsd lua` (the daemon connects by
 --- itself): open the work connection and, unless locks = false, the lock
 --- session. Raises when already connected or when the URL is malformed or
---- missing. Returns nil, msg (no code) when the database cannot be reached.
+--- missing. Returns nil, msg, "unreachable" when the database cannot be
+--- reached, nil, msg, "db" when it cannot share locks (Galera, read-only).
 ---@param opts oops.ConnectOptions
 ---@return true|nil ok
 ---@return string? msg
+---@return oops.ErrorName? name
 function oops.connect(opts) end
 
 --- Apply the schema migrations not yet applied (serialised across servers by
 --- GET_LOCK('oops:migrate', 60)). Raises when not connected.
 ---@return integer|nil applied how many migrations this call applied (0 when up to date)
 ---@return string? msg
+---@return oops.ErrorName? name "lock_wait" when another runner held the migrate lock for 60 s
 function oops.migrate() end
 
 -------------------------------------------------------------- db (lua_db.c)
@@ -159,26 +176,27 @@ oops.db = {}
 --- FLOAT/DOUBLE/DECIMAL as floats, everything else (text, dates, JSON) as
 --- strings, NULL as an absent field. Any other statement returns
 --- {affected=, insert_id=}. Raises on a parameter of another type. Returns
---- nil, msg, errno on a database error (the MariaDB error number, e.g. 1064
---- for a syntax error; 0 when not connected); a lost connection is reopened
---- by the next call.
+--- nil, msg, name on a database error ("exists" for a duplicate key, "db"
+--- for a syntax error, "gone" when the connection was lost, "unreachable"
+--- when not connected or it cannot be reopened); a lost connection is
+--- reopened by the next call.
 ---@param sql string
 ---@param ... nil|boolean|integer|number|string
 ---@return (table<string, any>[])|oops.ExecResult|nil result
 ---@return string? msg
----@return integer? errno
+---@return oops.ErrorName? name
 function oops.db.exec(sql, ...) end
 
 --- START TRANSACTION on the work connection.
 ---@return true|nil ok
 ---@return string? msg
----@return integer? errno
+---@return oops.ErrorName? name
 function oops.db.begin() end
 
 --- COMMIT on the work connection.
 ---@return true|nil ok
 ---@return string? msg
----@return integer? errno
+---@return oops.ErrorName? name
 function oops.db.commit() end
 
 --- ROLLBACK on the work connection, best effort: errors are ignored (a lost
@@ -189,7 +207,7 @@ function oops.db.rollback() end
 --- The database's clock (every age and timeout is computed on it).
 ---@return number|nil epoch seconds with microseconds
 ---@return string? utc_or_msg "YYYY-MM-DD HH:MM:SS.ffffff" (UTC); the error message on failure
----@return integer? errno
+---@return oops.ErrorName? name
 function oops.db.now() end
 
 --- How many statements the work connection has executed (for benches and
@@ -248,13 +266,14 @@ oops.store = {}
 
 --- Insert an INITIALIZED pipeline and its CREATED event (server = this
 --- server's name), in one transaction. Raises when opts is not a table or a
---- field has the wrong type. Returns nil, msg, kind when it could not:
+--- field has the wrong type. Returns nil, msg, name when it could not:
 --- "exists" (an unfinished pipeline exists for that application and
---- environment), "bad" (empty or too long field), "db".
+--- environment), "invalid" (empty or too long field, a name that is not a DNS
+--- label, source not JSON), or the database error's name.
 ---@param opts oops.PipelineNew
 ---@return string|nil id
 ---@return string? msg
----@return oops.StoreFailure? kind
+---@return oops.ErrorName? name
 function oops.store.create(opts) end
 
 --- The conditional transition: move pipeline id from `from` to `to` and write
@@ -272,28 +291,28 @@ function oops.store.create(opts) end
 ---@param message? string stored on the pipeline and the event
 ---@return boolean|nil made true when this call made the transition
 ---@return string? msg
----@return oops.StoreFailure? kind
+---@return oops.ErrorName? name
 function oops.store.transition(id, from, to, message) end
 
 --- One pipeline, or false when there is no such id.
 ---@param id string
 ---@return oops.Pipeline|false|nil pipeline
 ---@return string? msg
----@return oops.StoreFailure? kind
+---@return oops.ErrorName? name
 function oops.store.get(id) end
 
 --- Pipelines, oldest first. Raises on an unknown status in opts.statuses.
 ---@param opts? oops.ListOptions
 ---@return oops.Pipeline[]|nil pipelines
 ---@return string? msg
----@return oops.StoreFailure? kind
+---@return oops.ErrorName? name
 function oops.store.list(opts) end
 
 --- The event trail of one pipeline, oldest first (empty for an unknown id).
 ---@param id string
 ---@return oops.PipelineEvent[]|nil events
 ---@return string? msg
----@return oops.StoreFailure? kind
+---@return oops.ErrorName? name
 function oops.store.events(id) end
 
 ---------------------------------------------------------- locks (lua_locks.c)
@@ -301,28 +320,44 @@ function oops.store.events(id) end
 ---@class oops.locks
 oops.locks = {}
 
+---@class oops.LockNames
+---@field pipeline_prefix string "oops:pipeline:" (+ id): held by the server driving that pipeline
+---@field server_prefix string "oops:server:" (+ name): held by that server for the life of its lock session
+---@field leader_prefix string "oops:leader:" (+ scan)
+---@field migrate string "oops:migrate": serialises migrations
+---@field leaders table<string, string> scan → its leader lock, for every scan of OOPS_LEADER_SCANS (restart, alert, notify); `oopsctl locks` shows each
+
+--- The lock names, defined once in src/lock_names.h for C (oopsctl, the
+--- daemon) and Lua (the scans, lua/oops/pipelines.lua, the scenarios).
+---@type oops.LockNames
+oops.locks.names = {
+  pipeline_prefix = "oops:pipeline:", server_prefix = "oops:server:", leader_prefix = "oops:leader:",
+  migrate = "oops:migrate",
+  leaders = { restart = "oops:leader:restart", alert = "oops:leader:alert", notify = "oops:leader:notify" },
+}
+
 --- Take the named lock on this server's lock session (GET_LOCK(name, 0), no
 --- waiting). A lock lives as long as the session. Names over 64 characters
 --- are shortened the same way on every server. Returns nil, "lock session
---- down", -1 when the session is down or not connected (fail closed).
+--- down", "gone" when the session is down or not connected (fail closed).
 ---@param name string
 ---@return boolean|nil held true when held now (also when already held here), false when held elsewhere
 ---@return string? msg
----@return integer? code
+---@return oops.ErrorName? err_name "gone"
 function oops.locks.acquire(name) end
 
 --- oops.locks.acquire for many names in one statement per 1,000 names.
 ---@param names string[]
 ---@return table<string, boolean>|nil held name → held now
 ---@return string? msg "lock session down"
----@return integer? code
+---@return oops.ErrorName? name "gone"
 function oops.locks.acquire_many(names) end
 
 --- RELEASE_LOCK(name).
 ---@param name string
 ---@return boolean|nil released true when it was held here, false when it was not
 ---@return string? msg "lock session down"
----@return integer? code
+---@return oops.ErrorName? err_name "gone"
 function oops.locks.release(name) end
 
 --- Release every lock held; the session stays open.
@@ -370,11 +405,12 @@ local CronHandle = {}
 
 --- Parse "minute hour day-of-month month day-of-week", with an optional
 --- seconds field first, or a macro (@daily, @hourly, ...). Returns nil and a
---- message naming the field and value ("minute 61 out of range 0-59") when the
---- text is not a valid expression.
+--- message naming the field and value ("minute 61 out of range 0-59"), and
+--- "invalid", when the text is not a valid expression.
 ---@param text string
 ---@return oops.CronHandle|nil handle
 ---@return string? msg
+---@return oops.ErrorName? name "invalid"
 function oops.cron.parse(text) end
 
 --- Whether name is a time zone of the system's database (like Europe/Paris or
@@ -432,11 +468,12 @@ oops.sandbox = {}
 function oops.sandbox.run(fn, limits, ...) end
 
 --- The text of a regular file (after symlinks) of at most max_bytes, opened
---- without blocking; else nil and "path: why" (a FIFO, a device, too large).
+--- without blocking; else nil, "path: why" (a FIFO, a device, too large), "io".
 ---@param path string
 ---@param max_bytes integer
 ---@return string|nil text
 ---@return string? err
+---@return oops.ErrorName? name "io"
 function oops.sandbox.read(path, max_bytes) end
 
 ------------------------------------------------------------ proc (lua_proc.c)
@@ -470,13 +507,13 @@ oops.proc = {}
 --- for its output to be read). Raises outside a task and when argv is not a
 --- non-empty list of strings (`argv must be a list of strings like {"make",
 --- "image"} (never a shell string)`) or another option has the wrong type.
---- Returns nil, msg, 0 when it cannot start (`cannot run "nosuchcmd": no such
---- file or directory`). A failing command is not an error: see result.ok.
+--- Returns nil, msg, "io" when it cannot start (`cannot run "nosuchcmd": no
+--- such file or directory`). A failing command is not an error: see result.ok.
 ---@async
 ---@param opts oops.ProcOptions
 ---@return oops.ProcResult|nil result
 ---@return string? msg
----@return integer? code
+---@return oops.ErrorName? name "io"
 function oops.proc.run(opts) end
 
 --- Start a child process and return at once; on_exit receives the result.
@@ -484,7 +521,7 @@ function oops.proc.run(opts) end
 ---@param opts oops.ProcStartOptions
 ---@return oops.ProcHandle|nil handle
 ---@return string? msg
----@return integer? code
+---@return oops.ErrorName? name "io"
 function oops.proc.start(opts) end
 
 --- A process started by oops.proc.start. Dropping the handle does not stop the
@@ -522,14 +559,14 @@ oops.http = {}
 
 --- Send one request and wait for the response (redirects are not followed).
 --- Raises outside a task and when opts or url has the wrong type. Returns
---- nil, msg, 0 when no response came ("connect to 127.0.0.1:9 failed:
---- Connection refused", "timed out after 2000 ms") or the request was refused
---- before sending (unsupported scheme or method).
+--- nil, msg, "io" when no response came ("connect to 127.0.0.1:9 failed:
+--- Connection refused", "timed out after 2000 ms"), nil, msg, "invalid" when
+--- the request was refused before sending (unsupported scheme or method).
 ---@async
 ---@param opts oops.HttpRequest
 ---@return oops.HttpResponse|nil response
 ---@return string? msg
----@return integer? code
+---@return oops.ErrorName? name "io" | "invalid"
 function oops.http.request(opts) end
 
 ---@class oops.HttpServeOptions
@@ -555,12 +592,12 @@ function oops.http.request(opts) end
 --- does not by itself keep `oopsd lua` or oops.wait running: it answers
 --- while something else is pending (a task's sleep, a request, a process).
 --- Raises when opts, listen, handler or max_body has the wrong type; returns
---- nil, msg, 0 when it cannot listen ("cannot listen on 127.0.0.1:7070:
+--- nil, msg, "io" when it cannot listen ("cannot listen on 127.0.0.1:7070:
 --- Address already in use"). Needs no task.
 ---@param opts oops.HttpServeOptions
 ---@return oops.HttpServer|nil server
 ---@return string? msg
----@return integer? code
+---@return oops.ErrorName? name "io"
 function oops.http.serve(opts) end
 
 --- A server started by oops.http.serve. Also a to-be-closed value:

@@ -10,13 +10,23 @@ local show = require("oops.duration").show
 
 local M = {}
 
-function M.lock_name(id) return "oops:pipeline:" .. id end
+-- Lock names from the binding (oops.locks.names, src/lock_names.h).
+local PIPELINE_PREFIX = oops.locks.names.pipeline_prefix
+local SERVER_PREFIX = oops.locks.names.server_prefix
+
+function M.lock_name(id) return PIPELINE_PREFIX .. id end
+-- The pipeline id of a lock name, nil for another lock.
+function M.lock_id(name)
+  if name:sub(1, #PIPELINE_PREFIX) == PIPELINE_PREFIX and #name > #PIPELINE_PREFIX then
+    return name:sub(#PIPELINE_PREFIX + 1)
+  end
+end
 
 -- Servers alive now: those whose name lock (held for the life of their lock
 -- session) is taken. A SIGKILLed server drops out the moment its session does.
 local function live_servers()
   local rows = oops.db.exec(
-    "SELECT COUNT(*) AS n FROM server WHERE IS_USED_LOCK(CONCAT('oops:server:', name)) IS NOT NULL")
+    "SELECT COUNT(*) AS n FROM server WHERE IS_USED_LOCK(CONCAT(?, name)) IS NOT NULL", SERVER_PREFIX)
   local n = rows and rows[1] and rows[1].n or 1
   return math.max(n, 1)
 end

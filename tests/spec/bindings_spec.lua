@@ -1,7 +1,7 @@
 -- The `oops` module's C bindings, through the real binary
 -- (`oopsd lua busted ...`): each block checks the promise lua/oops/meta.lua
 -- makes for those functions. Caller mistakes raise; runtime failures return
--- nil, msg, code.
+-- nil, msg, name (oops.ErrorName: "error names" below provokes each one).
 --
 -- The database blocks need OOPS_TEST_DB (tests/run.sh sets it to a fresh
 -- database on a throwaway MariaDB). Without it they FAIL, saying so: a
@@ -73,9 +73,10 @@ describe("oops.cron", function()
   end)
 
   it("parse returns nil and the reason for an invalid expression", function()
-    local c, err = oops.cron.parse("61 * * * *")
+    local c, err, name = oops.cron.parse("61 * * * *")
     assert.is_nil(c)
     assert.are.equal("minute 61 out of range 0-59", err)
+    assert.are.equal("invalid", name)
   end)
 
   it("parse raises when the text is not a string", function()
@@ -258,7 +259,7 @@ describe("oops.proc.run", function()
     end)
     assert.is_nil(r)
     assert.truthy(err:find("oops-no-such-binary", 1, true), err)
-    assert.is_number(code)
+    assert.are.equal("io", code)
   end)
 
   it("raises when argv is a string", function()
@@ -310,9 +311,10 @@ describe("oops.proc.start", function()
   end)
 
   it("returns nil and a message for a missing binary, raises for a string argv", function()
-    local h, err = oops.proc.start{ argv = { "oops-no-such-binary" } }
+    local h, err, name = oops.proc.start{ argv = { "oops-no-such-binary" } }
     assert.is_nil(h)
     assert.truthy(err:find("oops-no-such-binary", 1, true), err)
+    assert.are.equal("io", name)
     raises("argv must be a list of strings", oops.proc.start, { argv = "echo hi" })
   end)
 end)
@@ -325,7 +327,7 @@ describe("oops.http.request", function()
     assert.is_nil(r)
     assert.is_string(err)
     assert.truthy(err:find("127.0.0.1:9", 1, true), err)
-    assert.is_number(code)
+    assert.are.equal("io", code)
   end)
 
   it("raises outside a task", function()
@@ -469,16 +471,15 @@ describe("oops.db (needs OOPS_TEST_DB)", function()
     assert(oops.db.exec("SELECT COUNT(*) AS n FROM spec_strings"))
   end)
 
-  it("returns nil, msg, errno on an SQL error", function()
+  it("returns nil, msg, name on an SQL error", function()
     local r, err, code = oops.db.exec("SELEC 1")
     assert.is_nil(r)
     assert.is_string(err)
-    assert.are.equal("number", type(code))
-    assert.are.equal(1064, code)
+    assert.are.equal("db", code) -- a syntax error (1064)
     local r2, err2, code2 = oops.db.exec("SELECT * FROM spec_no_such_table")
     assert.is_nil(r2)
     assert.truthy(err2:find("spec_no_such_table", 1, true), err2)
-    assert.are.equal(1146, code2)
+    assert.are.equal("not_found", code2) -- 1146
   end)
 
   it("raises on a parameter of another type", function()
@@ -631,5 +632,226 @@ describe("oops.locks (needs OOPS_TEST_DB)", function()
     assert.is_false(oops.locks.holds(a))
     assert.are.same({}, oops.locks.held())
     assert(oops.db.exec("SELECT RELEASE_LOCK(?) AS r", other))
+  end)
+end)
+
+------------------------------------------------------------- error names
+
+-- A script run by a child oopsd (its own sessions), connected to the spec's
+-- database (with a lock session when locks); its stdout and stderr.
+local function db_script(body, locks)
+  local r = run_script(([[
+    local oops = require("oops")
+    assert(oops.connect{ db = os.getenv("OOPS_TEST_DB"), name = "spec-child", locks = %s })
+  ]]):format(tostring(locks == true)) .. body)
+  return r.stdout, r.stderr
+end
+
+-- Every name of oops.ErrorName, provoked for real (the database, processes,
+-- sockets): a runtime failure returns nil, msg, name.
+describe("error names (needs OOPS_TEST_DB)", function()
+  before_each(need_db)
+
+  local function fails(name, r, err, got)
+    assert.is_nil(r)
+    assert.is_string(err)
+    assert.are.equal(name, got, err)
+    assert.is_true(contains(oops.error_names, got), got)
+  end
+
+  setup(function()
+    need_db()
+    assert(oops.db.exec("CREATE TABLE IF NOT EXISTS spec_names (id INT PRIMARY KEY, v INT) ENGINE=InnoDB"))
+    assert(oops.db.exec("INSERT IGNORE INTO spec_names VALUES (1, 0), (2, 0)"))
+  end)
+
+  it('"exists": a duplicate key, a second unfinished pipeline', function()
+    fails("exists", oops.db.exec("INSERT INTO spec_names VALUES (1, 0)"))
+    local app = { namespace = "spec", application = "names-" .. RUN, environment = "prod" }
+    assert(oops.store.create(app))
+    fails("exists", oops.store.create(app))
+  end)
+
+  it('"not_found": an unknown table, KILL of a session that does not exist', function()
+    fails("not_found", oops.db.exec("SELECT * FROM spec_no_such_table"))
+    local id = assert(oops.db.exec("SELECT MAX(ID) + 1000000 AS id FROM information_schema.PROCESSLIST"))[1].id
+    fails("not_found", oops.db.exec("KILL CONNECTION ?", id))
+  end)
+
+  it('"db": any other error the database reports (a syntax error)', function()
+    fails("db", oops.db.exec("SELEC 1"))
+  end)
+
+  it('"lock_wait": a row lock held by another session past innodb_lock_wait_timeout', function()
+    assert(oops.db.begin())
+    assert(oops.db.exec("UPDATE spec_names SET v = v + 1 WHERE id = 1"))
+    local out, log = db_script([[
+      assert(oops.db.exec("SET SESSION innodb_lock_wait_timeout = 1"))
+      local r, err, name = oops.db.exec("UPDATE spec_names SET v = v + 1 WHERE id = 1")
+      io.write(tostring(name))
+    ]])
+    oops.db.rollback()
+    assert.are.equal("lock_wait", out, log)
+  end)
+
+  it('"deadlock": two transactions waiting for each other, one is the victim', function()
+    -- We hold row 1; the child takes row 2, then waits for row 1; we ask for
+    -- row 2. InnoDB rolls one of us back at once: we get "deadlock", or the
+    -- child does (and our update then goes through).
+    local path = write_temp([[
+      local oops = require("oops")
+      assert(oops.connect{ db = os.getenv("OOPS_TEST_DB"), name = "spec-child", locks = false })
+      assert(oops.db.begin())
+      assert(oops.db.exec("UPDATE spec_names SET v = v + 1 WHERE id = 2"))
+      io.write("locked\n")
+      io.flush()
+      local r, err, name = oops.db.exec("UPDATE spec_names SET v = v + 1 WHERE id = 1")
+      io.write(tostring(name), "\n")
+      oops.db.rollback()
+    ]])
+    assert(oops.db.begin())
+    assert(oops.db.exec("UPDATE spec_names SET v = v + 1 WHERE id = 1"))
+    local box = { out = "" }
+    assert(oops.proc.start{
+      argv = { OOPSD, "lua", path }, inherit_env = true, timeout_ms = 60000,
+      on_output = function(stream, data) if stream == 1 then box.out = box.out .. data end end,
+      on_exit = function(r) box.result = r end,
+    })
+    oops.wait(function() -- the child holds row 2 and waits for row 1
+      local deadline = oops.now_ms() + 30000
+      while oops.now_ms() < deadline do
+        local w = oops.db.exec("SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+        if box.out:find("locked", 1, true) and w and w[1].n > 0 then return end
+        if box.result then break end
+        oops.sleep(20)
+      end
+    end)
+    local r, err, name = oops.db.exec("UPDATE spec_names SET v = v + 1 WHERE id = 2")
+    oops.db.rollback()
+    oops.wait(function()
+      local deadline = oops.now_ms() + 30000
+      while not box.result and oops.now_ms() < deadline do oops.sleep(20) end
+    end)
+    os.remove(path)
+    assert(box.result, "the child did not end")
+    local child = box.out:match("locked\n(.-)\n")
+    if r then
+      assert.are.equal("deadlock", child, box.result.stderr)
+    else
+      fails("deadlock", r, err, name)
+    end
+  end)
+
+  it('"gone": the work connection killed; the next call reopens it', function()
+    local id = assert(oops.db.exec("SELECT CONNECTION_ID() AS id"))[1].id
+    local r, err, name = oops.db.exec("KILL CONNECTION ?", id)
+    if r then r, err, name = oops.db.exec("SELECT 1 AS one") end -- the kill itself may answer OK
+    fails("gone", r, err, name)
+    assert.are.equal(1, assert(oops.db.exec("SELECT 1 AS one"))[1].one)
+    assert.are_not.equal(id, assert(oops.db.exec("SELECT CONNECTION_ID() AS id"))[1].id)
+  end)
+
+  it('"gone": the lock session killed (every lock is gone)', function()
+    local out, log = db_script([[
+      assert(oops.locks.acquire("spec:gone"))
+      assert(oops.db.exec("KILL CONNECTION ?", oops.locks.connection_id()))
+      local got, err, name = oops.locks.acquire("spec:gone:2")
+      io.write(tostring(got), " ", tostring(name), " ", tostring(oops.locks.holds("spec:gone")))
+    ]], true)
+    assert.are.equal("nil gone false", out, log)
+  end)
+
+  it('"unreachable": oops.connect to a port nothing listens on; no connection at all', function()
+    local r = run_script([[
+      local oops = require("oops")
+      local ok, err, name = oops.connect{ db = "mysql://oops:x@127.0.0.1:1/oops", locks = false }
+      io.write(tostring(ok), " ", tostring(name), "\n")
+      local r2, err2, name2 = oops.db.exec("SELECT 1")
+      io.write(tostring(r2), " ", tostring(name2), "\n")
+    ]])
+    assert.are.equal("nil unreachable\nnil unreachable\n", r.stdout, r.stderr)
+  end)
+
+  it('"io": a missing binary, an HTTP port nothing listens on, an address in use, an unreadable file', function()
+    fails("io", oops.proc.start{ argv = { "oops-no-such-binary" } })
+    fails("io", oops.wait(function()
+      return oops.http.request{ url = "http://127.0.0.1:9/", timeout_ms = 5000 }
+    end))
+    local srv = assert(oops.http.serve { handler = function() return 200 end })
+    fails("io", oops.http.serve { listen = "127.0.0.1:" .. srv:port(), handler = function() return 200 end })
+    srv:close()
+    fails("io", oops.sandbox.read("/nonexistent/oops-spec", 100))
+  end)
+
+  it('"invalid": a pipeline field, a cron expression, a request refused before sending', function()
+    fails("invalid", oops.store.create{ namespace = "Not A Label", application = "x", environment = "prod" })
+    fails("invalid", oops.cron.parse("61 * * * *"))
+    fails("invalid", oops.wait(function() return oops.http.request{ url = "ftp://127.0.0.1/" } end))
+  end)
+end)
+
+------------------------------------------------------------- lock names
+
+describe("lock names (src/lock_names.h through oops.locks.names)", function()
+  local names = oops.locks.names
+
+  it("the leader scans take the leader locks the binding names", function()
+    local scans = {}
+    for scan, lock in pairs(names.leaders) do
+      scans[#scans + 1] = scan
+      assert.are.equal(names.leader_prefix .. scan, lock)
+      assert.are.equal(lock, require("oops.scans." .. scan).LOCK)
+      assert.are.equal(lock, require("oops.leader").lock(scan))
+    end
+    table.sort(scans)
+    assert.are.same({ "alert", "notify", "restart" }, scans)
+    raises("no leader lock for scan \"build\"", require("oops.leader").lock, "build")
+  end)
+
+  it("pipelines take oops:pipeline:ID and read it back", function()
+    local P = require("oops.pipelines")
+    assert.are.equal("oops:pipeline:", names.pipeline_prefix)
+    assert.are.equal(names.pipeline_prefix .. "abc123", P.lock_name("abc123"))
+    assert.are.equal("abc123", P.lock_id(P.lock_name("abc123")))
+    assert.is_nil(P.lock_id(names.leaders.restart))
+    assert.is_nil(P.lock_id(names.pipeline_prefix))
+    assert.are.equal("oops:server:", names.server_prefix)
+  end)
+
+  it("`oopsctl locks` shows every leader lock, and who holds one (needs OOPS_TEST_DB)", function()
+    need_db()
+    local build = os.getenv("OOPS_BUILD")
+    assert(build and build ~= "", "OOPS_BUILD is not set: run the specs through tests/run.sh")
+    local lock = names.leaders.alert
+    local held_before = oops.locks.holds(lock)
+    assert.is_true(oops.locks.acquire(lock))
+    local r = oops.wait(function()
+      return oops.proc.run{ argv = { build .. "/oopsctl", "--db", os.getenv("OOPS_TEST_DB"), "--json", "locks" },
+                            inherit_env = true, timeout_ms = 60000 }
+    end)
+    if not held_before then oops.locks.release(lock) end
+    assert(r and r.ok, r and r.stderr)
+    local rows = require("cjson").decode(r.stdout)
+    local by = {}
+    for _, row in ipairs(rows) do by[row.lock] = row end
+    for _, l in pairs(names.leaders) do assert.is_table(by[l], l .. " is not listed: " .. r.stdout) end
+    assert.are.equal(oops.locks.connection_id(), by[lock].session)
+  end)
+end)
+
+describe("oopsctl on a database not migrated yet (needs OOPS_TEST_DB)", function()
+  it("says to run `oopsctl migrate` first: a missing table, told by its error number", function()
+    need_db()
+    local build = os.getenv("OOPS_BUILD")
+    assert(build and build ~= "", "OOPS_BUILD is not set: run the specs through tests/run.sh")
+    local db = "spec_empty_" .. RUN
+    assert(oops.db.exec("CREATE DATABASE " .. db)) -- a name of our own making, not a value
+    local url = os.getenv("OOPS_TEST_DB"):gsub("^(mysql://[^/]*@[^/]*)/[^?]*", "%1/" .. db)
+    local r = oops.wait(function()
+      return oops.proc.run{ argv = { build .. "/oopsctl", "--db", url, "list" }, inherit_env = true, timeout_ms = 60000 }
+    end)
+    assert(oops.db.exec("DROP DATABASE " .. db))
+    assert.are.equal(1, r.status, r.stderr)
+    assert.truthy(r.stderr:find("(run `oopsctl migrate` first)", 1, true), r.stderr)
   end)
 end)

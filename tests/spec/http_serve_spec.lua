@@ -216,7 +216,7 @@ describe("oops.http.serve", function()
     srv:close()
     assert.is_nil(again)
     assert.are.equal("cannot listen on " .. listen .. ": Address already in use", err)
-    assert.are.equal(0, code)
+    assert.are.equal("io", code)
     local bad, err2 = oops.http.serve { listen = "nonsense", handler = function() return 200 end }
     assert.is_nil(bad)
     assert.truthy(err2:find("cannot listen on nonsense: invalid address", 1, true), err2)

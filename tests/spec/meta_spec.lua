@@ -58,7 +58,7 @@ local function load_meta()
       if type(v) == "function" then fns[mtname .. ":" .. k] = v end
     end
   end
-  return fns
+  return fns, stubs
 end
 
 local function keys_missing(want, have)
@@ -99,12 +99,12 @@ local function params_of(fn)
 end
 
 describe("lua/oops/meta.lua", function()
-  local binary, stubs
+  local binary, stubs, meta
 
   setup(function()
     binary = functions_of(oops)
     for k, v in pairs(registered_methods()) do binary[k] = v end
-    stubs = load_meta()
+    stubs, meta = load_meta()
   end)
 
   it("finds the functions the binary registers (sanity of the walk)", function()
@@ -167,5 +167,33 @@ describe("lua/oops/meta.lua", function()
     end
     table.sort(problems)
     assert(#problems == 0, "\n  " .. table.concat(problems, "\n  "))
+  end)
+
+  -- The error names (src/error_names.h): the binary's oops.error_names, the
+  -- ---@alias oops.ErrorName lines and meta.lua's oops.error_names are the
+  -- same list, in the same order.
+  it("lists the error names the binary has, as oops.ErrorName and oops.error_names", function()
+    assert.is_table(oops.error_names)
+    assert.is_true(#oops.error_names > 0)
+    local alias, inside = {}, false
+    for _, l in ipairs(lines_of(META)) do
+      if l:match("^%-%-%-@alias oops%.ErrorName%s*$") then
+        inside = true
+      elseif inside then
+        local name = l:match('^%-%-%-| "([%w_]+)"%s+#%s*%S')
+        if not name then break end
+        alias[#alias + 1] = name
+      end
+    end
+    assert.are.same(oops.error_names, alias)
+    assert.are.same(oops.error_names, meta.error_names)
+    for _, name in ipairs(oops.error_names) do
+      assert.truthy(name:match("^[a-z_]+$"), name)
+    end
+  end)
+
+  -- The lock names (src/lock_names.h) as meta.lua documents them.
+  it("documents oops.locks.names as the binary has them", function()
+    assert.are.same(oops.locks.names, meta.locks.names)
   end)
 end)

@@ -30,12 +30,10 @@ local probes = require("oops.probes")
 
 local M = { name = "alert" }
 local SCAN = "alert"
-M.LOCK = "oops:leader:alert"
+M.LOCK = leader.lock(SCAN)
 
 M.METRICS = { "cpu", "memory" }
 local LIMIT = { cpu = "cpu_millicores", memory = "memory_bytes" }
-
-local ER_DUP_ENTRY = 1062
 
 ------------------------------------------------------------------ targets
 
@@ -176,13 +174,13 @@ local WHERE = " WHERE namespace = ? AND application = ? AND environment = ? AND 
 -- The conditional write of one edge: true when it counted, false when the
 -- state had moved on (another leader won), nil, err on a database error.
 local function write_state(edge, t, prior, pods, now)
-  local res, err, errno
+  local res, err, code
   if edge == "FIRING" and not prior then
-    res, err, errno = oops.db.exec(
+    res, err, code = oops.db.exec(
       "INSERT INTO alert_state (namespace, application, environment, metric, firing, " ..
       "firing_since, last_notified_at, pods, version) VALUES (?, ?, ?, ?, 1, ?, ?, ?, 1)",
       t.namespace, t.application, t.environment, t.metric, now, now, cjson.encode(pods))
-    if not res and errno == ER_DUP_ENTRY then return false end
+    if not res and code == "exists" then return false end
   elseif edge == "FIRING" then
     res, err = oops.db.exec(
       "UPDATE alert_state SET firing = 1, firing_since = ?, last_notified_at = ?, pods = ?, " ..

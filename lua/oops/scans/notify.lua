@@ -25,7 +25,8 @@ local tasks = require("oops.tasks")
 
 local M = { name = "notify" }
 local SCAN = "notify"
-local LOCK = "oops:leader:notify"
+local LOCK = leader.lock(SCAN)
+M.LOCK = LOCK
 
 -- Rows read per route and tick; the next tick takes the rest.
 M.BATCH = 100

@@ -24,7 +24,8 @@ local leader = require("oops.leader")
 
 local M = { name = "restart" }
 local SCAN = "restart"
-local LOCK = "oops:leader:restart"
+local LOCK = leader.lock(SCAN)
+M.LOCK = LOCK
 -- How far back a new leader looks for occurrences it must fire late or record
 -- as missed, and how many it records as missed per target (a "* * * * * *"
 -- schedule has 3,600 occurrences an hour).
@@ -80,7 +81,7 @@ local function claim(s, t, outcome)
     "VALUES (?, ?, ?, FROM_UNIXTIME(?), ?, ?, IF(? IS NULL, NULL, NOW(6)))",
     s.namespace, s.application, s.environment, t, oops.server_name(), outcome, outcome)
   if ok then return true end
-  if code ~= 1062 then -- not a duplicate: the database is in trouble; try again next tick
+  if code ~= "exists" then -- not a duplicate: the database is in trouble; try again next tick
     error("claiming " .. s.app .. "/" .. s.environment .. ": " .. tostring(err))
   end
   return false
@@ -158,7 +159,7 @@ local function recover(now, p, gw, list)
       gone = not inflight[key_of(s, t)]
     else
       if alive[r.fired_by] == nil then
-        local l = oops.db.exec("SELECT IS_USED_LOCK(CONCAT('oops:server:', ?)) AS c", r.fired_by)
+        local l = oops.db.exec("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.server_prefix, r.fired_by)
         alive[r.fired_by] = not l or l[1].c ~= nil -- cannot tell: leave it for the next look
       end
       gone = not alive[r.fired_by]

@@ -23,7 +23,7 @@ local function sweep(held, active, gw)
   local live = {}
   for _, p in ipairs(active) do live[p.id] = true end
   for _, name in ipairs(held) do
-    local id = name:match("^oops:pipeline:(.+)$")
+    local id = P.lock_id(name)
     if id and not live[id] then
       local p = oops.store.get(id)
       local release = true

@@ -170,7 +170,7 @@ function Server:cut()
   if not id then error("cut: " .. self.name .. " has no lock session recorded", 2) end
   M.record_fault("cut", self.name)
   local done, err, code = oops.db.exec("KILL CONNECTION ?", id)
-  if not done and code ~= 1094 then error("cut " .. self.name .. ": " .. tostring(err), 2) end
+  if not done and code ~= "not_found" then error("cut " .. self.name .. ": " .. tostring(err), 2) end
   return id
 end
 
@@ -406,7 +406,7 @@ end
 -- The server holding this pipeline's lock now, or nil.
 function Pipeline:driver()
   local rows = sql("SELECT s.name FROM server s WHERE s.lock_connection_id = " ..
-    "IS_USED_LOCK(CONCAT('oops:pipeline:', ?))", self.id)
+    "IS_USED_LOCK(CONCAT(?, ?))", oops.locks.names.pipeline_prefix, self.id)
   return rows[1] and rows[1].name
 end
 
