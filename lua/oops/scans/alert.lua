@@ -22,7 +22,8 @@
 -- "alert-<ns>/<app>/<env>/<metric>-<version>": stable (every server computes
 -- the same one for the same edge) and unique (each edge bumps the version).
 local oops = require("oops")
-local cjson = require("cjson")
+local json = require("oops.json")
+local notify = require("oops.notify")
 local log = require("oops.log")
 local leader = require("oops.leader")
 local tasks = require("oops.tasks")
@@ -103,30 +104,17 @@ end
 -- runs with time_zone +00:00).
 local function seconds_text(dt) return dt and dt:sub(1, 19) or nil end
 
-local function json_or_null(v)
-  if v == nil then return cjson.null end
-  return v
-end
-
--- This lua-cjson writes an empty table as {}: a pod list must stay a list.
-local function encode(doc)
-  local text = cjson.encode(doc)
-  if #doc.pods == 0 then text = text:gsub('"pods":{}', '"pods":[]', 1) end
-  return text
-end
-
 -- The outbox payload for an edge. t: the target (limit/threshold may be nil
--- for a target gone from the policy); since/now: DATETIME(6) strings.
+-- for a target gone from the policy); since/now: DATETIME(6) strings. Built
+-- and checked by the one implementation of the contract, notify.alert_payload.
 function M.payload(edge, t, pods, since, now, duration_s)
-  local doc = {
+  return notify.alert_payload {
     edge = edge, namespace = t.namespace, application = t.application,
     environment = t.environment, metric = t.metric,
-    percent = json_or_null(t.percent), threshold = json_or_null(t.threshold),
-    limit = json_or_null(t.limit), pods = pods,
-    since = json_or_null(seconds_text(since)), time = seconds_text(now),
+    percent = t.percent, threshold = t.threshold, limit = t.limit, pods = pods,
+    since = seconds_text(since), time = seconds_text(now),
+    duration_s = edge == "RESOLVED" and (duration_s or 0) or nil,
   }
-  if edge == "RESOLVED" then doc.duration_s = duration_s or 0 end
-  return encode(doc)
 end
 
 -- FNV-1a 64, for keys too long for the outbox's event_id column.
@@ -161,8 +149,8 @@ local function read_state()
     if r.namespace then
       r.firing = r.firing == 1
       r.notified_age_ms = r.notified_age_us and r.notified_age_us // 1000
-      local ok, pods = pcall(cjson.decode, r.pods or "[]")
-      r.pods = ok and type(pods) == "table" and pods or {}
+      local pods = json.decode(r.pods or "[]")
+      r.pods = type(pods) == "table" and pods or {}
       states[M.key(r)] = r
     end
   end
@@ -179,17 +167,17 @@ local function write_state(edge, t, prior, pods, now)
     res, err, code = oops.db.exec(
       "INSERT INTO alert_state (namespace, application, environment, metric, firing, " ..
       "firing_since, last_notified_at, pods, version) VALUES (?, ?, ?, ?, 1, ?, ?, ?, 1)",
-      t.namespace, t.application, t.environment, t.metric, now, now, cjson.encode(pods))
+      t.namespace, t.application, t.environment, t.metric, now, now, json.encode(json.array(pods)))
     if not res and code == "exists" then return false end
   elseif edge == "FIRING" then
     res, err = oops.db.exec(
       "UPDATE alert_state SET firing = 1, firing_since = ?, last_notified_at = ?, pods = ?, " ..
       "version = version + 1" .. WHERE,
-      now, now, cjson.encode(pods), t.namespace, t.application, t.environment, t.metric, prior.version)
+      now, now, json.encode(json.array(pods)), t.namespace, t.application, t.environment, t.metric, prior.version)
   elseif edge == "REPEAT" then
     res, err = oops.db.exec(
       "UPDATE alert_state SET last_notified_at = ?, pods = ?, version = version + 1" .. WHERE,
-      now, cjson.encode(pods), t.namespace, t.application, t.environment, t.metric, prior.version)
+      now, json.encode(json.array(pods)), t.namespace, t.application, t.environment, t.metric, prior.version)
   else -- RESOLVED: the pods column keeps the last firing pods
     res, err = oops.db.exec(
       "UPDATE alert_state SET firing = 0, last_notified_at = ?, version = version + 1" .. WHERE,
