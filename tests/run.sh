@@ -7,7 +7,7 @@
 # Scenarios get a fresh database of that server each (--db), except one whose
 # first lines say `-- needs: own database` (or `-- needs: network namespaces`):
 # it runs without --db and starts, restarts and removes a MariaDB of its own
-# (lua/oops/mariadb.lua) in its work directory, under this run's directory.
+# (lua/oops/scenario/mariadb.lua) in its work directory, under this run's directory.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
