@@ -15,6 +15,7 @@
 #include "buf.h"
 #include "ctx.h"
 #include "http_server.h"
+#include "lock_names.h"
 #include "log.h"
 #include "runtime.h"
 #include "schema.h"
@@ -262,7 +263,6 @@ static void on_tick(uv_timer_t *t)
                 (unsigned long long)lock_registry_connection_id(d->ctx.locks));
         take_name_lock(d);
         heartbeat(d);
-        engine_call0(d, "on_locks_reconnected");
     }
     if (now - d->last_heartbeat >= HEARTBEAT_MS) {
         d->last_heartbeat = now;
@@ -354,7 +354,7 @@ static void status(server_state *d, http_response *out)
     /* The pipelines this server drives are exactly the pipeline locks it holds. */
     json_key(&b, "driving", &first);
     buf_puts(&b, "[");
-    static const char prefix[] = "oops:pipeline:";
+    static const char prefix[] = OOPS_LOCK_PIPELINE_PREFIX;
     bool f2 = true;
     for (size_t i = 0; i < n; i++) {
         if (strncmp(names[i], prefix, sizeof prefix - 1) != 0)
@@ -558,7 +558,7 @@ int daemon_run(const daemon_options *o)
     describe_metrics(d->ctx.metrics);
     snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "%s", o->name);
     snprintf(d->ctx.policy_dir, sizeof d->ctx.policy_dir, "%s", o->policies);
-    snprintf(d->name_lock, sizeof d->name_lock, "oops:server:%s", o->name);
+    snprintf(d->name_lock, sizeof d->name_lock, OOPS_LOCK_SERVER_PREFIX "%s", o->name);
     log_set_server(o->name);
     char err[1024];
     int rc = OOPSD_OK;
