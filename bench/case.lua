@@ -5,7 +5,7 @@
 --   oopsd lua bench/case.lua idle     POLICY_DIR SECONDS WORKDIR
 -- OOPSD: the oopsd binary to run as servers. Servers log to WORKDIR/*.log.
 local oops = require("oops")
-local cjson = require("cjson")
+local json = require("oops.json")
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local C = dofile(here .. "/common.lua")
 local files = require("oops.scenario.files")
@@ -280,5 +280,5 @@ if not ran then
   io.stderr:write("bench case " .. tostring(mode) .. ": " .. tostring(err) .. "\n")
   os.exit(1)
 end
-io.write(cjson.encode(result), "\n")
+io.write(json.encode(result), "\n")
 os.exit(0)

@@ -25,7 +25,7 @@
 -- another server (pipeline_event, the database's clock). Then undo the fault
 -- (restart, thaw, heal; a stale session left by a partition of a "server"
 -- victim is killed by the bench) and let every pipeline finish.
-local cjson = require("cjson")
+local json = require("oops.json")
 
 local FAULT = os.getenv("BENCH_FAULT") or "kill"
 local SAMPLES = tonumber(os.getenv("BENCH_SAMPLES") or "") or 3
@@ -37,7 +37,7 @@ local KNOWN = { kill = true, cut = true, freeze = true, partition = true }
 assert(KNOWN[FAULT], "BENCH_FAULT: one of kill, cut, freeze, partition")
 
 local function write_out(doc)
-  if OUT then require("oops.scenario.files").write(OUT, cjson.encode(doc) .. "\n") end
+  if OUT then require("oops.scenario.files").write(OUT, json.encode(doc) .. "\n") end
 end
 
 local SHORT = [[

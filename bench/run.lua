@@ -4,7 +4,7 @@
 -- scenario (bench/failover.lua, `oopsctl scenario`, its own MariaDB), then
 -- prints one table, writes the JSON and draws the plots.
 local oops = require("oops")
-local cjson = require("cjson")
+local json = require("oops.json")
 local lfs = require("lfs")
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local C = dofile(here .. "/common.lua")
@@ -146,7 +146,7 @@ local function run_case(label, mode, ...)
       BENCH_DB_PID = tostring(db.proc:pid()) } }
   local took = (oops.now_ms() - t0) / 1000
   if res then files.write(dir .. "/case.err", res.stderr) end
-  local doc = res and res.ok and select(2, pcall(cjson.decode, res.stdout:match("[^\n]*\n?$") or ""))
+  local doc = res and res.ok and json.decode(res.stdout:match("[^\n]*\n?$") or "")
   if type(doc) ~= "table" then
     local why = res and (res.stderr:match("bench case [^\n]*") or res.stderr:match("([^\n]+)%s*$")
       or ("exit " .. res.status)) or "did not run"
@@ -191,7 +191,7 @@ local function failover()
     local tap = ("%s/failover-%s.tap"):format(work, f)
     files.write(tap, (r and r.stdout or "") .. (r and r.stderr or ""))
     local doc = files.read(out)
-    doc = doc and select(2, pcall(cjson.decode, doc))
+    doc = doc and json.decode(doc)
     if type(doc) ~= "table" then
       failed[#failed + 1] = ("failover %s: no result (see %s)"):format(f, tap)
       say("failover %s: FAILED (see %s)", f, tap)
@@ -480,12 +480,12 @@ local ran, err = pcall(oops.wait, function()
   if opt.replot then
     local text = files.read(opt.out .. "/latest.json")
     if not text then error("--replot: no " .. opt.out .. "/latest.json") end
-    results = cjson.decode(text)
+    results = json.decode(text)
     results.table, rows = nil, {}
     table_rows()
     results.table = rows
     results.plots = plots(opt.out)
-    files.write(opt.out .. "/latest.json", cjson.encode(results) .. "\n")
+    files.write(opt.out .. "/latest.json", json.encode(results) .. "\n")
     return
   end
   local t0 = oops.now_ms()
@@ -507,7 +507,7 @@ local ran, err = pcall(oops.wait, function()
   mkdirs(opt.out)
   results.plots = plots(opt.out)
   results.failed = failed
-  files.write(opt.out .. "/latest.json", cjson.encode(results) .. "\n")
+  files.write(opt.out .. "/latest.json", json.encode(results) .. "\n")
 end)
 if db then pcall(oops.wait, function() db:stop() end) end
 if not ran then

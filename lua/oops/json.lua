@@ -80,17 +80,22 @@ local function encode_table(t, out, depth)
   for _, k in ipairs(ORDER[t] or {}) do
     keys[#keys + 1], seen[k] = k, true
   end
+  -- The rest sorted by their text; a number key is written as its text (a
+  -- sparse list becomes an object, as lua-cjson does).
   local rest = {}
   for k in pairs(t) do
-    if type(k) ~= "string" then error("json.encode: an object key must be a string, not " .. type(k), 0) end
+    local kt = type(k)
+    if kt ~= "string" and kt ~= "number" then
+      error("json.encode: an object key must be a string or a number, not " .. kt, 0)
+    end
     if not seen[k] then rest[#rest + 1] = k end
   end
-  table.sort(rest)
+  table.sort(rest, function(a, b) return tostring(a) < tostring(b) end)
   for _, k in ipairs(rest) do keys[#keys + 1] = k end
   out[#out + 1] = "{"
   for i, k in ipairs(keys) do
     if i > 1 then out[#out + 1] = "," end
-    out[#out + 1] = scalar(k)
+    out[#out + 1] = scalar(tostring(k))
     out[#out + 1] = ":"
     encode_value(t[k], out, depth + 1)
   end

@@ -16,6 +16,8 @@ describe("oops.json", function()
     assert.are.equal("{}", json.encode({}))
     assert.are.equal('[1,2,3]', json.encode({ 1, 2, 3 }))
     assert.are.equal('["a"]', json.encode(json.array({ "a" })))
+    -- a sparse list: an object keyed by the numbers' text, as lua-cjson writes one
+    assert.are.equal('{"1":"a","3":"c"}', json.encode({ [1] = "a", [3] = "c" }))
   end)
 
   it("writes keys in the given order first, the rest sorted: the same value, the same bytes", function()
