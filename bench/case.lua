@@ -176,7 +176,7 @@ gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
     -- the sweep's RELEASE_LOCK, one rollout tick after its SUCCEEDED.
     local deadline = oops.now_ms() + 600000
     while sql([[SELECT COUNT(*) AS n FROM pipeline
-        WHERE IS_USED_LOCK(CONCAT('oops:pipeline:', id)) IS NOT NULL]])[1].n > 0 do
+        WHERE IS_USED_LOCK(CONCAT(?, id)) IS NOT NULL]], oops.locks.names.pipeline_prefix)[1].n > 0 do
       if oops.now_ms() > deadline then error("pipeline locks still held 600s after the last SUCCEEDED") end
       C.sleep(0.25)
     end

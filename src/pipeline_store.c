@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "lock_names.h"
+
 #define PIPELINE_COLUMNS                                                                      \
     "id, namespace, application, environment, status, deploy_mode, artifact, source, "       \
     "message, trigger_type, deploy_requested_at, created_at, status_changed_at, driven_by, " \
@@ -196,7 +198,7 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
     unsigned rc = db_exec(c,
                           "UPDATE pipeline SET status = ?, message = ?, status_changed_at = NOW(6), "
                           "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ? AND "
-                          "(? = 0 OR IS_USED_LOCK(CONCAT('oops:pipeline:', id)) <=> ?)",
+                          "(? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)",
                           p, 7, &r, e, sizeof e);
     int won = 0;
     if (rc == 0) {
@@ -241,7 +243,7 @@ static int list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit
     db_value p[PS__COUNT + 2];
     size_t np = 0;
     int len = snprintf(sql, sizeof sql, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1",
-                       owned ? ", COALESCE(IS_USED_LOCK(CONCAT('oops:pipeline:', id)), 0)" : "");
+                       owned ? ", COALESCE(IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)), 0)" : "");
     if (status_mask) {
         len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status IN (");
         for (int s = 0; s < PS__COUNT; s++) {

@@ -51,13 +51,6 @@ oops_ctx *runtime_ctx(lua_State *L) { return runtime_of(L)->ctx; }
 lua_State *runtime_state(runtime *rt) { return rt->L; }
 size_t runtime_task_count(const runtime *rt) { return rt->tasks; }
 
-void lua_push_fail(lua_State *L, const char *msg, int code)
-{
-    lua_pushnil(L);
-    lua_pushstring(L, msg);
-    lua_pushinteger(L, code);
-}
-
 void lua_setfuncs_in(lua_State *L, const char *field, const luaL_Reg *fns)
 {
     /* expects the oops table at the top */

@@ -88,6 +88,5 @@ void sandbox_guard_patterns(lua_State *L);
 
 /* Helpers for bindings. */
 void lua_setfuncs_in(lua_State *L, const char *field, const luaL_Reg *fns); /* oops.<field> = { fns } */
-void lua_push_fail(lua_State *L, const char *msg, int code); /* pushes nil, msg, code */
 
 #endif

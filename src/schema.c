@@ -1,5 +1,7 @@
 #include "schema.h"
 
+#include "lock_names.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -373,7 +375,7 @@ unsigned schema_migrate(db_conn *c, int *applied, char *err, size_t errlen)
     if (applied)
         *applied = 0;
     /* Wait (bounded) for another runner rather than racing it. */
-    unsigned rc = db_exec(c, "SELECT GET_LOCK('oops:migrate', 60)", NULL, 0, &r, e, sizeof e);
+    unsigned rc = db_exec(c, "SELECT GET_LOCK('" OOPS_LOCK_MIGRATE "', 60)", NULL, 0, &r, e, sizeof e);
     if (rc) {
         snprintf(err, errlen, "taking the migrate lock: %s", e);
         return rc;
@@ -381,7 +383,7 @@ unsigned schema_migrate(db_conn *c, int *applied, char *err, size_t errlen)
     long long got = db_get_int(r, 0, 0, 0);
     db_result_free(r);
     if (got != 1) {
-        snprintf(err, errlen, "another runner held the migrate lock (oops:migrate) for 60s");
+        snprintf(err, errlen, "another runner held the migrate lock (" OOPS_LOCK_MIGRATE ") for 60s");
         return 1205; /* ER_LOCK_WAIT_TIMEOUT */
     }
     int cur = schema_current(c, e, sizeof e);
@@ -408,6 +410,6 @@ unsigned schema_migrate(db_conn *c, int *applied, char *err, size_t errlen)
     if (applied)
         *applied = n;
 out:
-    db_exec(c, "SELECT RELEASE_LOCK('oops:migrate')", NULL, 0, NULL, e, sizeof e);
+    db_exec(c, "SELECT RELEASE_LOCK('" OOPS_LOCK_MIGRATE "')", NULL, 0, NULL, e, sizeof e);
     return rc;
 }

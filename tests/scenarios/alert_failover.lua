@@ -2,6 +2,7 @@
 -- webhook that is down for a while and a SIGKILLed notify leader: the
 -- episode is announced FIRING once and RESOLVED once, and every event
 -- reaches the webhook at least once, with the same id on every attempt.
+local names = require("oops").locks.names
 local cjson = require("cjson")
 local hook = receiver()
 local all = servers { count = 3, policy = ([[
@@ -36,16 +37,16 @@ local function leader(name)
   return r and r.name
 end
 
-wait_until("a server leads the alert scan", function() return leader("oops:leader:alert") ~= nil end, 20)
+wait_until("a server leads the alert scan", function() return leader(names.leaders.alert) ~= nil end, 20)
 usage(900)
 wait_until("the episode fires", function() return count("FIRING") == 1 end, 10)
-local first = leader("oops:leader:alert")
+local first = leader(names.leaders.alert)
 
 -- The webhook goes down; the alert leader is SIGKILLed mid-episode.
 hook:fail(true)
 server(first):kill("KILL")
 wait_until("another server leads the alert scan", function()
-  local l = leader("oops:leader:alert"); return l ~= nil and l ~= first
+  local l = leader(names.leaders.alert); return l ~= nil and l ~= first
 end, 15)
 wait_until("... and repeats the episode (every 2s)", function() return count("REPEAT") >= 2 end, 15)
 expect(count("FIRING") == 1, "the episode is not announced FIRING again by the new leader",
@@ -56,7 +57,7 @@ local p = create { app = "shop/api", env = "prod" }
 expect(p:wait("SUCCEEDED", 20), "a pipeline runs meanwhile")
 
 -- The notify leader is SIGKILLed with the webhook still down; then it is back.
-local notifier = leader("oops:leader:notify")
+local notifier = leader(names.leaders.notify)
 if notifier and server(notifier):alive() then server(notifier):kill("KILL") end
 sleep(1)
 hook:fail(false)

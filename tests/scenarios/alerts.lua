@@ -4,6 +4,7 @@
 -- announces nothing twice; a target removed from the policy while firing is
 -- resolved once. The simulated probe reads sim_metric: a pod fires when its
 -- value is above limit × percent / 100 (here 1 CPU × 50% = 500 millicores).
+local names = require("oops").locks.names
 local cjson = require("cjson")
 
 local POLICY = [[
@@ -49,7 +50,7 @@ local function state(key)
 end
 
 local function leader()
-  local rows = sql("SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK('oops:leader:alert')")
+  local rows = sql("SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(?)", names.leaders.alert)
   return rows[1] and rows[1].name
 end
 

@@ -2,6 +2,7 @@
 -- itself alive: its locks are free at once, other servers take its
 -- pipelines; it notices at its next validation, drives nothing while down,
 -- reconnects with a new session and carries on. Nothing happens twice.
+local names = require("oops").locks.names
 local all = servers { count = 3, policy = [[
 scan    { interval = "300ms" }
 locks   { validate_every = "1s" }
@@ -24,7 +25,7 @@ expect(old_session ~= nil, "the victim's lock session was cut")
 -- session: another server's, or the victim's own once it has reconnected
 -- (it takes its fair share of free pipelines like anyone).
 local function owner(p)
-  return sql("SELECT IS_USED_LOCK(CONCAT('oops:pipeline:', ?)) AS c", p.id)[1].c
+  return sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", names.pipeline_prefix, p.id)[1].c
 end
 wait_until("every pipeline the victim drove is driven again on a live session", function()
   for _, p in ipairs(mine) do

@@ -9,6 +9,7 @@
 -- finds its lock session gone and reconnects.
 -- Where network namespaces cannot be made (not root, no iproute2, a
 -- container without the right), this scenario says so and is skipped.
+local names = require("oops").locks.names
 local N = require("oops.scenario.netns")
 local available, why = N.available()
 if not available then
@@ -40,7 +41,7 @@ wait_until("edge drives some of the builds", function()
   return #mine > 0
 end, 20)
 local function db_now() return tonumber(sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t) end
-local session_before = sql("SELECT IS_USED_LOCK('oops:server:edge') AS c")[1].c
+local session_before = sql("SELECT IS_USED_LOCK(?) AS c", names.server_prefix .. "edge")[1].c
 local cut_at = db_now()
 edge:partition()
 note(("cut edge's link while it drove %d pipeline(s)"):format(#mine))
@@ -106,7 +107,7 @@ wait_until("edge logs that it reconnected after the link came back", function()
 end, 60)
 local session_now
 if not wait_until("edge holds its server lock on a new lock session", function()
-  session_now = sql("SELECT IS_USED_LOCK('oops:server:edge') AS c")[1].c
+  session_now = sql("SELECT IS_USED_LOCK(?) AS c", names.server_prefix .. "edge")[1].c
   return session_now ~= nil and tonumber(session_now) ~= tonumber(session_before)
 end, 30) then
   note(("edge's lock session before the cut: %s, now: %s"):format(tostring(session_before), tostring(session_now)))

@@ -2,6 +2,7 @@
 -- with a seconds field (every 2 s) so the test need not wait minutes; the
 -- leader SIGKILLed right after firing; the leader frozen (SIGSTOP) past its
 -- session's timeout and then resumed.
+local names = require("oops").locks.names
 local POLICY = [[
 scan    { interval = "500ms" }
 locks   { validate_every = "1s" }    -- the lock session's wait_timeout is then 3s
@@ -15,7 +16,7 @@ application "shop/api" {
 servers { count = 3, policy = POLICY }
 
 local function leader()
-  local r = sql([[SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK('oops:leader:restart')]])
+  local r = sql([[SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(?)]], names.leaders.restart)
   return r[1] and r[1].name
 end
 

@@ -1,5 +1,6 @@
 -- Rule 7 (the sweep and stop handling) and rule 3's lost claim: a pipeline
 -- stopped while it deploys is not announced as rolling out.
+local names = require("oops").locks.names
 servers { count = 2, policy = [[
 scan    { interval = "300ms" }
 gateway "simulated" { build = "2s", deploy = "2s", rollout = "300ms" }
@@ -7,12 +8,15 @@ gateway "simulated" { build = "2s", deploy = "2s", rollout = "300ms" }
 
 -- Who held a pipeline's lock at the moment each simulated gateway call was
 -- recorded: a trigger reads IS_USED_LOCK in the same statement as the call.
+-- (A trigger's body takes no parameters: the prefix is written out, and
+-- checked against the binding's.)
+assert(names.pipeline_prefix == "oops:pipeline:", "the trigger below names the pipeline lock prefix")
 sql("CREATE TABLE lock_at_call (pipeline_id VARCHAR(64), action VARCHAR(32), holder BIGINT NULL)")
 sql([[CREATE TRIGGER lock_at_call AFTER INSERT ON sim_call FOR EACH ROW
   INSERT INTO lock_at_call VALUES (NEW.pipeline_id, NEW.action, IS_USED_LOCK(CONCAT('oops:pipeline:', NEW.pipeline_id)))]])
 
 local function lock_owner(p)
-  return sql("SELECT COALESCE(IS_USED_LOCK(CONCAT('oops:pipeline:', ?)), 0) AS c", p.id)[1].c
+  return sql("SELECT COALESCE(IS_USED_LOCK(CONCAT(?, ?)), 0) AS c", names.pipeline_prefix, p.id)[1].c
 end
 
 -- Stopping a RUNNING pipeline: its driver stops the build job, then releases the lock.
