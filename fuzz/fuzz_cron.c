@@ -60,19 +60,21 @@ static int fires_at_offset(const cron_expr *c, time_t t, long off)
     return gmtime_r(&wall, &tm) && cron_matches(c, &tm);
 }
 
-static void check_next(const uint8_t *data, size_t size, const cron_expr *c, time_t now, int exhaustive)
+static void check_next(const uint8_t *data, size_t size, const cron_expr *c, time_t now,
+                       int exhaustive)
 {
     time_t next = cron_next(c, now);
     if (next == (time_t)-1)
         return;
     if (next <= now)
-        fuzz_fail(data, size, "cron_next(%lld) = %lld is not later", (long long)now, (long long)next);
+        fuzz_fail(data, size, "cron_next(%lld) = %lld is not later", (long long)now,
+                  (long long)next);
     if (next - now > (time_t)(5 * 366 + 2) * 86400)
         fuzz_fail(data, size, "cron_next(%lld) = %lld is past the 5-year horizon", (long long)now,
                   (long long)next);
     if (!fires_at(c, next) && !(offset_at(next - 3600) < offset_at(next)))
-        fuzz_fail(data, size, "cron_next(%lld) = %lld does not match the expression", (long long)now,
-                  (long long)next);
+        fuzz_fail(data, size, "cron_next(%lld) = %lld does not match the expression",
+                  (long long)now, (long long)next);
     long off = offset_at(now);
     if (!exhaustive || off != offset_at(next))
         return; /* a DST change in between: the wall clock is not the instant order */
@@ -84,8 +86,8 @@ static void check_next(const uint8_t *data, size_t size, const cron_expr *c, tim
     time_t t = c->has_seconds ? now + 1 : now + 60 - ((now % 60) + 60) % 60;
     for (; t < next; t += step)
         if (fires_at_offset(c, t, off))
-            fuzz_fail(data, size, "cron_next(%lld) = %lld skipped %lld", (long long)now, (long long)next,
-                      (long long)t);
+            fuzz_fail(data, size, "cron_next(%lld) = %lld skipped %lld", (long long)now,
+                      (long long)next, (long long)t);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -112,12 +114,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(text);
         return 0;
     }
-    if (!c.seconds || (c.seconds >> 60) || !c.minutes || (c.minutes >> 60) || !c.hours || (c.hours >> 24) ||
-        !c.days || (c.days & 1) || !c.months || (c.months & 1) || (c.months >> 13) ||
-        !c.weekdays || (c.weekdays >> 7))
+    if (!c.seconds || (c.seconds >> 60) || !c.minutes || (c.minutes >> 60) || !c.hours ||
+        (c.hours >> 24) || !c.days || (c.days & 1) || !c.months || (c.months & 1) ||
+        (c.months >> 13) || !c.weekdays || (c.weekdays >> 7))
         fuzz_fail(data, size, "field masks out of range: s=%llx m=%llx h=%x d=%x mo=%x w=%x",
-                  (unsigned long long)c.seconds, (unsigned long long)c.minutes, c.hours, c.days, c.months,
-                  c.weekdays);
+                  (unsigned long long)c.seconds, (unsigned long long)c.minutes, c.hours, c.days,
+                  c.months, c.weekdays);
     if (!c.has_seconds && c.seconds != 1)
         fuzz_fail(data, size, "a 5-field expression fires at other seconds than 0");
     /* Every start for the cheap checks; one (chosen by the input) for the

@@ -121,7 +121,8 @@ static const char *leaked(const char *secret, size_t n, const char *shown, const
         const char *w = secret + i;
         if (memchr(w, '\0', WINDOW) || !has_alnum(w, WINDOW))
             continue;
-        if (contains(shown, strlen(shown), w, WINDOW) && !contains(ref, ref ? strlen(ref) : 0, w, WINDOW) &&
+        if (contains(shown, strlen(shown), w, WINDOW) &&
+            !contains(ref, ref ? strlen(ref) : 0, w, WINDOW) &&
             !contains(user->p, user->n, w, WINDOW) && !contains(rest->p, rest->n, w, WINDOW))
             return w;
     }
@@ -165,8 +166,8 @@ static void parse(const uint8_t *data, size_t size, const char *url, const char 
     if (db_config_copy(&copy, c) == 0) {
         if (strcmp(copy.user, c->user) != 0 || (!c->password) != (!copy.password) ||
             (c->password && strcmp(copy.password, c->password) != 0) ||
-            (c->host && strcmp(copy.host, c->host) != 0) || strcmp(copy.database, c->database) != 0 ||
-            copy.port != c->port)
+            (c->host && strcmp(copy.host, c->host) != 0) ||
+            strcmp(copy.database, c->database) != 0 || copy.port != c->port)
             fuzz_fail(data, size, "db_config_copy differs from its source");
         db_config_free(&copy);
     }
@@ -216,7 +217,8 @@ static void known_password(const uint8_t *data, size_t size)
     size_t pwn = (size_t)(t2 - pw);
     char *pwref = rotate(pw, pwn);
     char *pwc = fuzz_cstr((const uint8_t *)pw, pwn);
-    int plain_user = !memchr(user.p, ':', user.n) && !memchr(user.p, '@', user.n) && !memchr(user.p, '\0', user.n);
+    int plain_user = !memchr(user.p, ':', user.n) && !memchr(user.p, '@', user.n) &&
+                     !memchr(user.p, '\0', user.n);
     int unambiguous = plain_user && !memchr(rest.p, '@', rest.n) && !memchr(rest.p, '\0', rest.n);
     int pw_cstr = !memchr(pw, '\0', pwn);
 
@@ -248,10 +250,11 @@ static void known_password(const uint8_t *data, size_t size)
         if (!w && whole)
             w = leaked(enc.p, enc.n, shown, refshown, &user, &rest);
         if (w)
-            fuzz_fail(data, size, "the password (encoding %d) shows in \"%s\" (piece \"%.*s\")", e, shown, WINDOW,
-                      w);
+            fuzz_fail(data, size, "the password (encoding %d) shows in \"%s\" (piece \"%.*s\")", e,
+                      shown, WINDOW, w);
         /* With an unambiguous userinfo, the password is exactly what was written. */
-        if (o.rc == 0 && unambiguous && pw_cstr && pwn > 0 && (e != ENC_RAW || !memchr(pw, '%', pwn)) &&
+        if (o.rc == 0 && unambiguous && pw_cstr && pwn > 0 &&
+            (e != ENC_RAW || !memchr(pw, '%', pwn)) &&
             (!o.cfg.password || strcmp(o.cfg.password, pwc) != 0))
             fuzz_fail(data, size, "password (encoding %d) decoded as something else", e);
         db_config_free(&o.cfg);
@@ -262,7 +265,8 @@ static void known_password(const uint8_t *data, size_t size)
             db_mask_url_password(url.p);
             db_mask_url_password(urlref.p);
             if (strcmp(url.p, urlref.p) != 0)
-                fuzz_fail(data, size, "masking left part of the password (encoding %d): %s", e, url.p);
+                fuzz_fail(data, size, "masking left part of the password (encoding %d): %s", e,
+                          url.p);
         }
         free(enc.p);
         free(encref.p);
@@ -284,9 +288,11 @@ static void known_password(const uint8_t *data, size_t size)
         parse(data, size, urlref.p, pwref, &r);
         const char *shown = o.rc ? o.err : o.where;
         const char *refshown = r.rc == o.rc ? (r.rc ? r.err : r.where) : NULL;
-        const char *w = strlen(url.p) == url.n ? leaked(pw, pwn, shown, refshown, &user, &rest) : NULL;
+        const char *w =
+            strlen(url.p) == url.n ? leaked(pw, pwn, shown, refshown, &user, &rest) : NULL;
         if (w)
-            fuzz_fail(data, size, "the environment password shows in \"%s\" (piece \"%.*s\")", shown, WINDOW, w);
+            fuzz_fail(data, size, "the environment password shows in \"%s\" (piece \"%.*s\")",
+                      shown, WINDOW, w);
         if (o.rc == 0 && unambiguous && (!o.cfg.password || strcmp(o.cfg.password, envpw) != 0))
             fuzz_fail(data, size, "the environment password was not used");
         db_config_free(&o.cfg);

@@ -77,7 +77,8 @@ static void on_serve(void *ud, const http_incoming *in, http_response *out)
     if (!in->method || !in->path || !in->body)
         fuzz_fail(cur_data, cur_size, "handler without a method, path or body");
     if (in->body_len > MAX_BODY)
-        fuzz_fail(cur_data, cur_size, "body of %zu bytes passed the %d-byte limit", in->body_len, MAX_BODY);
+        fuzz_fail(cur_data, cur_size, "body of %zu bytes passed the %d-byte limit", in->body_len,
+                  MAX_BODY);
     if (in->body[in->body_len] != '\0')
         fuzz_fail(cur_data, cur_size, "body not NUL-terminated at body_len");
     size_t total = 0;
@@ -86,7 +87,7 @@ static void on_serve(void *ud, const http_incoming *in, http_response *out)
         fuzz_fail(cur_data, cur_size, "http_incoming_headers returned %d", n);
     const char *host = http_incoming_header(in, "host");
     const char *again = http_incoming_header(in, "HOST");
-    if ((host == NULL) != (again == NULL))
+    if (!host != !again)
         fuzz_fail(cur_data, cur_size, "header lookup depends on the name's case");
     answer(in->path, out, serve_srv);
 }
@@ -142,7 +143,8 @@ static int connect_to(int port)
         socklen_t elen = sizeof e;
         while (poll(&p, 1, 5000) < 0 && errno == EINTR)
             ;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0 || e != 0 || !(p.revents & POLLOUT)) {
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0 || e != 0 ||
+            !(p.revents & POLLOUT)) {
             fprintf(stderr, "fuzz_http: connect: %s\n", strerror(e ? e : ETIMEDOUT));
             abort();
         }
@@ -188,7 +190,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ssize_t n = recv(fd, buf, sizeof buf, 0);
             if (n > 0) {
                 if (got < sizeof head)
-                    memcpy(head + got, buf, (size_t)n < sizeof head - got ? (size_t)n : sizeof head - got);
+                    memcpy(head + got, buf,
+                           (size_t)n < sizeof head - got ? (size_t)n : sizeof head - got);
                 got += (size_t)n;
                 moved = 1;
                 continue;
@@ -203,8 +206,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = got < sizeof head ? got : sizeof head;
         const char *want = "HTTP/1.";
         if (memcmp(head, want, n < 7 ? n : 7) != 0 ||
-            (n >= 12 && (head[8] != ' ' || head[9] < '1' || head[9] > '5' || head[10] < '0' || head[10] > '9' ||
-                         head[11] < '0' || head[11] > '9')))
+            (n >= 12 && (head[8] != ' ' || head[9] < '1' || head[9] > '5' || head[10] < '0' ||
+                         head[10] > '9' || head[11] < '0' || head[11] > '9')))
             fuzz_fail(data, size, "response starts with \"%.*s\"", (int)n, head);
     }
     close(fd);

@@ -98,10 +98,12 @@ static void check_escape(int mode)
         unsigned cp;
         size_t n = utf8_strict(p + i, b.len - i, &cp);
         if (n == 0)
-            fuzz_fail(cur, cur_size, "ctl_escape (mode %d): invalid UTF-8 at output byte %zu", mode, i);
+            fuzz_fail(cur, cur_size, "ctl_escape (mode %d): invalid UTF-8 at output byte %zu", mode,
+                      i);
         int kept = mode == CTL_TEXT_LINES && (cp == '\n' || cp == '\t');
         if ((cp < 0x20 && !kept) || cp == 0x7f || hidden(cp))
-            fuzz_fail(cur, cur_size, "ctl_escape (mode %d): U+%04X left in the output at byte %zu", mode, cp, i);
+            fuzz_fail(cur, cur_size, "ctl_escape (mode %d): U+%04X left in the output at byte %zu",
+                      mode, cp, i);
         i += n;
     }
     buf_free(&b);
@@ -170,7 +172,8 @@ static void each_parser(const char *w)
             fuzz_fail(cur, cur_size, "ctl_parse_server_name accepted %zu bytes", len);
         for (size_t i = 0; i < len; i++)
             if (w[i] <= 0x20 || w[i] > 0x7e)
-                fuzz_fail(cur, cur_size, "ctl_parse_server_name accepted byte 0x%02x", (unsigned char)w[i]);
+                fuzz_fail(cur, cur_size, "ctl_parse_server_name accepted byte 0x%02x",
+                          (unsigned char)w[i]);
     }
 }
 
@@ -222,19 +225,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_flags(globals, 4, argv, argc);
         if (used < 0 || used > argc)
             fuzz_fail(data, size, "*used = %d of %d words", used, argc);
-        ctl_flag cmd[] = {{"--app", true, false, NULL},   {"--env", true, false, NULL},
+        ctl_flag cmd[] = {{"--app", true, false, NULL},      {"--env", true, false, NULL},
                           {"--artifact", true, false, NULL}, {"--manual", false, false, NULL},
-                          {"--status", true, false, NULL}, {"--limit", true, false, NULL},
-                          {"--expect", true, false, NULL}, {"--step", true, false, NULL},
-                          {"--source", true, false, NULL}, {"--rollback", false, false, NULL},
+                          {"--status", true, false, NULL},   {"--limit", true, false, NULL},
+                          {"--expect", true, false, NULL},   {"--step", true, false, NULL},
+                          {"--source", true, false, NULL},   {"--rollback", false, false, NULL},
                           {"--policies", true, false, NULL}};
         size_t ncmd = sizeof cmd / sizeof cmd[0];
         const char *pos[2];
         size_t npos = 99;
         err[0] = '\0';
         if (used < argc) {
-            rc = ctl_parse_flags(argc - used - 1, argv + used + 1, cmd, ncmd, false, pos, 2, &npos, NULL, err,
-                                 sizeof err);
+            rc = ctl_parse_flags(argc - used - 1, argv + used + 1, cmd, ncmd, false, pos, 2, &npos,
+                                 NULL, err, sizeof err);
             check_err(rc, err, "ctl_parse_flags (command)");
             if (rc == 0) {
                 check_flags(cmd, ncmd, argv, argc);

@@ -69,27 +69,38 @@ static const char DRIVER[] =
     "local function whole(v, min) return math.type(v) == 'integer' and v >= min end\n"
     "local function check_policy(p)\n"
     "  if type(p) ~= 'table' then return 'a policy that is ' .. type(p) end\n"
-    "  if type(p.version_hash) ~= 'string' or not p.version_hash:match('^%x+$') or #p.version_hash ~= 16 then\n"
+    "  if type(p.version_hash) ~= 'string' or not p.version_hash:match('^%x+$') or #p.version_hash "
+    "~= 16 then\n"
     "    return 'version_hash ' .. show(p.version_hash)\n"
     "  end\n"
     "  local durations = {\n"
-    "    { p.scan.interval_ms, 100, 'scan.interval' }, { p.build.timeout_ms, 1, 'build.timeout' },\n"
-    "    { p.deploy.timeout_ms, 1, 'deploy.timeout' }, { p.rollout.timeout_ms, 1, 'rollout.timeout' },\n"
-    "    { p.locks.validate_every_ms, 1000, 'locks.validate_every' }, { p.restarts.grace_ms, 0, 'restarts.grace' },\n"
-    "    { p.alert.interval_ms, 1000, 'alert.interval' }, { p.alert.every_ms, 1000, 'alert.every' },\n"
-    "    { p.notify.retry.initial_ms, 1, 'notify.retry.initial' }, { p.notify.retry.max_ms, 1, 'notify.retry.max' },\n"
+    "    { p.scan.interval_ms, 100, 'scan.interval' }, { p.build.timeout_ms, 1, 'build.timeout' "
+    "},\n"
+    "    { p.deploy.timeout_ms, 1, 'deploy.timeout' }, { p.rollout.timeout_ms, 1, "
+    "'rollout.timeout' },\n"
+    "    { p.locks.validate_every_ms, 1000, 'locks.validate_every' }, { p.restarts.grace_ms, 0, "
+    "'restarts.grace' },\n"
+    "    { p.alert.interval_ms, 1000, 'alert.interval' }, { p.alert.every_ms, 1000, 'alert.every' "
+    "},\n"
+    "    { p.notify.retry.initial_ms, 1, 'notify.retry.initial' }, { p.notify.retry.max_ms, 1, "
+    "'notify.retry.max' },\n"
     "  }\n"
     "  for _, d in ipairs(durations) do\n"
     "    if not whole(d[1], d[2]) then return d[3] .. ' = ' .. show(d[1]) end\n"
     "  end\n"
-    "  if p.notify.retry.initial_ms > p.notify.retry.max_ms then return 'notify.retry.initial > max' end\n"
+    "  if p.notify.retry.initial_ms > p.notify.retry.max_ms then return 'notify.retry.initial > "
+    "max' end\n"
     "  for name, a in pairs(p.applications) do\n"
     "    if type(name) ~= 'string' or a.namespace .. '/' .. a.application ~= name then\n"
-    "      return 'application ' .. show(name) .. ' stored as ' .. show(a.namespace) .. '/' .. show(a.application)\n"
+    "      return 'application ' .. show(name) .. ' stored as ' .. show(a.namespace) .. '/' .. "
+    "show(a.application)\n"
     "    end\n"
-    "    if type(a.environments) ~= 'table' or #a.environments == 0 then return name .. ': no environments' end\n"
-    "    for _, t in pairs(a.timeout_ms) do if not whole(t, 1) then return name .. ': timeout ' .. show(t) end end\n"
-    "    if a.timeout_ms.deploy > p.deploy.timeout_ms then return name .. ': deploy timeout above deploy.timeout' end\n"
+    "    if type(a.environments) ~= 'table' or #a.environments == 0 then return name .. ': no "
+    "environments' end\n"
+    "    for _, t in pairs(a.timeout_ms) do if not whole(t, 1) then return name .. ': timeout ' .. "
+    "show(t) end end\n"
+    "    if a.timeout_ms.deploy > p.deploy.timeout_ms then return name .. ': deploy timeout above "
+    "deploy.timeout' end\n"
     "  end\n"
     "end\n"
     "local hooks = require('oops.hooks')\n"
@@ -161,7 +172,8 @@ static void watch(lua_State *S, int list, int *n)
 
 static void snapshot(void)
 {
-    static const char *const libs[] = {"string", "table", "math", "os", "io", "utf8", "coroutine", "debug"};
+    static const char *const libs[] = {"string", "table", "math",      "os",
+                                       "io",     "utf8",  "coroutine", "debug"};
     int n = 0;
     lua_newtable(L);
     int list = lua_gettop(L);
@@ -202,8 +214,10 @@ static const char *changed(void)
             lua_pushvalue(L, -2);
             lua_rawget(L, tbl); /* key, old value, value now */
             if (!lua_rawequal(L, -1, -2)) {
-                snprintf(why, sizeof why, "sandbox escape: watched table %d: key %s changed", (int)(i / 2),
-                         lua_type(L, -3) == LUA_TSTRING ? lua_tostring(L, -3) : luaL_typename(L, -3));
+                snprintf(why, sizeof why, "sandbox escape: watched table %d: key %s changed",
+                         (int)(i / 2),
+                         lua_type(L, -3) == LUA_TSTRING ? lua_tostring(L, -3)
+                                                        : luaL_typename(L, -3));
                 res = why;
                 break;
             }
@@ -217,8 +231,8 @@ static const char *changed(void)
             lua_pop(L, 1);
         }
         if (ntbl != ncopy) {
-            snprintf(why, sizeof why, "sandbox escape: watched table %d has %zu keys, had %zu", (int)(i / 2), ntbl,
-                     ncopy);
+            snprintf(why, sizeof why, "sandbox escape: watched table %d has %zu keys, had %zu",
+                     (int)(i / 2), ntbl, ncopy);
             res = why;
         }
     }

@@ -94,7 +94,7 @@ void lua_sethook(lua_State *L, lua_Hook f, int mask, int count)
         real()(L, f, mask, count);
         return;
     }
-    if (f == NULL || mask == 0) {
+    if (!f || mask == 0) {
         f = NULL;
         mask = 0;
     }

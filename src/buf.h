@@ -10,9 +10,9 @@
 #include <stddef.h>
 
 typedef struct buf {
-    char *p;      /* NUL-terminated, may be NULL while empty */
+    char *p; /* NUL-terminated, may be NULL while empty */
     size_t len, cap;
-    bool oom;     /* an allocation failed; contents are truncated */
+    bool oom; /* an allocation failed; contents are truncated */
 } buf;
 
 void buf_add(buf *b, const char *s, size_t n);

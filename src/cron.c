@@ -14,8 +14,8 @@
 #include <strings.h>
 
 #define HORIZON_YEARS 5
-#define SHOW_MAX 32          /* quote at most this much of a bad token */
-#define NUMBER_CAP 1000000   /* longer numbers saturate; all are out of range */
+#define SHOW_MAX 32        /* quote at most this much of a bad token */
+#define NUMBER_CAP 1000000 /* longer numbers saturate; all are out of range */
 
 typedef struct span {
     const char *p;
@@ -58,8 +58,8 @@ typedef struct macro {
 } macro;
 
 static const macro MACROS[] = {
-    {"@yearly", "0 0 1 1 *"},  {"@annually", "0 0 1 1 *"}, {"@monthly", "0 0 1 * *"},
-    {"@weekly", "0 0 * * 0"},  {"@daily", "0 0 * * *"},    {"@midnight", "0 0 * * *"},
+    {"@yearly", "0 0 1 1 *"}, {"@annually", "0 0 1 1 *"}, {"@monthly", "0 0 1 * *"},
+    {"@weekly", "0 0 * * 0"}, {"@daily", "0 0 * * *"},    {"@midnight", "0 0 * * *"},
     {"@hourly", "0 * * * *"},
 };
 
@@ -371,10 +371,7 @@ static time_t wall_next_day(struct tm *tm)
 }
 
 /* A leap second (tm_sec 60, "right/" zones) must not stall the search. */
-static int step_at_least_one(int seconds)
-{
-    return seconds > 0 ? seconds : 1;
-}
+static int step_at_least_one(int seconds) { return seconds > 0 ? seconds : 1; }
 
 /* First matching wall-clock time in [from, limit]. Skips whole months, days,
  * hours and minutes that cannot match, so years are crossed in a few hundred

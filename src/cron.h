@@ -18,13 +18,13 @@
 #include <time.h>
 
 typedef struct cron_expr {
-    uint64_t seconds;     /* bit n set = second n allowed (0-59) */
-    uint64_t minutes;     /* 0-59 */
-    uint32_t hours;       /* 0-23 */
-    uint32_t days;        /* day-of-month 1-31, bit n */
-    uint16_t months;      /* 1-12, bit n */
-    uint8_t  weekdays;    /* 0-6, 0 = Sunday */
-    bool     has_seconds; /* written with 6 fields */
+    uint64_t seconds; /* bit n set = second n allowed (0-59) */
+    uint64_t minutes; /* 0-59 */
+    uint32_t hours;   /* 0-23 */
+    uint32_t days;    /* day-of-month 1-31, bit n */
+    uint16_t months;  /* 1-12, bit n */
+    uint8_t weekdays; /* 0-6, 0 = Sunday */
+    bool has_seconds; /* written with 6 fields */
 } cron_expr;
 
 /* Parse `text` into `*out`. The expression is plain data: no allocation,

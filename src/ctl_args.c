@@ -127,7 +127,9 @@ int ctl_parse_statuses(const char *flag, const char *s, unsigned *mask, char *er
         pipeline_status st;
         if (n == 0) {
             QUOTE(q, s);
-            snprintf(err, errlen, "%s %s: an empty status in the list (write S1,S2 with nothing between commas or at either end)",
+            snprintf(err, errlen,
+                     "%s %s: an empty status in the list (write S1,S2 with nothing between commas "
+                     "or at either end)",
                      flag, q);
             return -1;
         }
@@ -206,9 +208,10 @@ int ctl_check_id(const char *s, char *err, size_t errlen)
         return 0;
     char q[300];
     QUOTE(q, s ? s : "");
-    snprintf(err, errlen,
-             "malformed pipeline id %s (1 to %d characters from a-z and 0-9, like \"k3v9x0b2m1qa\")",
-             q, PIPELINE_ID_MAX);
+    snprintf(
+        err, errlen,
+        "malformed pipeline id %s (1 to %d characters from a-z and 0-9, like \"k3v9x0b2m1qa\")", q,
+        PIPELINE_ID_MAX);
     return -1;
 }
 

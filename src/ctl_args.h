@@ -58,8 +58,8 @@ int ctl_parse_number(const char *flag, const char *s, unsigned long long min,
                      unsigned long long max, const char *unit, unsigned long long *out, char *err,
                      size_t errlen);
 
-#define CTL_LIMIT_MAX 1000000ULL  /* oopsctl list --limit: 1 .. this */
-#define CTL_DRAIN_MAX 3600000ULL  /* oopsd --drain: 1 .. this milliseconds (an hour) */
+#define CTL_LIMIT_MAX 1000000ULL /* oopsctl list --limit: 1 .. this */
+#define CTL_DRAIN_MAX 3600000ULL /* oopsd --drain: 1 .. this milliseconds (an hour) */
 
 /* "NS/APP", each a lowercase DNS label (pipeline_label_valid): ns and app
  * receive the parts (each at least PIPELINE_LABEL_MAX + 1 bytes). */

@@ -19,20 +19,20 @@ struct runtime;
 typedef struct oops_ctx {
     uv_loop_t *loop;
     char server_name[65];
-    db_config dbcfg;           /* valid when have_db */
+    db_config dbcfg; /* valid when have_db */
     bool have_db;
-    db_conn *work;             /* the work connection, NULL until connected */
-    lock_registry *locks;      /* the lock session, NULL until connected */
-    http_client *http;         /* created lazily by the HTTP binding */
+    db_conn *work;        /* the work connection, NULL until connected */
+    lock_registry *locks; /* the lock session, NULL until connected */
+    http_client *http;    /* created lazily by the HTTP binding */
     metrics *metrics;
     struct runtime *rt;
-    bool stopping;             /* SIGTERM/SIGINT received: no new ticks */
-    bool daemon;               /* the serving daemon (not --check, oopsd lua or oopsctl):
-                                  holds the database secret, so stricter rules apply */
+    bool stopping; /* SIGTERM/SIGINT received: no new ticks */
+    bool daemon;   /* the serving daemon (not --check, oopsd lua or oopsctl):
+                      holds the database secret, so stricter rules apply */
     /* policy state, for /healthz and /status */
     bool policy_loaded;
-    int policy_version;        /* successful loads so far */
-    char *policy_error;        /* last failed reload's errors, NULL when the running policy is current */
+    int policy_version; /* successful loads so far */
+    char *policy_error; /* last failed reload's errors, NULL when the running policy is current */
     char policy_dir[1024];
 } oops_ctx;
 

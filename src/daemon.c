@@ -29,10 +29,10 @@ typedef struct server_state {
     oops_ctx ctx;
     uv_loop_t loop;
     daemon_options o;
-    int engine;              /* registry ref of require("oops.engine") */
+    int engine; /* registry ref of require("oops.engine") */
     http_server *http;
     uv_signal_t sighup, sigterm, sigint, sigquit;
-    uv_signal_t ignored[8];  /* IGNORED_SIGNALS: logged, nothing else */
+    uv_signal_t ignored[8]; /* IGNORED_SIGNALS: logged, nothing else */
     uv_timer_t tick, drain;
     uint64_t last_heartbeat, drain_deadline;
     bool draining;
@@ -173,8 +173,10 @@ static void finish(server_state *d)
         char err[256];
         db_value p[] = {db_text(d->ctx.server_name)};
         if (d->ctx.work)
-            db_exec(d->ctx.work, "UPDATE server SET lock_connection_id = NULL, last_seen = NOW(6) "
-                                 "WHERE name = ?", p, 1, NULL, err, sizeof err);
+            db_exec(d->ctx.work,
+                    "UPDATE server SET lock_connection_id = NULL, last_seen = NOW(6) "
+                    "WHERE name = ?",
+                    p, 1, NULL, err, sizeof err);
     }
     log_msg(LOG_INFO, "stopped: every lock released");
     uv_stop(&d->loop);
@@ -233,12 +235,14 @@ static void on_stop_signal(uv_signal_t *s, int sig)
 /* Signals whose default action would end the process on the spot (no drain,
  * no release, the server row left as if alive): they mean nothing to oopsd,
  * so they are logged and otherwise ignored. */
-static const int IGNORED_SIGNALS[] = {SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGXFSZ};
+static const int IGNORED_SIGNALS[] = {SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
+                                      SIGPROF, SIGIO,   SIGPWR,  SIGXFSZ};
 
 static void on_ignored_signal(uv_signal_t *s, int sig)
 {
     (void)s;
-    log_msg(LOG_WARN, "signal SIG%s (%d) ignored: oopsd gives it no meaning (SIGHUP reloads, SIGTERM stops)",
+    log_msg(LOG_WARN,
+            "signal SIG%s (%d) ignored: oopsd gives it no meaning (SIGHUP reloads, SIGTERM stops)",
             sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", sig);
 }
 
@@ -255,7 +259,8 @@ static void on_tick(uv_timer_t *t)
         return;
     }
     if (ev & LOCK_EV_LOST) {
-        log_msg(LOG_ERROR, "lock session lost: every lock is gone; driving nothing until reconnected");
+        log_msg(LOG_ERROR,
+                "lock session lost: every lock is gone; driving nothing until reconnected");
         metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
     }
     if (ev & LOCK_EV_RECONNECTED) {
@@ -314,8 +319,10 @@ static void prom_metrics(server_state *d, http_response *out)
     metrics_set(m, "oops_policy_version", "", d->ctx.policy_version);
     metrics_set(m, "oops_policy_stale", "", d->ctx.policy_error != NULL);
     metrics_set(m, "oops_tasks", "", (double)runtime_task_count(d->ctx.rt));
-    metrics_set(m, "oops_db_round_trips_total", "conn=\"work\"", (double)db_round_trips(d->ctx.work));
-    metrics_set(m, "oops_db_round_trips_total", "conn=\"locks\"", (double)lock_registry_round_trips(r));
+    metrics_set(m, "oops_db_round_trips_total", "conn=\"work\"",
+                (double)db_round_trips(d->ctx.work));
+    metrics_set(m, "oops_db_round_trips_total", "conn=\"locks\"",
+                (double)lock_registry_round_trips(r));
     http_server_stats hs = http_server_get_stats(d->http);
     metrics_set(m, "oops_http_connections", "", hs.open);
     metrics_set(m, "oops_http_connections_total", "result=\"accepted\"", (double)hs.accepted);
@@ -336,7 +343,8 @@ static void status(server_state *d, http_response *out)
     bool first = true;
     buf_puts(&b, "{");
     json_kv_str(&b, "server", d->ctx.server_name, &first);
-    json_kv_int(&b, "lock_connection_id", (long long)lock_registry_connection_id(d->ctx.locks), &first);
+    json_kv_int(&b, "lock_connection_id", (long long)lock_registry_connection_id(d->ctx.locks),
+                &first);
     json_kv_bool(&b, "lock_session_up", lock_registry_is_up(d->ctx.locks), &first);
     json_kv_int(&b, "policy_version", d->ctx.policy_version, &first);
     json_kv_str(&b, "policy_dir", d->o.policies, &first);
@@ -392,30 +400,45 @@ static void on_http(void *ud, const char *method, const char *path, http_respons
 static void describe_metrics(metrics *m)
 {
     metrics_describe(m, "oops_lock_session_up", METRIC_GAUGE, "1 when the lock session is up");
-    metrics_describe(m, "oops_lock_reconnects_total", METRIC_COUNTER, "lock session reconnects after a loss");
-    metrics_describe(m, "oops_lock_session_losses_total", METRIC_COUNTER, "times the lock session was lost");
+    metrics_describe(m, "oops_lock_reconnects_total", METRIC_COUNTER,
+                     "lock session reconnects after a loss");
+    metrics_describe(m, "oops_lock_session_losses_total", METRIC_COUNTER,
+                     "times the lock session was lost");
     metrics_describe(m, "oops_locks_held", METRIC_GAUGE, "named locks held by this server");
     metrics_describe(m, "oops_scan_runs_total", METRIC_COUNTER, "scan ticks run");
-    metrics_describe(m, "oops_scan_errors_total", METRIC_COUNTER, "scan ticks that raised an error");
+    metrics_describe(m, "oops_scan_errors_total", METRIC_COUNTER,
+                     "scan ticks that raised an error");
     metrics_describe(m, "oops_scan_duration_seconds", METRIC_SUMMARY, "scan tick durations");
-    metrics_describe(m, "oops_transitions_total", METRIC_COUNTER, "pipeline transitions made, by target status");
+    metrics_describe(m, "oops_transitions_total", METRIC_COUNTER,
+                     "pipeline transitions made, by target status");
     metrics_describe(m, "oops_policy_reloads_total", METRIC_COUNTER, "policy reloads by result");
     metrics_describe(m, "oops_policy_version", METRIC_GAUGE, "successful policy loads");
     metrics_describe(m, "oops_policy_stale", METRIC_GAUGE, "1 when the last reload failed");
     metrics_describe(m, "oops_tasks", METRIC_GAUGE, "live Lua tasks");
-    metrics_describe(m, "oops_alert_probes_total", METRIC_COUNTER, "alert probes by result (firing, clear, error)");
-    metrics_describe(m, "oops_alert_edges_total", METRIC_COUNTER, "alert edges announced (FIRING, REPEAT, RESOLVED)");
-    metrics_describe(m, "oops_restarts_total", METRIC_COUNTER, "restart occurrences by result (ok, failed, missed)");
-    metrics_describe(m, "oops_notifications_delivered_total", METRIC_COUNTER, "notifications delivered, by route");
-    metrics_describe(m, "oops_notification_failures_total", METRIC_COUNTER, "failed delivery attempts, by route");
-    metrics_describe(m, "oops_notifications_undeliverable_total", METRIC_COUNTER, "outbox rows whose message could not be built");
-    metrics_describe(m, "oops_db_round_trips_total", METRIC_COUNTER, "statements and prepares sent, per connection");
-    metrics_describe(m, "oops_lock_acquire_statements_total", METRIC_COUNTER, "GET_LOCK statements sent by scans");
-    metrics_describe(m, "oops_lock_acquire_batches_total", METRIC_COUNTER, "scan ticks that asked for new locks");
+    metrics_describe(m, "oops_alert_probes_total", METRIC_COUNTER,
+                     "alert probes by result (firing, clear, error)");
+    metrics_describe(m, "oops_alert_edges_total", METRIC_COUNTER,
+                     "alert edges announced (FIRING, REPEAT, RESOLVED)");
+    metrics_describe(m, "oops_restarts_total", METRIC_COUNTER,
+                     "restart occurrences by result (ok, failed, missed)");
+    metrics_describe(m, "oops_notifications_delivered_total", METRIC_COUNTER,
+                     "notifications delivered, by route");
+    metrics_describe(m, "oops_notification_failures_total", METRIC_COUNTER,
+                     "failed delivery attempts, by route");
+    metrics_describe(m, "oops_notifications_undeliverable_total", METRIC_COUNTER,
+                     "outbox rows whose message could not be built");
+    metrics_describe(m, "oops_db_round_trips_total", METRIC_COUNTER,
+                     "statements and prepares sent, per connection");
+    metrics_describe(m, "oops_lock_acquire_statements_total", METRIC_COUNTER,
+                     "GET_LOCK statements sent by scans");
+    metrics_describe(m, "oops_lock_acquire_batches_total", METRIC_COUNTER,
+                     "scan ticks that asked for new locks");
     metrics_describe(m, "oops_http_connections", METRIC_GAUGE, "HTTP connections open now");
-    metrics_describe(m, "oops_http_connections_total", METRIC_COUNTER,
-                     "HTTP connections by what the limits did: accepted, evicted (closed at the cap to make room), "
-                     "refused (closed at once, the cap full of requests), timed_out (a deadline passed)");
+    metrics_describe(
+        m, "oops_http_connections_total", METRIC_COUNTER,
+        "HTTP connections by what the limits did: accepted, evicted (closed at the cap to make "
+        "room), "
+        "refused (closed at once, the cap full of requests), timed_out (a deadline passed)");
     metrics_add(m, "oops_policy_reloads_total", "result=\"ok\"", 0);
     metrics_add(m, "oops_policy_reloads_total", "result=\"failed\"", 0);
 }

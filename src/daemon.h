@@ -7,18 +7,18 @@
 #define OOPS_DAEMON_H
 
 typedef struct daemon_options {
-    const char *db_url;     /* NULL = $OOPS_DB */
-    const char *name;       /* server name (required) */
-    const char *policies;   /* policy directory */
-    const char *listen;     /* HTTP address, default 127.0.0.1:7070; "off" disables */
-    unsigned drain_ms;      /* bounded wait for in-flight steps at shutdown */
+    const char *db_url;   /* NULL = $OOPS_DB */
+    const char *name;     /* server name (required) */
+    const char *policies; /* policy directory */
+    const char *listen;   /* HTTP address, default 127.0.0.1:7070; "off" disables */
+    unsigned drain_ms;    /* bounded wait for in-flight steps at shutdown */
 } daemon_options;
 
 /* Exit codes of oopsd. */
 enum {
     OOPSD_OK = 0,
-    OOPSD_BAD_INPUT = 1,   /* bad flag, broken policy, cannot listen */
-    OOPSD_DB = 2,          /* database unreachable, refused, or unfit for locks */
+    OOPSD_BAD_INPUT = 1, /* bad flag, broken policy, cannot listen */
+    OOPSD_DB = 2,        /* database unreachable, refused, or unfit for locks */
 };
 
 /* Runs until stopped; returns the process exit code. */

@@ -59,21 +59,15 @@ const char *db_error_name(unsigned code)
     switch (code) {
     case DB_ER_DUP_ENTRY:
     case DB_ER_DUP_KEY:
-    case DB_ER_DUP_ENTRY_WITH_KEY_NAME:
-        return OOPS_E_EXISTS;
+    case DB_ER_DUP_ENTRY_WITH_KEY_NAME: return OOPS_E_EXISTS;
     case DB_ER_NO_SUCH_TABLE:
-    case DB_ER_NO_SUCH_THREAD:
-        return OOPS_E_NOT_FOUND;
-    case DB_ER_LOCK_DEADLOCK:
-        return OOPS_E_DEADLOCK;
-    case DB_ER_LOCK_WAIT_TIMEOUT:
-        return OOPS_E_LOCK_WAIT;
+    case DB_ER_NO_SUCH_THREAD: return OOPS_E_NOT_FOUND;
+    case DB_ER_LOCK_DEADLOCK: return OOPS_E_DEADLOCK;
+    case DB_ER_LOCK_WAIT_TIMEOUT: return OOPS_E_LOCK_WAIT;
     case DB_CR_CONNECTION_ERROR:
     case DB_CR_CONN_HOST_ERROR:
-    case DB_CR_UNKNOWN_HOST:
-        return OOPS_E_UNREACHABLE;
-    default:
-        return db_errno_is_connection(code) ? OOPS_E_GONE : OOPS_E_DB;
+    case DB_CR_UNKNOWN_HOST: return OOPS_E_UNREACHABLE;
+    default: return db_errno_is_connection(code) ? OOPS_E_GONE : OOPS_E_DB;
     }
 }
 
@@ -285,15 +279,12 @@ static db_type column_type(enum enum_field_types t)
     case MYSQL_TYPE_LONG:
     case MYSQL_TYPE_LONGLONG:
     case MYSQL_TYPE_INT24:
-    case MYSQL_TYPE_YEAR:
-        return DB_INT;
+    case MYSQL_TYPE_YEAR: return DB_INT;
     case MYSQL_TYPE_FLOAT:
     case MYSQL_TYPE_DOUBLE:
     case MYSQL_TYPE_DECIMAL:
-    case MYSQL_TYPE_NEWDECIMAL:
-        return DB_DOUBLE;
-    default:
-        return DB_TEXT;
+    case MYSQL_TYPE_NEWDECIMAL: return DB_DOUBLE;
+    default: return DB_TEXT;
     }
 }
 

@@ -86,7 +86,7 @@ db_value db_double(double v);
 db_value db_null(void);
 
 typedef struct db_cell {
-    char *s;       /* NUL-terminated text, NULL when SQL NULL */
+    char *s; /* NUL-terminated text, NULL when SQL NULL */
     size_t len;
 } db_cell;
 

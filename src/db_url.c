@@ -109,7 +109,8 @@ static int parse_option(db_config *cfg, const char *key, size_t kn, const char *
         if (kn == strlen(names[i]) && !strncmp(key, names[i], kn))
             which = i;
     if (which < 0) {
-        snprintf(err, errlen, "database URL: unknown option \"%.*s\" (known: socket, connect_timeout)",
+        snprintf(err, errlen,
+                 "database URL: unknown option \"%.*s\" (known: socket, connect_timeout)",
                  (int)(kn > 32 ? 32 : kn), key);
         return -1;
     }
@@ -120,7 +121,9 @@ static int parse_option(db_config *cfg, const char *key, size_t kn, const char *
     *seen |= 1u << which;
     if (which == 0) {
         if (val[0] != '/') {
-            snprintf(err, errlen, "database URL: option socket must be an absolute path, like socket=/run/mysqld/mysqld.sock");
+            snprintf(err, errlen,
+                     "database URL: option socket must be an absolute path, like "
+                     "socket=/run/mysqld/mysqld.sock");
             return -1;
         }
         free(cfg->socket);
@@ -131,7 +134,9 @@ static int parse_option(db_config *cfg, const char *key, size_t kn, const char *
     errno = 0;
     unsigned long v = strtoul(val, &end, 10);
     if (!isdigit((unsigned char)val[0]) || *end || errno || v < 1 || v > 3600) {
-        snprintf(err, errlen, "database URL: option connect_timeout must be a whole number of seconds from 1 to 3600");
+        snprintf(err, errlen,
+                 "database URL: option connect_timeout must be a whole number of seconds from 1 to "
+                 "3600");
         return -1;
     }
     cfg->connect_timeout_s = (unsigned)v;
@@ -152,7 +157,8 @@ static int parse_query(db_config *cfg, const char *q, char *err, size_t errlen)
             return -1;
         }
         if (!eq || eq == q) {
-            snprintf(err, errlen, "database URL: option \"%.*s\" is not NAME=VALUE", (int)(n > 32 ? 32 : n), q);
+            snprintf(err, errlen, "database URL: option \"%.*s\" is not NAME=VALUE",
+                     (int)(n > 32 ? 32 : n), q);
             return -1;
         }
         size_t kn = (size_t)(eq - q);
@@ -191,14 +197,17 @@ static int parse_hostport(db_config *cfg, const char *s, size_t n, char *err, si
     if (n && s[0] == '[') {
         const char *close = memchr(s, ']', n);
         if (!close) {
-            snprintf(err, errlen, "database URL: an IPv6 host needs its closing \"]\" (like mysql://user@[::1]:3306/db)");
+            snprintf(err, errlen,
+                     "database URL: an IPv6 host needs its closing \"]\" (like "
+                     "mysql://user@[::1]:3306/db)");
             return -1;
         }
         hs = s + 1;
         he = close;
         if (close + 1 < s + n) {
             if (close[1] != ':') {
-                snprintf(err, errlen, "database URL: only \":PORT\" may follow \"]\" of an IPv6 host");
+                snprintf(err, errlen,
+                         "database URL: only \":PORT\" may follow \"]\" of an IPv6 host");
                 return -1;
             }
             ps = close + 2;
@@ -206,7 +215,8 @@ static int parse_hostport(db_config *cfg, const char *s, size_t n, char *err, si
         char tmp[INET6_ADDRSTRLEN + 1];
         struct in6_addr a6;
         size_t hl = (size_t)(he - hs);
-        if (hl == 0 || hl >= sizeof tmp || (memcpy(tmp, hs, hl), tmp[hl] = '\0', inet_pton(AF_INET6, tmp, &a6) != 1)) {
+        if (hl == 0 || hl >= sizeof tmp ||
+            (memcpy(tmp, hs, hl), tmp[hl] = '\0', inet_pton(AF_INET6, tmp, &a6) != 1)) {
             snprintf(err, errlen, "database URL: the host in [...] is not an IPv6 address");
             return -1;
         }
@@ -215,12 +225,17 @@ static int parse_hostport(db_config *cfg, const char *s, size_t n, char *err, si
         he = colon ? colon : s + n;
         ps = colon ? colon + 1 : NULL;
         if (he == hs) {
-            snprintf(err, errlen, "database URL has no host (form: mysql://user[:password]@host[:port]/database)");
+            snprintf(
+                err, errlen,
+                "database URL has no host (form: mysql://user[:password]@host[:port]/database)");
             return -1;
         }
         if (!plain_host(hs, (size_t)(he - hs))) {
-            snprintf(err, errlen, "database URL: the host is not a host name, an IPv4 address or an [IPv6] address "
-                                  "(an unencoded character in the password? %s)", ENCODE_HINT);
+            snprintf(
+                err, errlen,
+                "database URL: the host is not a host name, an IPv4 address or an [IPv6] address "
+                "(an unencoded character in the password? %s)",
+                ENCODE_HINT);
             return -1;
         }
     }
@@ -236,7 +251,8 @@ static int parse_hostport(db_config *cfg, const char *s, size_t n, char *err, si
             port = port * 10 + (unsigned long)(*q - '0');
         }
         if (!ok || port < 1 || port > 65535) {
-            snprintf(err, errlen, "database URL: the port after the host must be a number from 1 to 65535");
+            snprintf(err, errlen,
+                     "database URL: the port after the host must be a number from 1 to 65535");
             return -1;
         }
         cfg->port = (unsigned)port;
@@ -272,7 +288,8 @@ int db_config_parse(db_config *cfg, const char *url, const char *env_password, c
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)url[i];
         if (ch < 0x20 || ch == 0x7f) {
-            snprintf(err, errlen, "database URL holds a control character (byte %zu); percent-encode it", i + 1);
+            snprintf(err, errlen,
+                     "database URL holds a control character (byte %zu); percent-encode it", i + 1);
             return -1;
         }
     }
@@ -292,7 +309,8 @@ int db_config_parse(db_config *cfg, const char *url, const char *env_password, c
     if (colon)
         cfg->password = pct_decode_text(colon + 1, (size_t)(at - colon - 1));
     if (!cfg->user || (colon && !cfg->password)) {
-        snprintf(err, errlen, "database URL: bad percent-escape in the user or password (%s)", ENCODE_HINT);
+        snprintf(err, errlen, "database URL: bad percent-escape in the user or password (%s)",
+                 ENCODE_HINT);
         goto fail;
     }
     if (!*cfg->user) {
@@ -315,7 +333,9 @@ int db_config_parse(db_config *cfg, const char *url, const char *env_password, c
         goto fail;
     }
     if (!*cfg->database || strlen(cfg->database) > 64 || strchr(cfg->database, '/')) {
-        snprintf(err, errlen, "database URL: the database name after the host must be 1 to 64 characters, without \"/\"");
+        snprintf(err, errlen,
+                 "database URL: the database name after the host must be 1 to 64 characters, "
+                 "without \"/\"");
         goto fail;
     }
     if (query && parse_query(cfg, query + 1, err, errlen) != 0)

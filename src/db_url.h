@@ -15,8 +15,8 @@ typedef struct db_config {
     char *password; /* never printed; db_config_where() leaves it out */
     char *host;
     char *database;
-    char *socket;   /* unix socket path, or NULL */
-    unsigned port;  /* 0 = 3306 */
+    char *socket;  /* unix socket path, or NULL */
+    unsigned port; /* 0 = 3306 */
     unsigned connect_timeout_s;
     unsigned read_timeout_s;
     unsigned write_timeout_s;
@@ -34,8 +34,8 @@ typedef struct db_config {
  * and env_password is non-NULL, it is used (OOPS_DB_PASSWORD). Returns 0, or
  * -1 with a one-line message in err that never contains the password.
  */
-int db_config_parse(db_config *cfg, const char *url, const char *env_password,
-                    char *err, size_t errlen);
+int db_config_parse(db_config *cfg, const char *url, const char *env_password, char *err,
+                    size_t errlen);
 /*
  * The URL from --db when given, else $OOPS_DB; the password from the URL,
  * else $OOPS_DB_PASSWORD. Same return as db_config_parse.

@@ -42,8 +42,8 @@
 #define OOPS_E_INVALID "invalid"
 
 /* Every name, in the order meta.lua lists them. */
-#define OOPS_E_ALL                                                                              \
-    OOPS_E_EXISTS, OOPS_E_NOT_FOUND, OOPS_E_DEADLOCK, OOPS_E_LOCK_WAIT, OOPS_E_GONE,           \
+#define OOPS_E_ALL                                                                                 \
+    OOPS_E_EXISTS, OOPS_E_NOT_FOUND, OOPS_E_DEADLOCK, OOPS_E_LOCK_WAIT, OOPS_E_GONE,               \
         OOPS_E_UNREACHABLE, OOPS_E_DB, OOPS_E_IO, OOPS_E_INVALID
 
 /* For the bindings (lua_errors.c): push nil, msg, name and return 3. */

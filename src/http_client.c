@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,11 +29,11 @@ typedef struct http_req http_req;
 
 struct http_client {
     uv_loop_t *loop;
-    CURLM *multi;           /* NULL once closing has torn it down */
-    uv_timer_t timer;       /* libcurl's single timeout */
-    http_req *reqs;         /* in flight, doubly linked */
-    http_sock *socks;       /* watched sockets whose poll handle is not closing */
-    unsigned open_handles;  /* uv handles whose close callback has not run yet */
+    CURLM *multi;          /* NULL once closing has torn it down */
+    uv_timer_t timer;      /* libcurl's single timeout */
+    http_req *reqs;        /* in flight, doubly linked */
+    http_sock *socks;      /* watched sockets whose poll handle is not closing */
+    unsigned open_handles; /* uv handles whose close callback has not run yet */
     int closing;
 };
 
@@ -52,10 +53,10 @@ struct http_req {
     void *ud;
     uint64_t timeout_ms;
     size_t max_body;
-    char *buf;              /* response body, NUL-terminated once non-NULL */
+    char *buf; /* response body, NUL-terminated once non-NULL */
     size_t len, cap;
-    int too_large;          /* the write callback refused data beyond max_body */
-    char *authority;        /* "host:port" from the URL, for error messages */
+    bool too_large;  /* the write callback refused data beyond max_body */
+    char *authority; /* "host:port" from the URL, for error messages */
     char errbuf[CURL_ERROR_SIZE];
     http_req *prev, *next;
 };
@@ -129,7 +130,7 @@ static void on_sock_closed(uv_handle_t *h)
 static void sock_close(http_sock *s)
 {
     http_client *c = s->c;
-    if (!c->closing)  /* while closing, the multi handle is being destroyed */
+    if (!c->closing) /* while closing, the multi handle is being destroyed */
         curl_multi_assign(c->multi, s->fd, NULL);
     sock_unlink(c, s);
     uv_close((uv_handle_t *)&s->poll, on_sock_closed);
@@ -223,10 +224,7 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
-static void on_timer_closed(uv_handle_t *h)
-{
-    handle_closed(h->data);
-}
+static void on_timer_closed(uv_handle_t *h) { handle_closed(h->data); }
 
 /* ------------------------------------------------------------- requests */
 
@@ -267,7 +265,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
     http_req *r = ud;
     size_t n = size * nmemb;
     if (n > r->max_body - r->len) {
-        r->too_large = 1;
+        r->too_large = true;
         return 0;
     }
     if (r->len + n + 1 > r->cap) {
@@ -306,7 +304,7 @@ static void connect_error(const http_req *r, char *out, size_t outlen)
     long os_errno = 0;
     peer_name(r, peer, sizeof peer);
     curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &os_errno);
-    if (os_errno > 0)  /* GNU strerror_r: returns the message; strerror is not thread-safe */
+    if (os_errno > 0) /* GNU strerror_r: returns the message; strerror is not thread-safe */
         why = strerror_r((int)os_errno, tmp, sizeof tmp);
     snprintf(out, outlen, "connect to %s failed: %s", peer, why);
 }
@@ -358,7 +356,7 @@ static void drain_completed(http_client *c)
         if (m->msg != CURLMSG_DONE)
             continue;
         char *priv = NULL;
-        CURLcode code = m->data.result;  /* m dies with remove_handle */
+        CURLcode code = m->data.result; /* m dies with remove_handle */
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
         req_finish((http_req *)priv, code, NULL);
     }
@@ -451,18 +449,29 @@ static CURLcode set_options(http_req *r, const http_request *req)
     CURL *e = r->easy;
     long timeout = r->timeout_ms > LONG_MAX ? LONG_MAX : (long)r->timeout_ms;
     CURLcode rc = curl_easy_setopt(e, CURLOPT_URL, req->url);
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout);
     /* Rejects an announced oversized body before any of it is read. */
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_body);
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_PRIVATE, r);
-    if (!rc) rc = curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
-    if (!rc) rc = set_method(e, req);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_body);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+    if (!rc)
+        rc = set_method(e, req);
     return rc;
 }
 

@@ -31,17 +31,17 @@ typedef struct http_client http_client;
  * by the client and valid only for the duration of the callback: copy what you
  * need to keep. */
 typedef struct http_result {
-    long status;          /* HTTP status of the final response, 0 when none was received */
-    const char *body;     /* response body received (complete when error is NULL);
-                             never NULL, always NUL-terminated (may contain NULs) */
-    size_t body_len;      /* bytes in body, excluding the terminating NUL */
-    const char *error;    /* NULL when the exchange completed, whatever the status
-                             (a 404 or 500 is not an error here). Otherwise a
-                             one-line transport error, e.g.
-                             "connect to 127.0.0.1:9 failed: Connection refused",
-                             "timed out after 2000 ms",
-                             "response body exceeds 4194304 bytes",
-                             "cancelled" (http_client_close was called). */
+    long status;       /* HTTP status of the final response, 0 when none was received */
+    const char *body;  /* response body received (complete when error is NULL);
+                          never NULL, always NUL-terminated (may contain NULs) */
+    size_t body_len;   /* bytes in body, excluding the terminating NUL */
+    const char *error; /* NULL when the exchange completed, whatever the status
+                          (a 404 or 500 is not an error here). Otherwise a
+                          one-line transport error, e.g.
+                          "connect to 127.0.0.1:9 failed: Connection refused",
+                          "timed out after 2000 ms",
+                          "response body exceeds 4194304 bytes",
+                          "cancelled" (http_client_close was called). */
 } http_result;
 
 /* Completion callback; ud is the pointer given to http_client_request. It may
@@ -51,18 +51,18 @@ typedef void (*http_done_cb)(void *ud, const http_result *r);
 /* A request description. Everything is copied by http_client_request, so the
  * struct and the strings it points to may be freed as soon as it returns. */
 typedef struct http_request {
-    const char *method;            /* "GET" or "POST" (exact, upper case) */
-    const char *url;               /* absolute http:// or https:// URL */
-    const char *const *headers;    /* NULL-terminated list of "Name: value" lines, may
-                                      be NULL. Must not contain CR or LF. libcurl
-                                      semantics: "Name:" with no value removes a
-                                      header libcurl would otherwise send. */
-    const char *body;              /* POST body (binary safe), may be NULL when body_len
-                                      is 0; must be empty for GET */
+    const char *method;         /* "GET" or "POST" (exact, upper case) */
+    const char *url;            /* absolute http:// or https:// URL */
+    const char *const *headers; /* NULL-terminated list of "Name: value" lines, may
+                                   be NULL. Must not contain CR or LF. libcurl
+                                   semantics: "Name:" with no value removes a
+                                   header libcurl would otherwise send. */
+    const char *body;           /* POST body (binary safe), may be NULL when body_len
+                                   is 0; must be empty for GET */
     size_t body_len;
-    uint64_t timeout_ms;           /* whole exchange, connect included; 0 = 10000 */
-    size_t max_body;               /* response body limit in bytes; 0 = 4 MiB. A larger
-                                      response fails with an error */
+    uint64_t timeout_ms; /* whole exchange, connect included; 0 = 10000 */
+    size_t max_body;     /* response body limit in bytes; 0 = 4 MiB. A larger
+                            response fails with an error */
 } http_request;
 
 /* Creates a client bound to loop. Returns NULL when out of memory or when

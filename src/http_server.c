@@ -26,6 +26,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -48,8 +49,8 @@
 typedef struct http_conn {
     struct http_conn *prev, *next;
     int fd;                 /* MHD's socket: only ever shutdown(), never closed */
-    int waiting;            /* waiting for a request's headers: may be evicted */
-    int shut;               /* shut down by us; no longer counted */
+    bool waiting;           /* waiting for a request's headers: may be evicted */
+    bool shut;              /* shut down by us; no longer counted */
     uint64_t waiting_since; /* accepted, or its previous response sent */
     uint64_t deadline;      /* headers (waiting) or the request done by then */
 } http_conn;
@@ -62,22 +63,21 @@ struct http_server {
     void *ud;
     http_handler get_handler; /* http_server_start's handler (GET only) */
     void *get_ud;
-    int get_only;     /* non-GET: 405, body dropped, handler not called */
+    bool get_only; /* non-GET: 405, body dropped, handler not called */
     size_t max_body;
     int port;
-    int in_run;       /* MHD_run is on the stack: stopping MHD must wait */
-    int closing;      /* http_server_close was called */
-    int open_handles; /* uv handles not yet closed; free at 0 */
+    bool in_run;                   /* MHD_run is on the stack: stopping MHD must wait */
+    bool closing;                  /* http_server_close was called */
+    int open_handles;              /* uv handles not yet closed; free at 0 */
     http_conn *conns, *conns_tail; /* open connections, oldest first */
-    unsigned int nconns; /* of those, not shut down by us */
+    unsigned int nconns;           /* of those, not shut down by us */
     http_server_stats stats;
-    int rerun;        /* a connection closed: run MHD once more, now */
+    bool rerun; /* a connection closed: run MHD once more, now */
 };
 
-static void set_err(char *err, size_t errlen, const char *where,
-                    const char *why)
+static void set_err(char *err, size_t errlen, const char *where, const char *why)
 {
-    if (err != NULL && errlen > 0)
+    if (err && errlen > 0)
         snprintf(err, errlen, "cannot listen on %s: %s", where, why);
 }
 
@@ -101,14 +101,13 @@ static int parse_port(const char *s, in_port_t *port)
 /* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" -> sockaddr. "localhost"
  * is mapped by hand: resolving it would be a blocking lookup that may also
  * answer ::1. An IPv6 literal must be bracketed: "::1:80" is ambiguous. */
-static int parse_listen(const char *where, struct sockaddr_storage *ss,
-                        socklen_t *sslen)
+static int parse_listen(const char *where, struct sockaddr_storage *ss, socklen_t *sslen)
 {
     const char *colon = strrchr(where, ':');
     char host[INET6_ADDRSTRLEN + 2];
     size_t hlen;
 
-    if (colon == NULL)
+    if (!colon)
         return -1;
     hlen = (size_t)(colon - where);
     if (hlen == 0 || hlen >= sizeof host)
@@ -144,14 +143,12 @@ static int parse_listen(const char *where, struct sockaddr_storage *ss,
 /* We bind the socket ourselves (instead of MHD_OPTION_SOCK_ADDR) because
  * MHD_start_daemon only returns NULL: this way the caller gets the real
  * errno. Returns the listening fd, or -errno. */
-static int open_listener(const struct sockaddr_storage *ss, socklen_t sslen,
-                         int *port)
+static int open_listener(const struct sockaddr_storage *ss, socklen_t sslen, int *port)
 {
     struct sockaddr_storage bound;
     socklen_t blen = sizeof bound;
     int one = 1;
-    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    0);
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
     if (fd < 0)
         return -errno;
@@ -161,16 +158,14 @@ static int open_listener(const struct sockaddr_storage *ss, socklen_t sslen,
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
         (ss->ss_family == AF_INET6 &&
          setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) ||
-        bind(fd, (const struct sockaddr *)ss, sslen) != 0 ||
-        listen(fd, HTTP_BACKLOG) != 0 ||
+        bind(fd, (const struct sockaddr *)ss, sslen) != 0 || listen(fd, HTTP_BACKLOG) != 0 ||
         getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) {
         int e = errno;
         close(fd);
         return -e;
     }
-    *port = bound.ss_family == AF_INET6
-                ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
-                : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    *port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                        : ntohs(((struct sockaddr_in *)&bound)->sin_port);
     return fd;
 }
 
@@ -184,13 +179,12 @@ static struct MHD_Response *body_response(http_response *out)
     char *body = out->body;
 
     out->body = NULL;
-    if (body == NULL || out->len == 0) {
+    if (!body || out->len == 0) {
         free(body);
-        return MHD_create_response_from_buffer(0, (void *)"",
-                                               MHD_RESPMEM_PERSISTENT);
+        return MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     }
     r = MHD_create_response_from_buffer(out->len, body, MHD_RESPMEM_MUST_FREE);
-    if (r == NULL)
+    if (!r)
         free(body); /* MHD takes ownership only on success */
     return r;
 }
@@ -199,7 +193,7 @@ static struct MHD_Response *body_response(http_response *out)
 static unsigned int final_status(http_response *out)
 {
     if (out->status == 0)
-        return out->body != NULL ? 200u : 404u;
+        return out->body ? 200u : 404u;
     if (out->status < 100 || out->status > 599) {
         free(out->body);
         out->body = NULL;
@@ -209,36 +203,32 @@ static unsigned int final_status(http_response *out)
     return (unsigned int)out->status;
 }
 
-static enum MHD_Result send_response(struct MHD_Connection *conn,
-                                     http_response *out)
+static enum MHD_Result send_response(struct MHD_Connection *conn, http_response *out)
 {
     unsigned int status = final_status(out);
-    int has_body = out->body != NULL && out->len > 0;
+    bool has_body = out->body && out->len > 0;
     struct MHD_Response *r = body_response(out);
     enum MHD_Result ok;
 
-    if (r == NULL)
+    if (!r)
         return MHD_NO; /* out of memory: MHD drops the connection */
     if (has_body)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                out->content_type != NULL
-                                    ? out->content_type
-                                    : HTTP_DEFAULT_CONTENT_TYPE);
+                                out->content_type ? out->content_type : HTTP_DEFAULT_CONTENT_TYPE);
     ok = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r); /* the queued connection holds its own ref */
     return ok;
 }
 
-static enum MHD_Result send_empty(struct MHD_Connection *conn,
-                                  unsigned int status, const char *allow)
+static enum MHD_Result send_empty(struct MHD_Connection *conn, unsigned int status,
+                                  const char *allow)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     enum MHD_Result ok;
 
-    if (r == NULL)
+    if (!r)
         return MHD_NO;
-    if (allow != NULL)
+    if (allow)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     ok = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r);
@@ -247,14 +237,11 @@ static enum MHD_Result send_empty(struct MHD_Connection *conn,
 
 /* ---- connections ------------------------------------------------------- */
 
-static uint64_t now_ms(void)
-{
-    return uv_hrtime() / 1000000u;
-}
+static uint64_t now_ms(void) { return uv_hrtime() / 1000000u; }
 
 static void wait_for_headers(http_conn *c, uint64_t now, unsigned int secs)
 {
-    c->waiting = 1;
+    c->waiting = true;
     c->waiting_since = now;
     c->deadline = now + (uint64_t)secs * 1000u;
 }
@@ -265,7 +252,7 @@ static http_conn *conn_of(struct MHD_Connection *conn)
     const union MHD_ConnectionInfo *i =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
-    return i != NULL ? i->socket_context : NULL;
+    return i ? i->socket_context : NULL;
 }
 
 /* Closes c as far as we are concerned: MHD sees the hang-up on its next
@@ -274,18 +261,18 @@ static void shut_conn(http_server *s, http_conn *c)
 {
     if (c->shut)
         return;
-    c->shut = 1;
+    c->shut = true;
     s->nconns--;
     shutdown(c->fd, SHUT_RDWR);
 }
 
 static void unlink_conn(http_server *s, http_conn *c)
 {
-    if (c->prev != NULL)
+    if (c->prev)
         c->prev->next = c->next;
     else
         s->conns = c->next;
-    if (c->next != NULL)
+    if (c->next)
         c->next->prev = c->prev;
     else
         s->conns_tail = c->prev;
@@ -293,8 +280,7 @@ static void unlink_conn(http_server *s, http_conn *c)
         s->nconns--;
 }
 
-static void on_connection(void *cls, struct MHD_Connection *conn,
-                          void **socket_ctx,
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode code)
 {
     http_server *s = cls;
@@ -302,8 +288,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
     const union MHD_ConnectionInfo *fd;
 
     if (code != MHD_CONNECTION_NOTIFY_STARTED) { /* closed */
-        s->rerun = 1; /* MHD may have to take its listening socket back */
-        if (c != NULL) {
+        s->rerun = true; /* MHD may have to take its listening socket back */
+        if (c) {
             unlink_conn(s, c);
             free(c);
             *socket_ctx = NULL;
@@ -311,17 +297,17 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
         return;
     }
     fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (fd == NULL)
+    if (!fd)
         return; /* cannot happen in MHD 0.9.75; MHD's own timeout applies */
     c = calloc(1, sizeof *c);
-    if (c == NULL) { /* a connection we cannot bound is not kept */
+    if (!c) { /* a connection we cannot bound is not kept */
         shutdown(fd->connect_fd, SHUT_RDWR);
         return;
     }
     c->fd = fd->connect_fd;
     wait_for_headers(c, now_ms(), HTTP_HEADER_TIMEOUT_S);
     c->prev = s->conns_tail;
-    if (s->conns_tail != NULL)
+    if (s->conns_tail)
         s->conns_tail->next = c;
     else
         s->conns = c;
@@ -336,8 +322,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
  * headers is shut down to make room (a slowloris or an idle keep-alive
  * one, never a request in progress); when there is none, MHD_NO makes MHD
  * close the new one at once. */
-static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
-                                 socklen_t addrlen)
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     http_server *s = cls;
     http_conn *c, *oldest = NULL;
@@ -346,11 +331,10 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
     (void)addrlen;
     if (s->nconns < HTTP_MAX_CONNECTIONS)
         return MHD_YES;
-    for (c = s->conns; c != NULL; c = c->next)
-        if (!c->shut && c->waiting &&
-            (oldest == NULL || c->waiting_since < oldest->waiting_since))
+    for (c = s->conns; c; c = c->next)
+        if (!c->shut && c->waiting && (!oldest || c->waiting_since < oldest->waiting_since))
             oldest = c;
-    if (oldest == NULL) {
+    if (!oldest) {
         s->stats.refused++;
         return MHD_NO;
     }
@@ -365,14 +349,13 @@ static uint64_t reap(http_server *s, uint64_t now)
 {
     uint64_t next = 0;
 
-    for (http_conn *c = s->conns; c != NULL; c = c->next) {
+    for (http_conn *c = s->conns; c; c = c->next) {
         if (c->shut)
             continue;
         if (c->deadline <= now) {
             shut_conn(s, c);
             s->stats.timed_out++;
-        }
-        else if (next == 0 || c->deadline < next)
+        } else if (next == 0 || c->deadline < next)
             next = c->deadline;
     }
     return next;
@@ -381,7 +364,7 @@ static uint64_t reap(http_server *s, uint64_t now)
 /* After MHD_stop_daemon: anything it did not report closed. */
 static void free_conns(http_server *s)
 {
-    while (s->conns != NULL) {
+    while (s->conns) {
         http_conn *c = s->conns;
         unlink_conn(s, c);
         free(c);
@@ -393,18 +376,18 @@ static void free_conns(http_server *s)
 /* What we keep per request between MHD's calls; freed by on_completed. */
 typedef struct req_state {
     buf body;
-    int too_large; /* the body passed max_body: dropped, answered 413 */
+    bool too_large; /* the body passed max_body: dropped, answered 413 */
 } req_state;
 
 /* Content-Length above max? (Unparsable: MHD itself refuses the request.) */
 static int declared_too_large(struct MHD_Connection *conn, size_t max)
 {
-    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     char *end;
     unsigned long long n;
 
-    if (cl == NULL || *cl < '0' || *cl > '9')
+    if (!cl || *cl < '0' || *cl > '9')
         return 0;
     errno = 0;
     n = strtoull(cl, &end, 10);
@@ -413,13 +396,12 @@ static int declared_too_large(struct MHD_Connection *conn, size_t max)
 
 /* One chunk of the body: kept while the total fits in max_body, dropped
  * after. Returns 0, or -1 when out of memory. */
-static int take_chunk(http_server *s, req_state *rs, const char *data,
-                      size_t len)
+static int take_chunk(http_server *s, req_state *rs, const char *data, size_t len)
 {
     if (s->get_only || rs->too_large)
         return 0;
     if (len > s->max_body - rs->body.len) {
-        rs->too_large = 1;
+        rs->too_large = true;
         buf_free(&rs->body);
         return 0;
     }
@@ -427,8 +409,7 @@ static int take_chunk(http_server *s, req_state *rs, const char *data,
     return rs->body.oom ? -1 : 0;
 }
 
-static void get_trampoline(void *ud, const http_incoming *in,
-                           http_response *out)
+static void get_trampoline(void *ud, const http_incoming *in, http_response *out)
 {
     http_server *s = ud;
 
@@ -441,9 +422,8 @@ static void get_trampoline(void *ud, const http_incoming *in,
  * whose Content-Length is over the limit, answered 413 at once (MHD then
  * drops the rest and closes the connection). `url` is already the
  * percent-decoded path without the query string. */
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
-                                  const char *url, const char *method,
-                                  const char *version, const char *upload_data,
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_ptr)
 {
     http_server *s = cls;
@@ -452,19 +432,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     http_incoming in;
 
     (void)version;
-    if (rs == NULL) { /* headers seen */
+    if (!rs) { /* headers seen */
         http_conn *c = conn_of(conn);
-        if (c != NULL) { /* the request must now be read and answered */
-            c->waiting = 0;
+        if (c) { /* the request must now be read and answered */
+            c->waiting = false;
             c->deadline = now_ms() + (uint64_t)HTTP_IDLE_TIMEOUT_S * 1000u;
         }
         rs = calloc(1, sizeof *rs);
-        if (rs == NULL)
+        if (!rs)
             return MHD_NO;
         *req_ptr = rs;
-        if (!s->get_only && !s->closing &&
-            declared_too_large(conn, s->max_body)) {
-            rs->too_large = 1;
+        if (!s->get_only && !s->closing && declared_too_large(conn, s->max_body)) {
+            rs->too_large = true;
             return send_empty(conn, 413u, NULL);
         }
         return MHD_YES;
@@ -477,13 +456,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (s->closing) /* closed from a handler earlier in this MHD_run */
         return send_empty(conn, MHD_HTTP_SERVICE_UNAVAILABLE, NULL);
     if (s->get_only && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
-        return send_empty(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
-                          MHD_HTTP_METHOD_GET);
+        return send_empty(conn, MHD_HTTP_METHOD_NOT_ALLOWED, MHD_HTTP_METHOD_GET);
     if (rs->too_large)
         return send_empty(conn, 413u, NULL);
     in.method = method;
     in.path = url;
-    in.body = rs->body.p != NULL ? rs->body.p : "";
+    in.body = rs->body.p ? rs->body.p : "";
     in.body_len = rs->body.len;
     in.conn = conn;
     s->handler(s->ud, &in, &out);
@@ -491,16 +469,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 }
 
 /* Every request ends here (answered, aborted, or the server stopping). */
-static void on_completed(void *cls, struct MHD_Connection *conn,
-                         void **req_ptr, enum MHD_RequestTerminationCode toe)
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_ptr,
+                         enum MHD_RequestTerminationCode toe)
 {
     req_state *rs = *req_ptr;
     http_conn *c = conn_of(conn);
 
     (void)cls;
-    if (c != NULL && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    if (c && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         wait_for_headers(c, now_ms(), HTTP_IDLE_TIMEOUT_S); /* keep-alive */
-    if (rs != NULL) {
+    if (rs) {
         buf_free(&rs->body);
         free(rs);
         *req_ptr = NULL;
@@ -509,7 +487,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
 
 const char *http_incoming_header(const http_incoming *in, const char *name)
 {
-    if (in == NULL || in->conn == NULL || name == NULL)
+    if (!in || !in->conn || !name)
         return NULL;
     return MHD_lookup_connection_value(in->conn, MHD_HEADER_KIND, name);
 }
@@ -519,14 +497,14 @@ typedef struct header_walk {
     void *ud;
 } header_walk;
 
-static enum MHD_Result each_header(void *cls, enum MHD_ValueKind kind,
-                                   const char *key, const char *value)
+static enum MHD_Result each_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
 {
     header_walk *w = cls;
 
     (void)kind;
-    if (w->fn != NULL && key != NULL)
-        w->fn(w->ud, key, value != NULL ? value : "");
+    if (w->fn && key)
+        w->fn(w->ud, key, value ? value : "");
     return MHD_YES;
 }
 
@@ -534,10 +512,9 @@ int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud)
 {
     header_walk w = {fn, ud};
 
-    if (in == NULL || in->conn == NULL)
+    if (!in || !in->conn)
         return 0;
-    return MHD_get_connection_values(in->conn, MHD_HEADER_KIND, each_header,
-                                     &w);
+    return MHD_get_connection_values(in->conn, MHD_HEADER_KIND, each_header, &w);
 }
 
 /* ---- loop integration -------------------------------------------------- */
@@ -555,7 +532,7 @@ static void arm_timer(http_server *s)
     uint64_t delay = UINT64_MAX, now = now_ms(), next = reap(s, now);
 
     if (s->rerun) {
-        s->rerun = 0;
+        s->rerun = false;
         delay = 0;
     }
     if (MHD_get_timeout(s->mhd, &ms) == MHD_YES && (uint64_t)ms < delay)
@@ -571,9 +548,9 @@ static void arm_timer(http_server *s)
 static void run_mhd(http_server *s)
 {
     reap(s, now_ms()); /* what it shuts down, this very run closes */
-    s->in_run = 1;
+    s->in_run = true;
     MHD_run(s->mhd);
-    s->in_run = 0;
+    s->in_run = false;
     if (s->closing)
         teardown(s); /* http_server_close was called by a handler */
     else
@@ -587,10 +564,7 @@ static void on_poll(uv_poll_t *p, int status, int events)
     run_mhd(p->data);
 }
 
-static void on_timer(uv_timer_t *t)
-{
-    run_mhd(t->data);
-}
+static void on_timer(uv_timer_t *t) { run_mhd(t->data); }
 
 static void on_handle_closed(uv_handle_t *h)
 {
@@ -618,18 +592,13 @@ static struct MHD_Daemon *start_mhd(http_server *s, int listen_fd)
      * MHD_run(), i.e. on the loop thread. */
     /* MHD's own limit sits above our cap (on_accept) by the connections
      * we shut down that MHD has not reaped yet; it is only a backstop. */
-    return MHD_start_daemon(MHD_USE_EPOLL, 0, on_accept, s, on_request, s,
-                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
-                            MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned int)HTTP_IDLE_TIMEOUT_S,
-                            MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned int)(HTTP_MAX_CONNECTIONS +
-                                           HTTP_CLOSING_SLACK),
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                            (size_t)HTTP_CONNECTION_MEMORY,
+    return MHD_start_daemon(MHD_USE_EPOLL, 0, on_accept, s, on_request, s, MHD_OPTION_LISTEN_SOCKET,
+                            (MHD_socket)listen_fd, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned int)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned int)(HTTP_MAX_CONNECTIONS + HTTP_CLOSING_SLACK),
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                            MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
 }
 
 /* Hooks MHD's epoll fd into the loop. On failure s is released: at once
@@ -637,10 +606,8 @@ static struct MHD_Daemon *start_mhd(http_server *s, int listen_fd)
  * (uv_poll_start cannot really fail in libuv 1.44; this is belt and braces). */
 static int attach_to_loop(http_server *s, uv_loop_t *loop)
 {
-    const union MHD_DaemonInfo *info =
-        MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    int rc = info != NULL ? uv_poll_init(loop, &s->poll, info->epoll_fd)
-                          : UV_EINVAL;
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    int rc = info ? uv_poll_init(loop, &s->poll, info->epoll_fd) : UV_EINVAL;
 
     if (rc != 0) {
         MHD_stop_daemon(s->mhd);
@@ -658,8 +625,8 @@ static int attach_to_loop(http_server *s, uv_loop_t *loop)
 }
 
 /* Both start functions end here; `s` is freed on failure. */
-static http_server *start(http_server *s, uv_loop_t *loop, const char *where,
-                          char *err, size_t errlen)
+static http_server *start(http_server *s, uv_loop_t *loop, const char *where, char *err,
+                          size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
@@ -679,7 +646,7 @@ static http_server *start(http_server *s, uv_loop_t *loop, const char *where,
         return NULL;
     }
     s->mhd = start_mhd(s, fd);
-    if (s->mhd == NULL) {
+    if (!s->mhd) {
         close(fd); /* MHD leaves a passed-in socket open when it fails */
         set_err(err, errlen, where, "cannot start HTTP daemon");
         free(s);
@@ -699,27 +666,26 @@ int http_listen_check(const char *where, char *err, size_t errlen)
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
 
-    if (where != NULL && parse_listen(where, &ss, &sslen) == 0)
+    if (where && parse_listen(where, &ss, &sslen) == 0)
         return 0;
-    set_err(err, errlen, where != NULL ? where : "(null)",
+    set_err(err, errlen, where ? where : "(null)",
             "invalid address (want IPV4:PORT, [IPV6]:PORT or localhost:PORT)");
     return -1;
 }
 
-http_server *http_server_start(uv_loop_t *loop, const char *where,
-                               http_handler handler, void *ud,
+http_server *http_server_start(uv_loop_t *loop, const char *where, http_handler handler, void *ud,
                                char *err, size_t errlen)
 {
     http_server *s;
 
-    if (where == NULL)
+    if (!where)
         where = "(null)";
-    if (loop == NULL || handler == NULL) {
+    if (!loop || !handler) {
         set_err(err, errlen, where, "no loop or handler given");
         return NULL;
     }
     s = calloc(1, sizeof *s);
-    if (s == NULL) {
+    if (!s) {
         set_err(err, errlen, where, strerror(ENOMEM));
         return NULL;
     }
@@ -727,24 +693,23 @@ http_server *http_server_start(uv_loop_t *loop, const char *where,
     s->ud = s;
     s->get_handler = handler;
     s->get_ud = ud;
-    s->get_only = 1;
+    s->get_only = true;
     return start(s, loop, where, err, errlen);
 }
 
-http_server *http_server_serve(uv_loop_t *loop, const char *where,
-                               const http_serve_options *o,
+http_server *http_server_serve(uv_loop_t *loop, const char *where, const http_serve_options *o,
                                char *err, size_t errlen)
 {
     http_server *s;
 
-    if (where == NULL)
+    if (!where)
         where = "(null)";
-    if (loop == NULL || o == NULL || o->handler == NULL) {
+    if (!loop || !o || !o->handler) {
         set_err(err, errlen, where, "no loop or handler given");
         return NULL;
     }
     s = calloc(1, sizeof *s);
-    if (s == NULL) {
+    if (!s) {
         set_err(err, errlen, where, strerror(ENOMEM));
         return NULL;
     }
@@ -756,7 +721,7 @@ http_server *http_server_serve(uv_loop_t *loop, const char *where,
 
 void http_server_unref(http_server *s)
 {
-    if (s == NULL || s->closing)
+    if (!s || s->closing)
         return;
     uv_unref((uv_handle_t *)&s->poll);
     uv_unref((uv_handle_t *)&s->timer);
@@ -766,23 +731,20 @@ http_server_stats http_server_get_stats(const http_server *s)
 {
     http_server_stats st = {0};
 
-    if (s != NULL) {
+    if (s) {
         st = s->stats;
         st.open = s->nconns;
     }
     return st;
 }
 
-int http_server_port(const http_server *s)
-{
-    return s != NULL ? s->port : 0;
-}
+int http_server_port(const http_server *s) { return s ? s->port : 0; }
 
 void http_server_close(http_server *s)
 {
-    if (s == NULL || s->closing)
+    if (!s || s->closing)
         return;
-    s->closing = 1;
+    s->closing = true;
     if (!s->in_run)
         teardown(s); /* else run_mhd tears down once MHD_run returns */
 }

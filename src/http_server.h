@@ -76,8 +76,7 @@ typedef struct http_response {
  * string and is already percent-decoded. The handler must not block: the
  * whole daemon waits for it. It may call http_server_close() on its own
  * server; later requests in flight are then answered 503 without it. */
-typedef void (*http_handler)(void *ud, const char *method, const char *path,
-                             http_response *out);
+typedef void (*http_handler)(void *ud, const char *method, const char *path, http_response *out);
 
 typedef struct http_server http_server;
 
@@ -85,10 +84,10 @@ typedef struct http_server http_server;
  * valid only during the handler call. */
 struct MHD_Connection;
 typedef struct http_incoming {
-    const char *method;   /* "GET", "POST", "PUT", ... as sent */
-    const char *path;     /* percent-decoded, without the query string */
-    const char *body;     /* the whole body, NUL-terminated; "" when none */
-    size_t body_len;      /* bytes of body (it may hold NUL bytes) */
+    const char *method;          /* "GET", "POST", "PUT", ... as sent */
+    const char *path;            /* percent-decoded, without the query string */
+    const char *body;            /* the whole body, NUL-terminated; "" when none */
+    size_t body_len;             /* bytes of body (it may hold NUL bytes) */
     struct MHD_Connection *conn; /* private: read headers with the functions below */
 } http_incoming;
 
@@ -105,8 +104,7 @@ int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud);
  * contract as http_handler: must not block, may close its own server;
  * out->content_type must stay valid until the handler returns and the
  * response is queued, i.e. must not be freed by the handler). */
-typedef void (*http_serve_handler)(void *ud, const http_incoming *in,
-                                   http_response *out);
+typedef void (*http_serve_handler)(void *ud, const http_incoming *in, http_response *out);
 
 /* The request body limit when http_serve_options.max_body is 0. */
 #define HTTP_DEFAULT_MAX_BODY ((size_t)1 << 20) /* 1 MiB */
@@ -114,11 +112,11 @@ typedef void (*http_serve_handler)(void *ud, const http_incoming *in,
 typedef struct http_serve_options {
     http_serve_handler handler; /* required; borrowed like ud */
     void *ud;
-    size_t max_body;            /* bytes; 0 = HTTP_DEFAULT_MAX_BODY. A longer
-                                   body is answered 413 without calling the
-                                   handler (at once when Content-Length says
-                                   so, then the connection is closed; after
-                                   reading and dropping it when chunked) */
+    size_t max_body; /* bytes; 0 = HTTP_DEFAULT_MAX_BODY. A longer
+                        body is answered 413 without calling the
+                        handler (at once when Content-Length says
+                        so, then the connection is closed; after
+                        reading and dropping it when chunked) */
 } http_serve_options;
 
 /* Starts listening on `listen` ("IPV4:PORT", "[IPV6]:PORT" or
@@ -131,15 +129,13 @@ typedef struct http_serve_options {
  * "cannot listen on 127.0.0.1:7070: Address already in use", or for a
  * malformed address "cannot listen on ADDR: invalid address (want
  * IPV4:PORT, [IPV6]:PORT or localhost:PORT)". */
-http_server *http_server_start(uv_loop_t *loop, const char *listen,
-                               http_handler handler, void *ud,
+http_server *http_server_start(uv_loop_t *loop, const char *listen, http_handler handler, void *ud,
                                char *err, size_t errlen);
 
 /* Like http_server_start, but every method reaches o->handler with the
  * request's body and headers (see http_serve_options). Same errors, plus
  * "no loop or handler given" when o or o->handler is NULL. */
-http_server *http_server_serve(uv_loop_t *loop, const char *listen,
-                               const http_serve_options *o,
+http_server *http_server_serve(uv_loop_t *loop, const char *listen, const http_serve_options *o,
                                char *err, size_t errlen);
 
 /* The server's uv handles stop keeping uv_run going: the loop ends when
@@ -154,11 +150,11 @@ int http_listen_check(const char *listen, char *err, size_t errlen);
 
 /* What the limits did so far, for /metrics. */
 typedef struct http_server_stats {
-    unsigned int open;   /* connections open now (not closed by us) */
-    uint64_t accepted;   /* connections taken on */
-    uint64_t evicted;    /* closed at the cap to make room (waiting for headers longest) */
-    uint64_t refused;    /* closed at once: the cap was full of requests in progress */
-    uint64_t timed_out;  /* closed by a deadline (headers, idle, request) */
+    unsigned int open;  /* connections open now (not closed by us) */
+    uint64_t accepted;  /* connections taken on */
+    uint64_t evicted;   /* closed at the cap to make room (waiting for headers longest) */
+    uint64_t refused;   /* closed at once: the cap was full of requests in progress */
+    uint64_t timed_out; /* closed by a deadline (headers, idle, request) */
 } http_server_stats;
 
 http_server_stats http_server_get_stats(const http_server *s);

@@ -13,16 +13,17 @@
 struct lock_registry {
     db_config cfg;
     lock_registry_options o;
-    db_conn *conn;          /* NULL when down */
+    db_conn *conn; /* NULL when down */
     uint64_t conn_id;
-    strset held;            /* logical names */
+    strset held; /* logical names */
     uint64_t last_checked_ms;
     uint64_t next_attempt_ms;
     unsigned backoff_ms;
     bool ever_up;
     uint64_t losses, reconnects, statements;
     uint64_t losses_reported; /* losses the tick has reported (LOCK_EV_LOST) */
-    unsigned chosen_wait_s;   /* 0: 3 validation intervals; else seconds or LOCK_WAIT_TIMEOUT_SERVER */
+    unsigned
+        chosen_wait_s; /* 0: 3 validation intervals; else seconds or LOCK_WAIT_TIMEOUT_SERVER */
 };
 
 /* The session wait_timeout that follows from the choice and the interval. */
@@ -44,8 +45,7 @@ void lock_name_shorten(const char *name, char out[LOCK_NAME_MAX + 1])
         memcpy(out, name, n + 1);
         return;
     }
-    snprintf(out, LOCK_NAME_MAX + 1, "%.47s#%016llx", name,
-             (unsigned long long)strset_hash(name));
+    snprintf(out, LOCK_NAME_MAX + 1, "%.47s#%016llx", name, (unsigned long long)strset_hash(name));
 }
 
 lock_registry *lock_registry_new(const db_config *cfg, const lock_registry_options *o)
@@ -91,8 +91,8 @@ void lock_registry_free(lock_registry *r)
     free(r);
 }
 
-static unsigned q(lock_registry *r, const char *sql, const db_value *p, size_t n,
-                  db_result **out, char *err, size_t errlen)
+static unsigned q(lock_registry *r, const char *sql, const db_value *p, size_t n, db_result **out,
+                  char *err, size_t errlen)
 {
     r->statements++;
     return db_exec(r->conn, sql, p, n, out, err, errlen);
@@ -234,13 +234,13 @@ int lock_registry_acquire(lock_registry *r, const char *name)
 }
 
 /* One GET_LOCK per column: SELECT GET_LOCK(?,0), GET_LOCK(?,0), ... */
-static int acquire_batch(lock_registry *r, const char *const *names, const size_t *idx,
-                         size_t n, bool *got)
+static int acquire_batch(lock_registry *r, const char *const *names, const size_t *idx, size_t n,
+                         bool *got)
 {
     size_t sqlcap = 16 + n * 18;
     char *sql = malloc(sqlcap);
     db_value *p = calloc(n, sizeof *p);
-    char (*shortn)[LOCK_NAME_MAX + 1] = calloc(n, sizeof *shortn);
+    char(*shortn)[LOCK_NAME_MAX + 1] = calloc(n, sizeof *shortn);
     int rc = 0;
     if (!sql || !p || !shortn) {
         rc = -1;
@@ -396,6 +396,7 @@ int lock_registry_tick(lock_registry *r, uint64_t now_ms, char *err, size_t errl
         return ev | LOCK_EV_RECONNECTED;
     }
     r->next_attempt_ms = now_ms + r->backoff_ms;
-    r->backoff_ms = r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : r->backoff_ms * 2;
+    r->backoff_ms =
+        r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : r->backoff_ms * 2;
     return ev;
 }

@@ -32,10 +32,10 @@ enum {
 
 typedef struct lock_registry_options {
     unsigned validate_interval_ms; /* idle-session check; default 30000 */
-    unsigned wait_timeout_s;       /* session wait_timeout; default (0) 3 validation intervals, >= 3 s;
-                                      LOCK_WAIT_TIMEOUT_SERVER leaves the server's own */
-    unsigned backoff_initial_ms;   /* first reconnect delay; default 500 */
-    unsigned backoff_max_ms;       /* reconnect delay cap; default 30000 */
+    unsigned wait_timeout_s; /* session wait_timeout; default (0) 3 validation intervals, >= 3 s;
+                                LOCK_WAIT_TIMEOUT_SERVER leaves the server's own */
+    unsigned backoff_initial_ms; /* first reconnect delay; default 500 */
+    unsigned backoff_max_ms;     /* reconnect delay cap; default 30000 */
 } lock_registry_options;
 
 typedef struct lock_registry lock_registry;
@@ -120,7 +120,8 @@ int lock_registry_tick(lock_registry *r, uint64_t now_ms, char *err, size_t errl
 /*
  * The name used on the server: names of at most 64 characters unchanged;
  * longer ones become their first 47 characters, '#', and 16 hex digits of a
- * 64-bit FNV-1a hash of the whole name — the same on every server.
+ * 64-bit hash of the whole name (strset_hash: FNV-1a's step from a
+ * non-standard basis, see strset.h) — the same on every server.
  */
 void lock_name_shorten(const char *name, char out[LOCK_NAME_MAX + 1]);
 

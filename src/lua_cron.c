@@ -146,7 +146,9 @@ void lua_register_cron(lua_State *L)
     }
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {
-        {"parse", l_parse}, {"valid_timezone", l_valid_timezone}, {NULL, NULL},
+        {"parse", l_parse},
+        {"valid_timezone", l_valid_timezone},
+        {NULL, NULL},
     };
     lua_setfuncs_in(L, "cron", fns);
 }

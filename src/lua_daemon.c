@@ -50,7 +50,8 @@ static int l_connect(lua_State *L)
         return lua_fail(L, err, OOPS_E_UNREACHABLE);
     if (locks) {
         lock_registry_options o = {.validate_interval_ms = (unsigned)validate,
-                                   .backoff_initial_ms = 100, .backoff_max_ms = 2000};
+                                   .backoff_initial_ms = 100,
+                                   .backoff_max_ms = 2000};
         c->locks = lock_registry_new(&c->dbcfg, &o);
         int rc = lock_registry_connect(c->locks, err, sizeof err);
         if (rc != 0) /* LOCK_REFUSED: the server cannot share locks (Galera, read-only) */
@@ -78,8 +79,10 @@ static int l_migrate(lua_State *L)
 void lua_register_daemon(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"server_name", l_server_name}, {"stopping", l_stopping},
-        {"connect", l_connect},         {"migrate", l_migrate},
+        {"server_name", l_server_name},
+        {"stopping", l_stopping},
+        {"connect", l_connect},
+        {"migrate", l_migrate},
         {NULL, NULL},
     };
     luaL_setfuncs(L, fns, 0);

@@ -133,7 +133,8 @@ static int l_rollback(lua_State *L)
     return 0;
 }
 
-/* oops.db.now() -> epoch seconds (float), "YYYY-MM-DD HH:MM:SS.ffffff" (UTC), on the database's clock. */
+/* oops.db.now() -> epoch seconds (float), "YYYY-MM-DD HH:MM:SS.ffffff" (UTC), on the database's
+ * clock. */
 static int l_now(lua_State *L)
 {
     int pushed;
@@ -219,13 +220,15 @@ static const char *opt_field(lua_State *L, int t, const char *k)
  * l_transition raises first). */
 static int store_fail(lua_State *L, db_conn *db, int rc, const char *err)
 {
-    const char *name = rc == PSTORE_EXISTS                      ? OOPS_E_EXISTS
-                     : rc == PSTORE_BAD || rc == PSTORE_ILLEGAL ? OOPS_E_INVALID
-                                                                : db_error_name(db_last_error(db));
+    const char *name = rc == PSTORE_EXISTS ? OOPS_E_EXISTS
+                       : rc == PSTORE_BAD || rc == PSTORE_ILLEGAL
+                           ? OOPS_E_INVALID
+                           : db_error_name(db_last_error(db));
     return lua_fail(L, err, name);
 }
 
-/* oops.store.create{namespace=, application=, environment=, manual=, artifact=, source=, trigger=} -> id */
+/* oops.store.create{namespace=, application=, environment=, manual=, artifact=, source=, trigger=}
+ * -> id */
 static int l_create(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -395,8 +398,10 @@ static int l_events(lua_State *L)
 void lua_register_db(lua_State *L)
 {
     static const luaL_Reg db[] = {
-        {"exec", l_exec},     {"begin", l_begin}, {"commit", l_commit},         {"rollback", l_rollback},
-        {"now", l_now},       {"statements", l_statements}, {NULL, NULL},
+        {"exec", l_exec},     {"begin", l_begin},
+        {"commit", l_commit}, {"rollback", l_rollback},
+        {"now", l_now},       {"statements", l_statements},
+        {NULL, NULL},
     };
     static const luaL_Reg store[] = {
         {"create", l_create}, {"transition", l_transition}, {"get", l_get},

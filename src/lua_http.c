@@ -89,7 +89,6 @@ static int l_request(lua_State *L)
     return lua_yield(L, 0);
 }
 
-
 /* ---- oops.http.serve ----------------------------------------------------- */
 
 #define SERVER_MT "oops.http.server"
@@ -98,10 +97,10 @@ static int l_request(lua_State *L)
 /* The userdata. The handler is its first user value (not a registry ref),
  * so a handler that refers to its own server does not keep it alive. */
 typedef struct lserver {
-    http_server *srv;     /* NULL once closed */
-    lua_State *L;         /* the main state: handlers run there */
-    int port;             /* kept after close */
-    char host[64];        /* for :url() */
+    http_server *srv;      /* NULL once closed */
+    lua_State *L;          /* the main state: handlers run there */
+    int port;              /* kept after close */
+    char host[64];         /* for :url() */
     char ctype[CTYPE_MAX]; /* content type of the response being sent */
 } lserver;
 
@@ -169,18 +168,23 @@ static int call_handler(lua_State *L)
     int isnum = 0;
     lua_Integer status = lua_type(L, 1) == LUA_TNUMBER ? lua_tointegerx(L, 1, &isnum) : 0;
     if (!isnum || status < 200 || status > 599)
-        return luaL_error(L, "the handler returned status %s: want an integer 200-599 "
-                          "(return status [, body [, content_type]])", luaL_tolstring(L, 1, NULL));
+        return luaL_error(L,
+                          "the handler returned status %s: want an integer 200-599 "
+                          "(return status [, body [, content_type]])",
+                          luaL_tolstring(L, 1, NULL));
     if (!lua_isnil(L, 2) && lua_type(L, 2) != LUA_TSTRING)
-        return luaL_error(L, "the handler returned a %s body: want a string or nil", luaL_typename(L, 2));
+        return luaL_error(L, "the handler returned a %s body: want a string or nil",
+                          luaL_typename(L, 2));
     if (!lua_isnil(L, 3) && lua_type(L, 3) != LUA_TSTRING)
         return luaL_error(L, "the handler returned a %s content type: want a string or nil",
                           luaL_typename(L, 3));
     size_t clen = 0;
     const char *ctype = lua_tolstring(L, 3, &clen);
-    if (ctype && (clen == 0 || clen >= CTYPE_MAX || strlen(ctype) != clen || strpbrk(ctype, "\r\n")))
-        return luaL_error(L, "the handler returned content type \"%s\": want one line of 1 to %d characters",
-                          ctype, CTYPE_MAX - 1);
+    if (ctype &&
+        (clen == 0 || clen >= CTYPE_MAX || strlen(ctype) != clen || strpbrk(ctype, "\r\n")))
+        return luaL_error(
+            L, "the handler returned content type \"%s\": want one line of 1 to %d characters",
+            ctype, CTYPE_MAX - 1);
     size_t blen = 0;
     const char *body = lua_tolstring(L, 2, &blen);
     if (body && blen > 0) {
@@ -204,7 +208,8 @@ static void on_serve(void *ud, const http_incoming *in, http_response *out)
     lua_State *L = ls->L;
     int top = lua_gettop(L);
     push_servers(L);
-    if (lua_rawgetp(L, -1, ls) != LUA_TUSERDATA) { /* unreachable, its __gc (closing it) still to run */
+    if (lua_rawgetp(L, -1, ls) !=
+        LUA_TUSERDATA) { /* unreachable, its __gc (closing it) still to run */
         lua_settop(L, top);
         out->status = 503;
         return;
@@ -225,10 +230,7 @@ static void on_serve(void *ud, const http_incoming *in, http_response *out)
     lua_settop(L, top);
 }
 
-static lserver *check_server(lua_State *L)
-{
-    return luaL_checkudata(L, 1, SERVER_MT);
-}
+static lserver *check_server(lua_State *L) { return luaL_checkudata(L, 1, SERVER_MT); }
 
 static void close_server(lserver *ls)
 {
@@ -247,7 +249,8 @@ static int l_serve(lua_State *L)
     const char *listen = lua_isnil(L, -1) ? "127.0.0.1:0" : lua_tostring(L, -1);
     lua_getfield(L, 1, "handler");
     if (!lua_isfunction(L, -1))
-        return luaL_error(L, "handler must be a function(req) returning status [, body [, content_type]]");
+        return luaL_error(
+            L, "handler must be a function(req) returning status [, body [, content_type]]");
     int handler = lua_gettop(L);
     lua_getfield(L, 1, "max_body");
     lua_Integer max_body = 0;
@@ -270,8 +273,9 @@ static int l_serve(lua_State *L)
      * host too long to keep is refused by http_server_serve below anyway. */
     if (hlen == 4 && !strncmp(listen, "[::]", 4))
         snprintf(ls->host, sizeof ls->host, "[::1]");
-    else if (hlen == 0 || hlen >= sizeof ls->host || (hlen == 9 && !strncmp(listen, "localhost", 9)) ||
-        (hlen == 7 && !strncmp(listen, "0.0.0.0", 7)))
+    else if (hlen == 0 || hlen >= sizeof ls->host ||
+             (hlen == 9 && !strncmp(listen, "localhost", 9)) ||
+             (hlen == 7 && !strncmp(listen, "0.0.0.0", 7)))
         snprintf(ls->host, sizeof ls->host, "127.0.0.1");
     else
         snprintf(ls->host, sizeof ls->host, "%.*s", (int)hlen, listen);
@@ -319,7 +323,10 @@ static int m_gc(lua_State *L)
 void lua_register_http(lua_State *L)
 {
     static const luaL_Reg methods[] = {
-        {"port", m_port}, {"url", m_url}, {"close", m_close}, {NULL, NULL},
+        {"port", m_port},
+        {"url", m_url},
+        {"close", m_close},
+        {NULL, NULL},
     };
     if (luaL_newmetatable(L, SERVER_MT)) {
         luaL_newlib(L, methods);

@@ -8,15 +8,9 @@
 #include "lock_names.h"
 #include "runtime.h"
 
-static lock_registry *reg(lua_State *L)
-{
-    return runtime_ctx(L)->locks;
-}
+static lock_registry *reg(lua_State *L) { return runtime_ctx(L)->locks; }
 
-static int down(lua_State *L)
-{
-    return lua_fail(L, "lock session down", OOPS_E_GONE);
-}
+static int down(lua_State *L) { return lua_fail(L, "lock session down", OOPS_E_GONE); }
 
 /* acquire(name) -> true | false (held elsewhere) | nil, "lock session down", "gone" */
 static int l_acquire(lua_State *L)
@@ -30,7 +24,8 @@ static int l_acquire(lua_State *L)
     return 1;
 }
 
-/* acquire_many({names}) -> {name = true|false} in one statement | nil, "lock session down", "gone" */
+/* acquire_many({names}) -> {name = true|false} in one statement | nil, "lock session down", "gone"
+ */
 static int l_acquire_many(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -151,7 +146,9 @@ static int l_set_validate_interval(lua_State *L)
  * leaders = {SCAN = "oops:leader:SCAN", ...}}, into the oops.locks table at the top. */
 static void set_names(lua_State *L)
 {
-    static const struct { const char *k, *v; } fixed[] = {
+    static const struct {
+        const char *k, *v;
+    } fixed[] = {
         {"pipeline_prefix", OOPS_LOCK_PIPELINE_PREFIX},
         {"server_prefix", OOPS_LOCK_SERVER_PREFIX},
         {"leader_prefix", OOPS_LOCK_LEADER_PREFIX},

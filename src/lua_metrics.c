@@ -39,7 +39,8 @@ static char *labels(lua_State *L, int idx)
     return buf_take(&b);
 }
 
-static int update(lua_State *L, void (*fn)(metrics *, const char *, const char *, double), double dflt)
+static int update(lua_State *L, void (*fn)(metrics *, const char *, const char *, double),
+                  double dflt)
 {
     const char *name = luaL_checkstring(L, 1);
     double v = luaL_optnumber(L, 3, dflt);

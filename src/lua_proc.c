@@ -1,8 +1,8 @@
 /*
  * oops.proc: child processes as argv (never through a shell), on the loop.
- *   run{argv=, env=, inherit_env=, clear_env=, cwd=, stdin=, timeout_ms=, max_output=} waits (in a task)
- *   start{..., on_exit=fn(result), on_output=fn(stream, data)} returns a handle at once
- * result = {ok=, status=, signal=, timed_out=, stdout=, stderr=}
+ *   run{argv=, env=, inherit_env=, clear_env=, cwd=, stdin=, timeout_ms=, max_output=} waits (in a
+ * task) start{..., on_exit=fn(result), on_output=fn(stream, data)} returns a handle at once result
+ * = {ok=, status=, signal=, timed_out=, stdout=, stderr=}
  */
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -18,12 +18,12 @@ extern char **environ;
 #define PROC_MT "oops.proc"
 
 typedef struct lproc {
-    proc *p;            /* NULL once exited */
+    proc *p; /* NULL once exited */
     int pid;
-    lua_State *co;      /* run(): the task waiting */
-    lua_State *L;       /* start(): the main state, for callbacks */
+    lua_State *co;          /* run(): the task waiting */
+    lua_State *L;           /* start(): the main state, for callbacks */
     int on_exit, on_output; /* registry refs, LUA_NOREF when absent */
-    bool has_handle;    /* a Lua handle points here: it frees us */
+    bool has_handle;        /* a Lua handle points here: it frees us */
     bool exited;
 } lproc;
 
@@ -47,7 +47,8 @@ static void read_argv(lua_State *L, int t, spawn_args *a)
 {
     lua_getfield(L, t, "argv");
     if (!lua_istable(L, -1))
-        luaL_error(L, "argv must be a list of strings like {\"make\", \"image\"} (never a shell string)");
+        luaL_error(
+            L, "argv must be a list of strings like {\"make\", \"image\"} (never a shell string)");
     lua_Integer n = luaL_len(L, -1);
     if (n < 1)
         luaL_error(L, "argv is empty");
@@ -74,8 +75,8 @@ static void read_argv(lua_State *L, int t, spawn_args *a)
  * ever inherited; in the daemon (ctx->daemon) an env table naming one is a
  * mistake that raises. The database password lives in the daemon only.
  */
-static const char *const ENV_ALLOW[] = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE",
-                                         "TZ", "TMPDIR", NULL};
+static const char *const ENV_ALLOW[] = {"PATH",     "HOME", "USER",   "LOGNAME", "LANG",
+                                        "LANGUAGE", "TZ",   "TMPDIR", NULL};
 
 static bool is_db_secret_name(const char *name, size_t n)
 {
@@ -210,7 +211,8 @@ static void check_opts(lua_State *L)
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_getfield(L, 1, "argv");
     if (!lua_istable(L, -1))
-        luaL_error(L, "argv must be a list of strings like {\"make\", \"image\"} (never a shell string)");
+        luaL_error(
+            L, "argv must be a list of strings like {\"make\", \"image\"} (never a shell string)");
     lua_Integer n = luaL_len(L, -1);
     if (n < 1)
         luaL_error(L, "argv is empty");
@@ -249,7 +251,8 @@ static void check_opts(lua_State *L)
             luaL_error(L, "%s must be true or false", bools[i]);
         lua_pop(L, 1);
     }
-    static const char *const strs[] = {"cwd", "stdin", NULL}, *const ints[] = {"timeout_ms", "max_output", NULL};
+    static const char *const strs[] = {"cwd", "stdin", NULL}, *const ints[] = {"timeout_ms",
+                                                                               "max_output", NULL};
     for (int i = 0; strs[i]; i++) {
         lua_getfield(L, 1, strs[i]);
         if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING)
@@ -315,9 +318,11 @@ static int l_start(lua_State *L)
     lp->L = runtime_state(runtime_of(L));
     lp->on_exit = lp->on_output = LUA_NOREF;
     lua_getfield(L, 1, "on_exit");
-    lp->on_exit = lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX) : (lua_pop(L, 1), LUA_NOREF);
+    lp->on_exit =
+        lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX) : (lua_pop(L, 1), LUA_NOREF);
     lua_getfield(L, 1, "on_output");
-    lp->on_output = lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX) : (lua_pop(L, 1), LUA_NOREF);
+    lp->on_output =
+        lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX) : (lua_pop(L, 1), LUA_NOREF);
     char err[512];
     proc *p = spawn(L, lp, err, sizeof err);
     if (!p) {
@@ -379,7 +384,10 @@ static int m_gc(lua_State *L)
 void lua_register_proc(lua_State *L)
 {
     static const luaL_Reg methods[] = {
-        {"kill", m_kill}, {"pid", m_pid}, {"running", m_running}, {NULL, NULL},
+        {"kill", m_kill},
+        {"pid", m_pid},
+        {"running", m_running},
+        {NULL, NULL},
     };
     if (luaL_newmetatable(L, PROC_MT)) {
         luaL_newlib(L, methods);

@@ -52,9 +52,9 @@ typedef enum { TRIP_NONE, TRIP_MEMORY, TRIP_TIME, TRIP_INSTRUCTIONS } trip;
 typedef struct sb_run {
     lua_State *co;
     runtime_sandbox *sb;
-    uint64_t deadline_ns;   /* 0 = none */
+    uint64_t deadline_ns; /* 0 = none */
     uint64_t time_ms;
-    uint64_t instr_limit;   /* 0 = none */
+    uint64_t instr_limit; /* 0 = none */
     uint64_t instr_done;
     size_t memory;
     trip tripped;
@@ -71,14 +71,13 @@ static const char *trip_kind(trip t)
 static void trip_message(const sb_run *r, char *out, size_t n)
 {
     switch (r->tripped) {
-    case TRIP_MEMORY:
-        snprintf(out, n, "used more than %zu MiB of memory", r->memory >> 20);
-        break;
+    case TRIP_MEMORY: snprintf(out, n, "used more than %zu MiB of memory", r->memory >> 20); break;
     case TRIP_TIME:
         snprintf(out, n, "ran longer than %llu ms", (unsigned long long)r->time_ms);
         break;
     default:
-        snprintf(out, n, "runaway: more than %llu instructions", (unsigned long long)r->instr_limit);
+        snprintf(out, n, "runaway: more than %llu instructions",
+                 (unsigned long long)r->instr_limit);
         break;
     }
 }
@@ -379,10 +378,12 @@ static int guarded(lua_State *L)
             double steps = pattern_paths(s, n, p, m, kind != PAT_GMATCH) * ((double)m + 1);
             if (steps > PATTERN_MAX_STEPS) {
                 char msg[256];
-                snprintf(msg, sizeof msg,
-                         "string.%s: this pattern could backtrack for about %.0e steps on a %zu-byte "
-                         "subject (policy code may take %.0e): shorten the subject or use fewer "
-                         "repetitions like .- and .*", PAT_NAMES[kind], steps, n, PATTERN_MAX_STEPS);
+                snprintf(
+                    msg, sizeof msg,
+                    "string.%s: this pattern could backtrack for about %.0e steps on a %zu-byte "
+                    "subject (policy code may take %.0e): shorten the subject or use fewer "
+                    "repetitions like .- and .*",
+                    PAT_NAMES[kind], steps, n, PATTERN_MAX_STEPS);
                 return luaL_error(L, "%s", msg);
             }
         }
@@ -412,8 +413,12 @@ void sandbox_guard_patterns(lua_State *L)
 
 static const char *file_kind(mode_t m)
 {
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
-         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
 }
 
 /* oops.sandbox.read(path, max_bytes) → text | nil, "path: why", "io".
@@ -446,7 +451,8 @@ static int l_read(lua_State *L)
         if (!strcmp(why, "too large"))
             lua_pushfstring(L, "%s: larger than %I bytes: not read", path, max);
         else
-            lua_pushfstring(L, "%s: %s, not a regular file: only regular files are read", path, why);
+            lua_pushfstring(L, "%s: %s, not a regular file: only regular files are read", path,
+                            why);
         lua_pushliteral(L, OOPS_E_IO);
         return 3;
     }

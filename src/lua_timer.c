@@ -113,9 +113,9 @@ static const char wait_src[] =
 void lua_register_timer(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"task", l_task},       {"sleep", runtime_l_sleep}, {"now_ms", l_now_ms},
-        {"time", l_time},       {"run_once", l_run_once},   {"suspend", l_suspend},
-        {"wake", l_wake},       {"current", l_current},     {NULL, NULL},
+        {"task", l_task}, {"sleep", runtime_l_sleep}, {"now_ms", l_now_ms},
+        {"time", l_time}, {"run_once", l_run_once},   {"suspend", l_suspend},
+        {"wake", l_wake}, {"current", l_current},     {NULL, NULL},
     };
     luaL_setfuncs(L, fns, 0);
     lua_newtable(L);

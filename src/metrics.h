@@ -17,9 +17,10 @@ metrics *metrics_new(void);
 void metrics_free(metrics *m);
 /* Declare a metric's kind and help text (optional; undeclared = counter / gauge by use). */
 void metrics_describe(metrics *m, const char *name, metric_kind kind, const char *help);
-void metrics_add(metrics *m, const char *name, const char *labels, double v);   /* counter += v */
-void metrics_set(metrics *m, const char *name, const char *labels, double v);   /* gauge = v */
-void metrics_observe(metrics *m, const char *name, const char *labels, double v); /* summary: _sum += v, _count++ */
+void metrics_add(metrics *m, const char *name, const char *labels, double v); /* counter += v */
+void metrics_set(metrics *m, const char *name, const char *labels, double v); /* gauge = v */
+void metrics_observe(metrics *m, const char *name, const char *labels,
+                     double v); /* summary: _sum += v, _count++ */
 double metrics_get(const metrics *m, const char *name, const char *labels);
 /* Append the exposition text. */
 void metrics_render(const metrics *m, buf *out);

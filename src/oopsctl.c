@@ -100,30 +100,31 @@ static void tty_free(void)
 
 static void usage(FILE *f)
 {
-    fputs("usage: oopsctl [--db URL] [--json] COMMAND [ARGS]\n"
-          "\n"
-          "commands:\n"
-          "  migrate                              apply the schema migrations\n"
-          "  create --app NS/APP --env ENV [--manual] [--artifact REF] [--source JSON]\n"
-          "         [--rollback] [--policies DIR] create a pipeline (INITIALIZED); with --policies\n"
-          "                                       or $OOPS_POLICIES the application and environment\n"
-          "                                       must be declared there\n"
-          "  list [--status S[,S...]] [--limit N] list pipelines, oldest first\n"
-          "  show ID                              a pipeline and its event history\n"
-          "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
-          "  deploy ID                            request the deploy of a manual pipeline\n"
-          "  locks                                which server holds which lock\n"
-          "  scenario FILE                        run a scenario (servers, pipelines, checks; TAP);\n"
-          "                                       without --db/$OOPS_DB on a throwaway MariaDB of its own\n"
-          "  logs ID [--step build|deploy|health] the commands a pipeline ran and their output\n"
-          "\n"
-          "Names (NS, APP, ENV) are lowercase DNS labels: a-z, 0-9 and \"-\", not at either end,\n"
-          "at most 63 characters. Status names are read in any case (running = RUNNING).\n"
-          "Each flag may be given once; --name=value and --name value are the same.\n"
-          "The database URL is mysql://user[:password]@host[:port]/database[?socket=PATH],\n"
-          "from --db or $OOPS_DB; the password may also come from $OOPS_DB_PASSWORD.\n"
-          "exit codes: 0 ok, 1 bad input, 2 database unreachable, 3 state changed concurrently\n",
-          f);
+    fputs(
+        "usage: oopsctl [--db URL] [--json] COMMAND [ARGS]\n"
+        "\n"
+        "commands:\n"
+        "  migrate                              apply the schema migrations\n"
+        "  create --app NS/APP --env ENV [--manual] [--artifact REF] [--source JSON]\n"
+        "         [--rollback] [--policies DIR] create a pipeline (INITIALIZED); with --policies\n"
+        "                                       or $OOPS_POLICIES the application and environment\n"
+        "                                       must be declared there\n"
+        "  list [--status S[,S...]] [--limit N] list pipelines, oldest first\n"
+        "  show ID                              a pipeline and its event history\n"
+        "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
+        "  deploy ID                            request the deploy of a manual pipeline\n"
+        "  locks                                which server holds which lock\n"
+        "  scenario FILE                        run a scenario (servers, pipelines, checks; TAP);\n"
+        "                                       without --db/$OOPS_DB on a throwaway MariaDB\n"
+        "  logs ID [--step build|deploy|health] the commands a pipeline ran and their output\n"
+        "\n"
+        "Names (NS, APP, ENV) are lowercase DNS labels: a-z, 0-9 and \"-\", not at either end,\n"
+        "at most 63 characters. Status names are read in any case (running = RUNNING).\n"
+        "Each flag may be given once; --name=value and --name value are the same.\n"
+        "The database URL is mysql://user[:password]@host[:port]/database[?socket=PATH],\n"
+        "from --db or $OOPS_DB; the password may also come from $OOPS_DB_PASSWORD.\n"
+        "exit codes: 0 ok, 1 bad input, 2 database unreachable, 3 state changed concurrently\n",
+        f);
 }
 
 /* Database errors: lost/unreachable → 2, anything else → 1 with a hint.
@@ -252,11 +253,11 @@ static const char *secs(const char *ts, char *out, size_t n)
 /* ---- commands ---------------------------------------------------------- */
 
 #define NF(a) (sizeof(a) / sizeof((a)[0]))
-#define PARSE(c, argc, argv, flags, pos, maxpos, npos)                                         \
-    do {                                                                                      \
-        int prc_ = parse(c, argc, argv, flags, NF(flags), pos, maxpos, npos);                 \
-        if (prc_ != EXIT_OK)                                                                  \
-            return prc_;                                                                      \
+#define PARSE(c, argc, argv, flags, pos, maxpos, npos)                                             \
+    do {                                                                                           \
+        int prc_ = parse(c, argc, argv, flags, NF(flags), pos, maxpos, npos);                      \
+        if (prc_ != EXIT_OK)                                                                       \
+            return prc_;                                                                           \
     } while (0)
 
 static int cmd_migrate(ctl *c, int argc, char **argv)
@@ -291,7 +292,8 @@ static int cmd_migrate(ctl *c, int argc, char **argv)
  */
 static const char POLICY_CHECK[] =
     "local dir, app, env = ...\n"
-    "local p, errs = require('oops.policy').load_dir(dir, { cron_parse = require('oops').cron.parse })\n"
+    "local p, errs = require('oops.policy').load_dir(dir, { cron_parse = "
+    "require('oops').cron.parse })\n"
     "if not p then return 'broken', table.concat(errs, '\\n') end\n"
     "local a = p.applications[app]\n"
     "if not a then\n"
@@ -334,14 +336,18 @@ static int check_policy(const char *dir, const char *app, const char *env)
     if (verdict && strcmp(verdict, "ok") == 0)
         rc = EXIT_OK;
     else if (verdict && strcmp(verdict, "app") == 0)
-        fail(EXIT_INPUT, "create: --app \"%s\" is not declared in the policies in %s (declared: %s)",
-             app, dir, detail ? detail : "?");
+        fail(EXIT_INPUT,
+             "create: --app \"%s\" is not declared in the policies in %s (declared: %s)", app, dir,
+             detail ? detail : "?");
     else if (verdict && strcmp(verdict, "env") == 0)
-        fail(EXIT_INPUT, "create: --env \"%s\" is not an environment of %s in the policies in %s (it declares: %s)",
+        fail(EXIT_INPUT,
+             "create: --env \"%s\" is not an environment of %s in the policies in %s (it declares: "
+             "%s)",
              env, app, dir, detail ? detail : "?");
     else
-        fail(EXIT_INPUT, "create: the policies in %s did not load, so nothing was checked or created:\n%s",
-             dir, detail ? detail : "?");
+        fail(EXIT_INPUT,
+             "create: the policies in %s did not load, so nothing was checked or created:\n%s", dir,
+             detail ? detail : "?");
     lua_pop(L, 2);
 out:
     runtime_free(rt);
@@ -373,9 +379,12 @@ static int cmd_create(ctl *c, int argc, char **argv)
 {
     enum { F_APP, F_ENV, F_MANUAL, F_ARTIFACT, F_SOURCE, F_ROLLBACK, F_POLICIES };
     ctl_flag f[] = {
-        [F_APP] = {"--app", true, false, NULL},           [F_ENV] = {"--env", true, false, NULL},
-        [F_MANUAL] = {"--manual", false, false, NULL},    [F_ARTIFACT] = {"--artifact", true, false, NULL},
-        [F_SOURCE] = {"--source", true, false, NULL},     [F_ROLLBACK] = {"--rollback", false, false, NULL},
+        [F_APP] = {"--app", true, false, NULL},
+        [F_ENV] = {"--env", true, false, NULL},
+        [F_MANUAL] = {"--manual", false, false, NULL},
+        [F_ARTIFACT] = {"--artifact", true, false, NULL},
+        [F_SOURCE] = {"--source", true, false, NULL},
+        [F_ROLLBACK] = {"--rollback", false, false, NULL},
         [F_POLICIES] = {"--policies", true, false, NULL},
     };
     size_t npos = 0;
@@ -423,7 +432,8 @@ static int cmd_create(ctl *c, int argc, char **argv)
     else
         printf("%s\n", id);
     if (!checked)
-        fail(EXIT_OK, "create: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
+        fail(EXIT_OK,
+             "create: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
     return EXIT_OK;
 }
 
@@ -437,8 +447,8 @@ static int cmd_list(ctl *c, int argc, char **argv)
     char err[1024];
     if (f[0].given && ctl_parse_statuses("--status", f[0].value, &mask, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "list: %s", err);
-    if (f[1].given &&
-        ctl_parse_number("--limit", f[1].value, 1, CTL_LIMIT_MAX, NULL, &limit, err, sizeof err) != 0)
+    if (f[1].given && ctl_parse_number("--limit", f[1].value, 1, CTL_LIMIT_MAX, NULL, &limit, err,
+                                       sizeof err) != 0)
         return fail(EXIT_INPUT, "list: %s", err);
     int rc = open_db(c);
     if (rc != EXIT_OK)
@@ -544,7 +554,8 @@ static int cmd_show(ctl *c, int argc, char **argv)
         for (size_t i = 0; i < nev; i++) {
             char from_to[100];
             snprintf(from_to, sizeof from_to, "%s -> %s",
-                     ev[i].from_status ? ev[i].from_status : "", ev[i].to_status ? ev[i].to_status : "");
+                     ev[i].from_status ? ev[i].from_status : "",
+                     ev[i].to_status ? ev[i].to_status : "");
             printf("  %.23s  %-15s  %-30s  %-14s  %s\n", tty_or(ev[i].created_at, "-"),
                    tty_or(ev[i].event_type, "-"), tty(from_to), tty_or(ev[i].server, "-"),
                    tty_or(ev[i].message, ""));
@@ -578,8 +589,9 @@ static int cmd_stop(ctl *c, int argc, char **argv)
     if (!f[0].given)
         from = now;
     if (from != now)
-        return fail(EXIT_STALE, "stop %s: state changed concurrently: it is %s, not %s; nothing changed",
-                    id, pipeline_status_name(now), pipeline_status_name(from));
+        return fail(EXIT_STALE,
+                    "stop %s: state changed concurrently: it is %s, not %s; nothing changed", id,
+                    pipeline_status_name(now), pipeline_status_name(from));
     if (pipeline_status_terminal(from))
         return fail(EXIT_INPUT, "stop %s: the pipeline already finished (%s)", id,
                     pipeline_status_name(from));
@@ -590,8 +602,9 @@ static int cmd_stop(ctl *c, int argc, char **argv)
     if (rc < 0)
         return db_fail(c, "stop", err);
     if (rc == 0)
-        return fail(EXIT_STALE, "stop %s: state changed concurrently: it is no longer %s; nothing changed",
-                    id, pipeline_status_name(from));
+        return fail(EXIT_STALE,
+                    "stop %s: state changed concurrently: it is no longer %s; nothing changed", id,
+                    pipeline_status_name(from));
     if (c->json)
         printf("{\"id\":\"%s\",\"from\":\"%s\",\"status\":\"STOPPED\"}\n", id,
                pipeline_status_name(from));
@@ -620,10 +633,14 @@ static int cmd_deploy(ctl *c, int argc, char **argv)
         return fail(EXIT_INPUT, "deploy %s: the build has not succeeded yet (%s)", id,
                     pipeline_status_name(st));
     if (st != PS_BUILD_SUCCEEDED)
-        return fail(EXIT_STALE, "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; nothing changed",
-                    id, pipeline_status_name(st));
+        return fail(
+            EXIT_STALE,
+            "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; nothing changed",
+            id, pipeline_status_name(st));
     if (requested) {
-        printf(c->json ? "{\"id\":\"%s\",\"requested\":true}\n" : "deploy of %s already requested\n", id);
+        printf(c->json ? "{\"id\":\"%s\",\"requested\":true}\n"
+                       : "deploy of %s already requested\n",
+               id);
         return EXIT_OK;
     }
     char err[512];
@@ -631,7 +648,10 @@ static int cmd_deploy(ctl *c, int argc, char **argv)
     if (rc < 0)
         return db_fail(c, "deploy", err);
     if (rc == 0)
-        return fail(EXIT_STALE, "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED; nothing changed", id);
+        return fail(EXIT_STALE,
+                    "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED; "
+                    "nothing changed",
+                    id);
     printf(c->json ? "{\"id\":\"%s\",\"requested\":true}\n" : "deploy of %s requested\n", id);
     return EXIT_OK;
 }
@@ -674,7 +694,9 @@ static void print_log_row(const db_result *r, size_t i)
     const char *when = tty_or(db_get(r, i, 1), "-"), *step = tty_or(db_get(r, i, 2), "-"),
                *server = tty_or(db_get(r, i, 3), "-");
     printf("%.23s UTC  %-7s  %-14s  %s%s", when, step, server, result ? "" : "exit ",
-           result ? tty(result) : status ? status : "-");
+           result   ? tty(result)
+           : status ? status
+                    : "-");
     if (ms)
         printf(" in %.1fs", strtod(ms, NULL) / 1000);
     printf("\n");
@@ -709,10 +731,11 @@ static int cmd_logs(ctl *c, int argc, char **argv)
     pipeline_clear(&p);
     db_value params[] = {db_text(id), db_text(step), db_text(step)};
     db_result *r = NULL;
-    if (db_exec(c->db,
-                "SELECT id, created_at, step, server, exit_status, result, duration_ms, argv, output"
-                " FROM pipeline_log WHERE pipeline_id = ? AND (? IS NULL OR step = ?) ORDER BY id",
-                params, 3, &r, err, sizeof err))
+    if (db_exec(
+            c->db,
+            "SELECT id, created_at, step, server, exit_status, result, duration_ms, argv, output"
+            " FROM pipeline_log WHERE pipeline_id = ? AND (? IS NULL OR step = ?) ORDER BY id",
+            params, 3, &r, err, sizeof err))
         return db_fail(c, "logs", err);
     if (c->json) {
         buf b = {0};
@@ -723,7 +746,8 @@ static int cmd_logs(ctl *c, int argc, char **argv)
         fputs(b.p, stdout);
         buf_free(&b);
     } else if (r->nrows == 0) {
-        printf("no command output logged for %s%s%s\n", id, step ? " in step " : "", step ? step : "");
+        printf("no command output logged for %s%s%s\n", id, step ? " in step " : "",
+               step ? step : "");
     } else {
         for (size_t i = 0; i < r->nrows; i++)
             print_log_row(r, i);
@@ -750,8 +774,10 @@ static int cmd_locks(ctl *c, int argc, char **argv)
         "        IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) AS owner"
         " FROM pipeline WHERE status NOT IN ('SUCCEEDED', 'ERROR', 'STOPPED')";
     static const char leader_lock[] =
-        " UNION ALL SELECT CONCAT('" OOPS_LOCK_LEADER_PREFIX "', ?), IS_USED_LOCK(CONCAT('" OOPS_LOCK_LEADER_PREFIX "', ?))";
-    static const char tail[] = ") l LEFT JOIN server s ON s.lock_connection_id = l.owner ORDER BY l.name";
+        " UNION ALL SELECT CONCAT('" OOPS_LOCK_LEADER_PREFIX
+        "', ?), IS_USED_LOCK(CONCAT('" OOPS_LOCK_LEADER_PREFIX "', ?))";
+    static const char tail[] =
+        ") l LEFT JOIN server s ON s.lock_connection_id = l.owner ORDER BY l.name";
     char sql[sizeof pipeline_locks + NLEADERS * sizeof leader_lock + sizeof tail];
     size_t len = (size_t)snprintf(sql, sizeof sql, "%s", pipeline_locks);
     db_value params[2 * NLEADERS];

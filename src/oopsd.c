@@ -16,20 +16,24 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--drain MS] [--log-level L]\n"
-          "       oopsd --check --policies DIR\n"
-          "       oopsd lua SCRIPT [ARGS...]\n"
-          "\n"
-          "  --db URL        mysql://user[:password]@host[:port]/database[?socket=PATH] (default $OOPS_DB;\n"
-          "                  the password may come from $OOPS_DB_PASSWORD)\n"
-          "  --name NAME     this server's name, unique among the servers\n"
-          "  --policies DIR  the policy files (*.lua)\n"
-          "  --listen ADDR   /healthz, /metrics, /status (default 127.0.0.1:7070; \"off\" disables)\n"
-          "  --drain MS      how long SIGTERM waits for in-flight steps, 1 to 3600000 (default 10000)\n"
-          "  --check         load and validate the policies, print ok or every error, exit 0 or 1\n"
-          "Each flag may be given once; --flag=value and --flag value are the same.\n"
-          "exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit\n",
-          f);
+    fputs(
+        "usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--drain MS] "
+        "[--log-level L]\n"
+        "       oopsd --check --policies DIR\n"
+        "       oopsd lua SCRIPT [ARGS...]\n"
+        "\n"
+        "  --db URL        mysql://user[:password]@host[:port]/database[?socket=PATH] (default "
+        "$OOPS_DB;\n"
+        "                  the password may come from $OOPS_DB_PASSWORD)\n"
+        "  --name NAME     this server's name, unique among the servers\n"
+        "  --policies DIR  the policy files (*.lua)\n"
+        "  --listen ADDR   /healthz, /metrics, /status (default 127.0.0.1:7070; \"off\" disables)\n"
+        "  --drain MS      how long SIGTERM waits for in-flight steps, 1 to 3600000 (default "
+        "10000)\n"
+        "  --check         load and validate the policies, print ok or every error, exit 0 or 1\n"
+        "Each flag may be given once; --flag=value and --flag value are the same.\n"
+        "exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit\n",
+        f);
 }
 
 /* Every flag at most once, exact names only, no empty values (ctl_args.h). */
@@ -39,10 +43,14 @@ int main(int argc, char **argv)
         return daemon_lua(argc - 2, argv + 2);
     enum { F_DB, F_NAME, F_POLICIES, F_LISTEN, F_CHECK, F_DRAIN, F_LOG_LEVEL, F_HELP };
     ctl_flag f[] = {
-        [F_DB] = {"--db", true, false, NULL},          [F_NAME] = {"--name", true, false, NULL},
-        [F_POLICIES] = {"--policies", true, false, NULL}, [F_LISTEN] = {"--listen", true, false, NULL},
-        [F_CHECK] = {"--check", false, false, NULL},   [F_DRAIN] = {"--drain", true, false, NULL},
-        [F_LOG_LEVEL] = {"--log-level", true, false, NULL}, [F_HELP] = {"--help", false, false, NULL},
+        [F_DB] = {"--db", true, false, NULL},
+        [F_NAME] = {"--name", true, false, NULL},
+        [F_POLICIES] = {"--policies", true, false, NULL},
+        [F_LISTEN] = {"--listen", true, false, NULL},
+        [F_CHECK] = {"--check", false, false, NULL},
+        [F_DRAIN] = {"--drain", true, false, NULL},
+        [F_LOG_LEVEL] = {"--log-level", true, false, NULL},
+        [F_HELP] = {"--help", false, false, NULL},
     };
     char err[1024];
     int rc = ctl_parse_flags(argc - 1, argv + 1, f, sizeof f / sizeof f[0], false, NULL, 0, NULL,

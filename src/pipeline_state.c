@@ -4,7 +4,7 @@
 #include <string.h>
 
 static const char *const names[PS__COUNT] = {
-    "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED", "DEPLOYING",
+    "INITIALIZED", "RUNNING",   "BUILD_SUCCEEDED", "DEPLOYING",
     "ROLLING_OUT", "SUCCEEDED", "ERROR",           "STOPPED",
 };
 
@@ -55,14 +55,10 @@ bool pipeline_status_unfinished(pipeline_status s)
 const char *pipeline_event_type(pipeline_status to)
 {
     switch (to) {
-    case PS_INITIALIZED:
-        return "CREATED";
-    case PS_RUNNING:
-        return "BUILDING";
-    case PS_ERROR:
-        return "FAILED";
-    default:
-        return pipeline_status_name(to);
+    case PS_INITIALIZED: return "CREATED";
+    case PS_RUNNING: return "BUILDING";
+    case PS_ERROR: return "FAILED";
+    default: return pipeline_status_name(to);
     }
 }
 
@@ -86,13 +82,13 @@ void pipeline_quote(char *out, size_t n, const char *s, size_t max)
     size_t o = 0;
     if (!n)
         return;
-#define PUT(str)                                                                              \
-    do {                                                                                      \
-        size_t l_ = strlen(str);                                                              \
-        if (o + l_ >= n)                                                                      \
-            goto full;                                                                        \
-        memcpy(out + o, str, l_);                                                             \
-        o += l_;                                                                              \
+#define PUT(str)                                                                                   \
+    do {                                                                                           \
+        size_t l_ = strlen(str);                                                                   \
+        if (o + l_ >= n)                                                                           \
+            goto full;                                                                             \
+        memcpy(out + o, str, l_);                                                                  \
+        o += l_;                                                                                   \
     } while (0)
     PUT("\"");
     size_t i = 0;

@@ -44,8 +44,8 @@ const char *pipeline_event_type(pipeline_status to);
  * would be other names: they are refused before they are stored.
  */
 #define PIPELINE_LABEL_MAX 63
-#define PIPELINE_LABEL_RULE                                                                   \
-    "must be a lowercase DNS label (a-z, 0-9 and \"-\", not at either end, at most 63 "      \
+#define PIPELINE_LABEL_RULE                                                                        \
+    "must be a lowercase DNS label (a-z, 0-9 and \"-\", not at either end, at most 63 "            \
     "characters)"
 bool pipeline_label_valid(const char *s);
 /* 0, or -1 with `WHAT "VALUE": must be a lowercase DNS label (...)` in err;

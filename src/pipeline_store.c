@@ -7,9 +7,9 @@
 
 #include "lock_names.h"
 
-#define PIPELINE_COLUMNS                                                                      \
-    "id, namespace, application, environment, status, deploy_mode, artifact, source, "       \
-    "message, trigger_type, deploy_requested_at, created_at, status_changed_at, driven_by, " \
+#define PIPELINE_COLUMNS                                                                           \
+    "id, namespace, application, environment, status, deploy_mode, artifact, source, "             \
+    "message, trigger_type, deploy_requested_at, created_at, status_changed_at, driven_by, "       \
     "TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) / 1e6"
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
@@ -144,9 +144,14 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
     pipeline_new_id(out_id, 12);
     if (db_begin(c, err, errlen))
         return PSTORE_DB;
-    db_value p[] = {db_text(out_id),      db_text(n->namespace), db_text(n->application),
-                    db_text(n->environment), db_text(n->manual ? "manual" : "auto"),
-                    db_text(n->artifact), db_text(n->source),    db_text(trigger),
+    db_value p[] = {db_text(out_id),
+                    db_text(n->namespace),
+                    db_text(n->application),
+                    db_text(n->environment),
+                    db_text(n->manual ? "manual" : "auto"),
+                    db_text(n->artifact),
+                    db_text(n->source),
+                    db_text(trigger),
                     db_text("Pipeline created.")};
     unsigned rc = db_exec(c,
                           "INSERT INTO pipeline (id, namespace, application, environment, status, "
@@ -163,8 +168,8 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
         return 0;
     db_rollback(c);
     if (rc == DB_ER_DUP_ENTRY) {
-        snprintf(err, errlen, "an unfinished pipeline already exists for %s/%s in %s",
-                 n->namespace, n->application, n->environment);
+        snprintf(err, errlen, "an unfinished pipeline already exists for %s/%s in %s", n->namespace,
+                 n->application, n->environment);
         return PSTORE_EXISTS;
     }
     if (rc == 4025 /* ER_CONSTRAINT_FAILED: only source can fail after the checks above */) {
@@ -175,9 +180,9 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
     return PSTORE_DB;
 }
 
-int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
-                              pipeline_status to, const char *message, const char *driver,
-                              const char *actor, uint64_t lock_session, char *err, size_t errlen)
+int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, pipeline_status to,
+                              const char *message, const char *driver, const char *actor,
+                              uint64_t lock_session, char *err, size_t errlen)
 {
     if (!pipeline_transition_allowed(from, to)) {
         snprintf(err, errlen, "illegal transition %s -> %s",
@@ -193,13 +198,15 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
      * session holds the pipeline's lock, so a server that lost its session
      * (frozen, cut off) and does not know it yet changes nothing. */
     long long fence = (long long)lock_session;
-    db_value p[] = {db_text(pipeline_status_name(to)), db_text(message), db_text(driver),
-                    db_text(id), db_text(pipeline_status_name(from)), db_int(fence), db_int(fence)};
-    unsigned rc = db_exec(c,
-                          "UPDATE pipeline SET status = ?, message = ?, status_changed_at = NOW(6), "
-                          "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ? AND "
-                          "(? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)",
-                          p, 7, &r, e, sizeof e);
+    db_value p[] = {
+        db_text(pipeline_status_name(to)),   db_text(message), db_text(driver), db_text(id),
+        db_text(pipeline_status_name(from)), db_int(fence),    db_int(fence)};
+    unsigned rc =
+        db_exec(c,
+                "UPDATE pipeline SET status = ?, message = ?, status_changed_at = NOW(6), "
+                "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ? AND "
+                "(? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)",
+                p, 7, &r, e, sizeof e);
     int won = 0;
     if (rc == 0) {
         won = r->affected == 1;
@@ -214,7 +221,8 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
         return won;
     db_rollback(c);
     if (rc == DB_ER_DUP_ENTRY) {
-        snprintf(err, errlen, "an unfinished pipeline already exists for this application and environment");
+        snprintf(err, errlen,
+                 "an unfinished pipeline already exists for this application and environment");
         return PSTORE_EXISTS;
     }
     snprintf(err, errlen, "%s", e);
@@ -225,8 +233,7 @@ int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, siz
 {
     db_result *r = NULL;
     db_value p[] = {db_text(id)};
-    if (db_exec(c, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE id = ?", p, 1, &r, err,
-                errlen))
+    if (db_exec(c, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE id = ?", p, 1, &r, err, errlen))
         return PSTORE_DB;
     int found = r->nrows == 1;
     if (found)
@@ -242,8 +249,9 @@ static int list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit
     char sql[1024];
     db_value p[PS__COUNT + 2];
     size_t np = 0;
-    int len = snprintf(sql, sizeof sql, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1",
-                       owned ? ", COALESCE(IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)), 0)" : "");
+    int len = snprintf(
+        sql, sizeof sql, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1",
+        owned ? ", COALESCE(IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)), 0)" : "");
     if (status_mask) {
         len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status IN (");
         for (int s = 0; s < PS__COUNT; s++) {

@@ -16,25 +16,27 @@
 /* Negative results of the store's calls. */
 enum {
     PSTORE_ILLEGAL = -1, /* transition not in the table; no SQL was sent */
-    PSTORE_EXISTS = -2,  /* an unfinished pipeline already exists for that application/environment */
-    PSTORE_DB = -3,      /* database error; err says what (db_errno_is_connection tells if lost) */
-    PSTORE_BAD = -4,     /* bad input: a name that is not a lowercase DNS label, a long artifact, source not JSON */
+    PSTORE_EXISTS = -2, /* an unfinished pipeline already exists for that application/environment */
+    PSTORE_DB = -3,     /* database error; err says what (db_errno_is_connection tells if lost) */
+    PSTORE_BAD = -4, /* bad input: a name that is not a lowercase DNS label, a long artifact, source
+                        not JSON */
 };
 
 typedef struct pipeline {
     char id[25];
     char *namespace, *application, *environment;
     pipeline_status status;
-    bool manual;           /* deploy_mode = 'manual' */
-    char *artifact;        /* may be NULL */
-    char *source;          /* JSON text, may be NULL */
-    char *message;         /* may be NULL */
-    char *trigger_type;    /* "release" | "rollback" */
-    char *deploy_requested_at; /* NULL unless a manual deploy was requested */
+    bool manual;                          /* deploy_mode = 'manual' */
+    char *artifact;                       /* may be NULL */
+    char *source;                         /* JSON text, may be NULL */
+    char *message;                        /* may be NULL */
+    char *trigger_type;                   /* "release" | "rollback" */
+    char *deploy_requested_at;            /* NULL unless a manual deploy was requested */
     char *created_at, *status_changed_at; /* "YYYY-MM-DD HH:MM:SS.ffffff" UTC */
-    char *driven_by;       /* server that made the last transition, may be NULL */
-    double status_age_s;   /* seconds since status_changed_at, on the database's clock */
-    long long lock_owner;  /* pipeline_store_list_owned: IS_USED_LOCK('oops:pipeline:ID'), 0 = free */
+    char *driven_by;                      /* server that made the last transition, may be NULL */
+    double status_age_s; /* seconds since status_changed_at, on the database's clock */
+    long long
+        lock_owner; /* pipeline_store_list_owned: IS_USED_LOCK('oops:pipeline:ID'), 0 = free */
 } pipeline;
 
 typedef struct pipeline_event_row {
@@ -51,7 +53,7 @@ typedef struct pipeline_new {
     const char *actor;    /* recorded as the CREATED event's server */
 } pipeline_new;
 
-void pipeline_clear(pipeline *p);        /* frees the fields, not p */
+void pipeline_clear(pipeline *p); /* frees the fields, not p */
 void pipeline_list_free(pipeline *v, size_t n);
 void pipeline_events_free(pipeline_event_row *v, size_t n);
 
@@ -79,10 +81,9 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
  * session holds oops:pipeline:ID (0 otherwise, like a lost race), and the
  * event records it. 0 = an operator's change, not fenced.
  */
-int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from,
-                              pipeline_status to, const char *message, const char *driver,
-                              const char *actor, uint64_t lock_session, char *err,
-                              size_t errlen);
+int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, pipeline_status to,
+                              const char *message, const char *driver, const char *actor,
+                              uint64_t lock_session, char *err, size_t errlen);
 
 /* 1 found (*out filled, pipeline_clear it), 0 not found, PSTORE_DB. */
 int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen);

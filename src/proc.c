@@ -31,10 +31,10 @@ typedef struct capture {
 } capture;
 
 typedef enum timer_phase {
-    PHASE_IDLE,     /* timer not armed */
-    PHASE_TIMEOUT,  /* waiting for timeout_ms */
-    PHASE_GRACE,    /* SIGTERM sent, SIGKILL when it fires */
-    PHASE_DRAIN     /* process gone, waiting for pipe EOF */
+    PHASE_IDLE,    /* timer not armed */
+    PHASE_TIMEOUT, /* waiting for timeout_ms */
+    PHASE_GRACE,   /* SIGTERM sent, SIGKILL when it fires */
+    PHASE_DRAIN    /* process gone, waiting for pipe EOF */
 } timer_phase;
 
 struct proc {
@@ -47,10 +47,10 @@ struct proc {
     char *stdin_copy;
     size_t stdin_len;
 
-    capture cap[2];    /* [0] stdout, [1] stderr */
+    capture cap[2]; /* [0] stdout, [1] stderr */
     bool eof[2];
 
-    int open_handles;  /* initialised handles whose close callback is due */
+    int open_handles; /* initialised handles whose close callback is due */
     bool exited, finishing, failed, timed_out;
     timer_phase phase;
     uint64_t grace_ms;
@@ -159,7 +159,8 @@ static void report(proc *p)
         .exit_status = p->exit_status,
         .term_signal = p->term_signal,
         .timed_out = p->timed_out,
-        .out = "", .err = "",
+        .out = "",
+        .err = "",
     };
     if (capture_linearize(&p->cap[0])) {
         r.out = p->cap[0].buf;
@@ -246,8 +247,7 @@ static void on_timer(uv_timer_t *t)
         p->phase = PHASE_IDLE;
         finish(p);
         break;
-    case PHASE_IDLE:
-        break;
+    case PHASE_IDLE: break;
     }
 }
 
@@ -416,10 +416,10 @@ proc *proc_spawn(uv_loop_t *loop, const proc_options *o, char *err, size_t errle
     uv_process_options_t uo = {
         .exit_cb = on_process_exit,
         .file = o->argv[0],
-        .args = (char **)o->argv,  /* libuv does not write through these */
+        .args = (char **)o->argv, /* libuv does not write through these */
         .env = (char **)o->env,
         .cwd = o->cwd,
-        .flags = UV_PROCESS_DETACHED,  /* setsid: own session and process group */
+        .flags = UV_PROCESS_DETACHED, /* setsid: own session and process group */
         .stdio_count = 3,
         .stdio = stdio,
     };
@@ -446,10 +446,7 @@ proc *proc_spawn(uv_loop_t *loop, const proc_options *o, char *err, size_t errle
     return p;
 }
 
-int proc_pid(const proc *p)
-{
-    return p->process.pid;
-}
+int proc_pid(const proc *p) { return p->process.pid; }
 
 void proc_kill(proc *p, int sig)
 {

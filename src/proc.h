@@ -33,11 +33,13 @@
 typedef struct proc proc;
 
 typedef struct proc_result {
-    int64_t exit_status;   /* exit code when the process exited (0 when a signal ended it) */
-    int term_signal;       /* signal that ended it, 0 if none */
-    bool timed_out;        /* the timeout elapsed while it ran and proc sent SIGTERM/SIGKILL */
-    const char *out; size_t out_len;   /* captured stdout (NUL-terminated, valid during the callback) */
-    const char *err; size_t err_len;   /* captured stderr (same) */
+    int64_t exit_status; /* exit code when the process exited (0 when a signal ended it) */
+    int term_signal;     /* signal that ended it, 0 if none */
+    bool timed_out;      /* the timeout elapsed while it ran and proc sent SIGTERM/SIGKILL */
+    const char *out;
+    size_t out_len; /* captured stdout (NUL-terminated, valid during the callback) */
+    const char *err;
+    size_t err_len; /* captured stderr (same) */
 } proc_result;
 
 /* Called exactly once per successful proc_spawn(); r and its buffers are
@@ -50,23 +52,25 @@ typedef void (*proc_exit_cb)(void *ud, const proc_result *r);
 typedef void (*proc_output_cb)(void *ud, int stream, const char *data, size_t len);
 
 typedef struct proc_options {
-    const char *const *argv;   /* argv[0] is looked up in PATH (the child's: see env); NULL-terminated */
-    const char *const *env;    /* NULL = inherit; else NULL-terminated "K=V" list that REPLACES the
-                                  environment (without PATH there, execvp searches /bin:/usr/bin) */
-    const char *cwd;           /* NULL = inherit */
-    const char *stdin_data; size_t stdin_len;  /* copied; written then stdin closed.
-                                                  NULL = stdin is /dev/null */
-    uint64_t timeout_ms;       /* 0 = none; on expiry SIGTERM to the group, then SIGKILL after
-                                  kill_grace_ms */
-    uint64_t kill_grace_ms;    /* default 2000 when 0.  Also bounds how long, after the process
-                                  exited, proc waits for EOF on stdout/stderr that a leftover
-                                  background descendant still holds open; then the pipes are
-                                  closed (the descendant is left alone) and on_exit is called */
-    size_t max_output;         /* cap per stream, keeps the LAST bytes beyond it (tail),
-                                  default 1 MiB when 0 */
-    proc_output_cb on_output;  /* may be NULL */
-    proc_exit_cb on_exit;      /* may be NULL (fire and forget) */
-    void *ud;                  /* passed to both callbacks */
+    const char *const
+        *argv; /* argv[0] is looked up in PATH (the child's: see env); NULL-terminated */
+    const char *const *env; /* NULL = inherit; else NULL-terminated "K=V" list that REPLACES the
+                               environment (without PATH there, execvp searches /bin:/usr/bin) */
+    const char *cwd;        /* NULL = inherit */
+    const char *stdin_data;
+    size_t stdin_len;         /* copied; written then stdin closed.
+                                 NULL = stdin is /dev/null */
+    uint64_t timeout_ms;      /* 0 = none; on expiry SIGTERM to the group, then SIGKILL after
+                                 kill_grace_ms */
+    uint64_t kill_grace_ms;   /* default 2000 when 0.  Also bounds how long, after the process
+                                 exited, proc waits for EOF on stdout/stderr that a leftover
+                                 background descendant still holds open; then the pipes are
+                                 closed (the descendant is left alone) and on_exit is called */
+    size_t max_output;        /* cap per stream, keeps the LAST bytes beyond it (tail),
+                                 default 1 MiB when 0 */
+    proc_output_cb on_output; /* may be NULL */
+    proc_exit_cb on_exit;     /* may be NULL (fire and forget) */
+    void *ud;                 /* passed to both callbacks */
 } proc_options;
 
 /* Starts argv as a child of the loop.  The options and everything they point

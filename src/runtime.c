@@ -20,12 +20,12 @@ typedef struct pending {
 
 struct runtime {
     lua_State *L;
-    runtime_sandbox sandbox;    /* the memory account and the active sandbox's limits */
+    runtime_sandbox sandbox; /* the memory account and the active sandbox's limits */
     oops_ctx *ctx;
     size_t tasks;
-    int depth;                  /* lua_resume frames of ours now running */
+    int depth; /* lua_resume frames of ours now running */
     pending *queue, *queue_tail;
-    struct sleeper *sleepers;   /* tasks blocked in oops.sleep */
+    struct sleeper *sleepers; /* tasks blocked in oops.sleep */
 };
 
 typedef struct sleeper {
@@ -37,7 +37,7 @@ typedef struct sleeper {
 
 /* Registry keys (addresses are unique). */
 static const char K_RUNTIME = 0;
-static const char K_TASKS = 0;   /* table: thread -> what (string) */
+static const char K_TASKS = 0; /* table: thread -> what (string) */
 
 runtime *runtime_of(lua_State *L)
 {
@@ -95,7 +95,8 @@ int runtime_call(lua_State *L, int nargs, int nres, const char *what, char *err,
     int rc = lua_pcall(L, nargs, nres, base);
     lua_remove(L, base);
     if (rc != LUA_OK) {
-        log_failure(what, lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error object)", err, errlen);
+        log_failure(what, lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error object)", err,
+                    errlen);
         lua_pop(L, 1);
         return -1;
     }
@@ -250,7 +251,8 @@ int runtime_l_sleep(lua_State *L)
     if (s->next)
         s->next->prev = s;
     rt->sleepers = s;
-    uv_update_time(rt->ctx->loop); /* the loop's cached time is stale after Lua ran: sleep would end early */
+    uv_update_time(
+        rt->ctx->loop); /* the loop's cached time is stale after Lua ran: sleep would end early */
     uv_timer_start(&s->timer, sleeper_fired, (uint64_t)ms, 0);
     return lua_yield(L, 0);
 }

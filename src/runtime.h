@@ -61,8 +61,8 @@ int runtime_call(lua_State *L, int nargs, int nres, const char *what, char *err,
 void runtime_spawn(lua_State *L, int nargs, const char *what);
 /* Raise a Lua error unless L is a task (a call that waits must run in one). */
 void runtime_check_task(lua_State *L, const char *fname);
-/* Resume a waiting task (tasks stay referenced for their whole life) with nargs values already pushed on its stack. Safe
- * from any loop callback; resumes requested while Lua runs are queued. */
+/* Resume a waiting task (tasks stay referenced for their whole life) with nargs values already
+ * pushed on its stack. Safe from any loop callback; resumes requested while Lua runs are queued. */
 void runtime_resume(lua_State *co, int nargs);
 /* Live tasks (running or waiting). */
 size_t runtime_task_count(const runtime *rt);
@@ -87,6 +87,7 @@ void lua_register_sandbox(lua_State *L);
 void sandbox_guard_patterns(lua_State *L);
 
 /* Helpers for bindings. */
-void lua_setfuncs_in(lua_State *L, const char *field, const luaL_Reg *fns); /* oops.<field> = { fns } */
+void lua_setfuncs_in(lua_State *L, const char *field,
+                     const luaL_Reg *fns); /* oops.<field> = { fns } */
 
 #endif

@@ -12,6 +12,9 @@ typedef struct migration {
 } migration;
 
 /* 1: the core — pipelines, their event trail, and the servers. */
+/* The migrations are SQL laid out as SQL (one column per line): clang-format
+ * would reflow it. */
+/* clang-format off */
 static const char *const v1[] = {
     "CREATE TABLE IF NOT EXISTS pipeline ("
     " id VARCHAR(24) NOT NULL PRIMARY KEY,"
@@ -317,6 +320,8 @@ static const char *const v5[] = {
 #undef NAME
 #undef EXACT
 
+/* clang-format on */
+
 static const migration migrations[] = {
     {1, "pipelines, events and servers", v1},
     {2, "simulated cluster, exec jobs, pipeline logs", v2},
@@ -375,7 +380,8 @@ unsigned schema_migrate(db_conn *c, int *applied, char *err, size_t errlen)
     if (applied)
         *applied = 0;
     /* Wait (bounded) for another runner rather than racing it. */
-    unsigned rc = db_exec(c, "SELECT GET_LOCK('" OOPS_LOCK_MIGRATE "', 60)", NULL, 0, &r, e, sizeof e);
+    unsigned rc =
+        db_exec(c, "SELECT GET_LOCK('" OOPS_LOCK_MIGRATE "', 60)", NULL, 0, &r, e, sizeof e);
     if (rc) {
         snprintf(err, errlen, "taking the migrate lock: %s", e);
         return rc;
@@ -383,7 +389,8 @@ unsigned schema_migrate(db_conn *c, int *applied, char *err, size_t errlen)
     long long got = db_get_int(r, 0, 0, 0);
     db_result_free(r);
     if (got != 1) {
-        snprintf(err, errlen, "another runner held the migrate lock (" OOPS_LOCK_MIGRATE ") for 60s");
+        snprintf(err, errlen,
+                 "another runner held the migrate lock (" OOPS_LOCK_MIGRATE ") for 60s");
         return 1205; /* ER_LOCK_WAIT_TIMEOUT */
     }
     int cur = schema_current(c, e, sizeof e);

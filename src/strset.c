@@ -27,10 +27,7 @@ static size_t find(const strset *s, const char *k)
     return (size_t)-1;
 }
 
-bool strset_has(const strset *s, const char *k)
-{
-    return s->cap && find(s, k) != (size_t)-1;
-}
+bool strset_has(const strset *s, const char *k) { return s->cap && find(s, k) != (size_t)-1; }
 
 /* Rehash when live members and tombstones fill 3/4 of the slots: into a table
  * where the live members fill at most half, so a set that sees many names come

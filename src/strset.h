@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 typedef struct strset {
-    char **slots;   /* NULL = empty, STRSET_TOMB = deleted */
+    char **slots; /* NULL = empty, STRSET_TOMB = deleted */
     size_t cap, len, used;
 } strset;
 

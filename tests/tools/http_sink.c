@@ -53,20 +53,20 @@ static void usage(void)
 static char *read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
-    if (f == NULL) {
+    if (!f) {
         fprintf(stderr, "http_sink: cannot read %s: %s\n", path, strerror(errno));
         exit(2);
     }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     size_t got;
-    while (buf != NULL && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
         n += got;
         if (n == cap)
             buf = realloc(buf, cap *= 2);
     }
     fclose(f);
-    if (buf == NULL) {
+    if (!buf) {
         fprintf(stderr, "http_sink: out of memory\n");
         exit(2);
     }
@@ -92,12 +92,12 @@ static void record(sink *s, struct MHD_Connection *conn, const char *method, con
                    unsigned status, const request *r)
 {
     fprintf(s->record, "%s %s %u ", method, url, status);
-    if (s->header != NULL) {
+    if (s->header) {
         const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, s->header);
-        fputs(v != NULL && *v != '\0' ? v : "-", s->record);
+        fputs(v && *v != '\0' ? v : "-", s->record);
         fputc(' ', s->record);
     }
-    write_escaped(s->record, r->data != NULL ? r->data : "", r->len);
+    write_escaped(s->record, r->data ? r->data : "", r->len);
     fputc('\n', s->record);
     fflush(s->record);
 }
@@ -107,7 +107,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, con
 {
     struct MHD_Response *res =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (res == NULL)
+    if (!res)
         return MHD_NO;
     enum MHD_Result ret = MHD_queue_response(conn, status, res);
     MHD_destroy_response(res);
@@ -123,9 +123,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     (void)version;
     sink *s = cls;
     request *r = *con_cls;
-    if (r == NULL) {
+    if (!r) {
         r = calloc(1, sizeof *r);
-        if (r == NULL)
+        if (!r)
             return MHD_NO;
         *con_cls = r;
         return MHD_YES;
@@ -135,7 +135,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
             r->too_big = 1;
         } else if (!r->too_big) {
             char *d = realloc(r->data, r->len + *upload_size + 1);
-            if (d == NULL)
+            if (!d)
                 return MHD_NO;
             memcpy(d + r->len, upload, *upload_size);
             r->data = d;
@@ -153,7 +153,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         return respond(conn, 500, "failing on purpose\n", 19);
     }
     record(s, conn, method, url, 200, r);
-    return respond(conn, 200, s->body != NULL ? s->body : "ok\n", s->body != NULL ? s->body_len : 3);
+    return respond(conn, 200, s->body ? s->body : "ok\n", s->body ? s->body_len : 3);
 }
 
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -161,7 +161,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     (void)cls, (void)conn, (void)why;
     request *r = *con_cls;
-    if (r != NULL) {
+    if (r) {
         free(r->data);
         free(r);
         *con_cls = NULL;
@@ -200,10 +200,10 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if (port < 1 || record_path == NULL)
+    if (port < 1 || !record_path)
         usage();
     s.record = fopen(record_path, "a");
-    if (s.record == NULL) {
+    if (!s.record) {
         fprintf(stderr, "http_sink: cannot open %s: %s\n", record_path, strerror(errno));
         return 2;
     }
@@ -220,11 +220,11 @@ int main(int argc, char **argv)
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL, handle,
-        &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed,
-        NULL, MHD_OPTION_END);
-    if (d == NULL) {
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL,
+                         NULL, handle, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+    if (!d) {
         fprintf(stderr, "http_sink: cannot listen on 127.0.0.1:%ld\n", port);
         return 2;
     }

@@ -31,7 +31,8 @@ static void control_characters_del_and_c1_are_escaped(void **state)
             assert_true((unsigned char)*p >= 0x20 && (unsigned char)*p != 0x7f);
         free(out);
     }
-    char *out = json_of("a\x7f" "b");
+    char *out = json_of("a\x7f"
+                        "b");
     assert_string_equal(out, "\"a\\u007fb\"");
     free(out);
     for (unsigned cp = 0x80; cp <= 0x9f; cp++) {

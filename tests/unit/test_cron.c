@@ -71,8 +71,13 @@ static void assert_same_expr(const char *a, const char *b)
 /* Local broken-down time with tm_wday filled in by mktime. */
 static struct tm local_tm(int y, int mo, int d, int h, int mi, int s)
 {
-    struct tm t = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d,
-                   .tm_hour = h, .tm_min = mi, .tm_sec = s, .tm_isdst = -1};
+    struct tm t = {.tm_year = y - 1900,
+                   .tm_mon = mo - 1,
+                   .tm_mday = d,
+                   .tm_hour = h,
+                   .tm_min = mi,
+                   .tm_sec = s,
+                   .tm_isdst = -1};
     mktime(&t);
     return t;
 }
@@ -85,8 +90,12 @@ static time_t local(int y, int mo, int d, int h, int mi, int s)
 
 static time_t utc(int y, int mo, int d, int h, int mi, int s)
 {
-    struct tm t = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d,
-                   .tm_hour = h, .tm_min = mi, .tm_sec = s};
+    struct tm t = {.tm_year = y - 1900,
+                   .tm_mon = mo - 1,
+                   .tm_mday = d,
+                   .tm_hour = h,
+                   .tm_min = mi,
+                   .tm_sec = s};
     return timegm(&t);
 }
 
@@ -630,8 +639,8 @@ int main(void)
         cmocka_unit_test(test_next_gives_up_quickly_on_impossible_dates),
         cmocka_unit_test_setup_teardown(test_next_spring_forward_gap_time_runs_after_the_jump,
                                         use_new_york, use_utc),
-        cmocka_unit_test_setup_teardown(test_next_fall_back_repeated_time_fires_once,
-                                        use_new_york, use_utc),
+        cmocka_unit_test_setup_teardown(test_next_fall_back_repeated_time_fires_once, use_new_york,
+                                        use_utc),
     };
     return cmocka_run_group_tests(tests, use_utc, NULL);
 }

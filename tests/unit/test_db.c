@@ -17,7 +17,9 @@ static void a_full_url_is_parsed(void **state)
     (void)state;
     db_config c;
     char err[256];
-    assert_int_equal(db_config_parse(&c, "mysql://oops:p%40ss@db.example:3307/oopsdb", NULL, err, sizeof err), 0);
+    assert_int_equal(
+        db_config_parse(&c, "mysql://oops:p%40ss@db.example:3307/oopsdb", NULL, err, sizeof err),
+        0);
     assert_string_equal(c.user, "oops");
     assert_string_equal(c.password, "p@ss");
     assert_string_equal(c.host, "db.example");
@@ -32,7 +34,9 @@ static void a_socket_url_and_the_password_from_the_environment(void **state)
     (void)state;
     db_config c;
     char err[256], where[300];
-    assert_int_equal(db_config_parse(&c, "mysql://oops@localhost/oops?socket=/run/my%20sql.sock", "envpw", err, sizeof err), 0);
+    assert_int_equal(db_config_parse(&c, "mysql://oops@localhost/oops?socket=/run/my%20sql.sock",
+                                     "envpw", err, sizeof err),
+                     0);
     assert_string_equal(c.socket, "/run/my sql.sock");
     assert_string_equal(c.password, "envpw");
     assert_string_equal(db_config_where(&c, where, sizeof where), "socket /run/my sql.sock");
@@ -46,7 +50,9 @@ static void a_socket_url_and_the_password_from_the_environment(void **state)
 static void bad_urls_say_what_is_wrong_without_the_password(void **state)
 {
     (void)state;
-    static const struct { const char *url, *msg; } cases[] = {
+    static const struct {
+        const char *url, *msg;
+    } cases[] = {
         {"postgres://u:secret@h/d", "database URL must start with mysql://"},
         {"mysql://u:secret@h", "database URL has no /database part"},
         {"mysql://h/d", "database URL has no user"},
@@ -56,13 +62,15 @@ static void bad_urls_say_what_is_wrong_without_the_password(void **state)
         {"mysql://u:secret@h:+7/d", "the port after the host must be a number from 1 to 65535"},
         {"mysql://u:secret@h/", "the database name after the host must be 1 to 64 characters"},
         {"mysql://u:secret@h/d?sock=x", "database URL: unknown option \"sock\""},
-        {"mysql://u:secret@h/d?connect_timeout=abc", "connect_timeout must be a whole number of seconds from 1 to 3600"},
+        {"mysql://u:secret@h/d?connect_timeout=abc",
+         "connect_timeout must be a whole number of seconds from 1 to 3600"},
         {"mysql://u:secret@h/d?connect_timeout=0", "connect_timeout must be a whole number"},
         {"mysql://u:secret@h/d?connect_timeout=3601", "connect_timeout must be a whole number"},
         {"mysql://u:secret@h/d?connect_timeout=10s", "connect_timeout must be a whole number"},
         {"mysql://u:secret@h/d?connect_timeout=-1", "connect_timeout must be a whole number"},
         {"mysql://u:secret@h/d?connect_timeout=", "option connect_timeout has an empty value"},
-        {"mysql://u:secret@h/d?connect_timeout=5&connect_timeout=6", "option connect_timeout is given twice"},
+        {"mysql://u:secret@h/d?connect_timeout=5&connect_timeout=6",
+         "option connect_timeout is given twice"},
         {"mysql://u:secret@h/d?socket=rel.sock", "option socket must be an absolute path"},
         {"mysql://u:secret@h/d?socket=/a&&connect_timeout=5", "an empty option"},
         {"mysql://u:secret@h/d?socket=/a&", "an empty option"},
@@ -104,7 +112,8 @@ static void bad_urls_say_what_is_wrong_without_the_password(void **state)
 static void no_part_of_any_password_reaches_a_message(void **state)
 {
     (void)state;
-    static const char *const specials[] = {"@", ":", "/", "?", "#", "&", "=", "[", "]", "@:/", "/@/", "::", "%25", ""};
+    static const char *const specials[] = {"@", ":", "/",   "?",   "#",  "&",   "=",
+                                           "[", "]", "@:/", "/@/", "::", "%25", ""};
     static const char *const shapes[] = {
         /* right */
         "mysql://oops:%s@db.example:3306/oops",
@@ -127,7 +136,8 @@ static void no_part_of_any_password_reaches_a_message(void **state)
     for (size_t i = 0; i < sizeof specials / sizeof *specials; i++) {
         char pw[64], decoded[64];
         snprintf(pw, sizeof pw, "SECRETHEAD%sSECRETTAIL", specials[i]);
-        snprintf(decoded, sizeof decoded, "SECRETHEAD%sSECRETTAIL", strcmp(specials[i], "%25") ? specials[i] : "%");
+        snprintf(decoded, sizeof decoded, "SECRETHEAD%sSECRETTAIL",
+                 strcmp(specials[i], "%25") ? specials[i] : "%");
         for (size_t j = 0; j < sizeof shapes / sizeof *shapes; j++) {
             char url[256], err[512];
             /* With an '@' of its own, a password followed by no '@' is a
@@ -147,7 +157,8 @@ static void no_part_of_any_password_reaches_a_message(void **state)
             }
             if (rc == 0)
                 fail_msg("accepted: %s", url);
-            if (strstr(err, "SECRET") || strstr(err, "HEAD") || strstr(err, "TAIL") || strstr(err, "ECRE"))
+            if (strstr(err, "SECRET") || strstr(err, "HEAD") || strstr(err, "TAIL") ||
+                strstr(err, "ECRE"))
                 fail_msg("%s: the message quotes the password: %s", url, err);
         }
     }
@@ -259,8 +270,10 @@ static void session_settings_apply_on_open_and_reopen(void **state)
     db_conn *admin = testdb_open();
     for (int round = 0; round < 2; round++) {
         db_result *r = NULL;
-        assert_int_equal(db_exec(c, "SELECT @@session.wait_timeout, @@session.innodb_lock_wait_timeout",
-                                 NULL, 0, &r, err, sizeof err), 0);
+        assert_int_equal(
+            db_exec(c, "SELECT @@session.wait_timeout, @@session.innodb_lock_wait_timeout", NULL, 0,
+                    &r, err, sizeof err),
+            0);
         assert_int_equal(db_get_int(r, 0, 0, 0), 47);
         assert_int_equal(db_get_int(r, 0, 1, 0), 3);
         db_result_free(r);

@@ -38,10 +38,10 @@ typedef struct server {
     struct MHD_Daemon *d;
     uint16_t port;
     atomic_int stopping;
-    atomic_int started;         /* requests whose handler has begun answering */
-    atomic_int in_handler;      /* ... and have not finished yet */
+    atomic_int started;    /* requests whose handler has begun answering */
+    atomic_int in_handler; /* ... and have not finished yet */
     atomic_int max_in_handler;
-    pthread_mutex_t mu;         /* guards the record below */
+    pthread_mutex_t mu; /* guards the record below */
     char method[16];
     char path[256];
     char *content_type, *authorization, *expect;
@@ -54,10 +54,7 @@ typedef struct upload {
     size_t len;
 } upload;
 
-static char *dup_or_null(const char *s)
-{
-    return s ? strdup(s) : NULL;
-}
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
 static void record_request(server *s, struct MHD_Connection *conn, const char *path,
                            const char *method, upload *up)
@@ -69,10 +66,12 @@ static void record_request(server *s, struct MHD_Connection *conn, const char *p
     free(s->authorization);
     free(s->expect);
     free(s->body);
-    s->content_type = dup_or_null(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type"));
-    s->authorization = dup_or_null(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"));
+    s->content_type =
+        dup_or_null(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type"));
+    s->authorization =
+        dup_or_null(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"));
     s->expect = dup_or_null(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Expect"));
-    s->body = up->data;  /* ownership moves to the record */
+    s->body = up->data; /* ownership moves to the record */
     s->body_len = up->len;
     up->data = NULL;
     up->len = 0;
@@ -108,7 +107,7 @@ static ssize_t chunk_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (pos >= total)
         return MHD_CONTENT_READER_END_OF_STREAM;
     size_t n = total - pos < max ? total - pos : max;
-    n = n > 700 ? 700 : n;  /* several chunks */
+    n = n > 700 ? 700 : n; /* several chunks */
     memset(buf, 'x', n);
     return (ssize_t)n;
 }
@@ -139,7 +138,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
     server *s = cls;
     upload *up = *con_cls;
     (void)version;
-    if (!up) {  /* first call: headers only */
+    if (!up) { /* first call: headers only */
         *con_cls = calloc(1, sizeof *up);
         return MHD_YES;
     }
@@ -174,8 +173,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static void server_start(server *s)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     pthread_mutex_init(&s->mu, NULL);
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                                 MHD_USE_ERROR_LOG,
@@ -210,7 +209,7 @@ typedef struct outcome {
     char *body;
     size_t body_len;
     char *error;
-    void (*then)(struct outcome *o);  /* runs inside the done callback */
+    void (*then)(struct outcome *o); /* runs inside the done callback */
 } outcome;
 
 struct fixture {
@@ -272,7 +271,8 @@ static outcome *start_get(fixture *f, const char *path, uint64_t timeout_ms, siz
 {
     char url[300];
     url_for(f, path, url, sizeof url);
-    http_request req = {.method = "GET", .url = url, .timeout_ms = timeout_ms, .max_body = max_body};
+    http_request req = {
+        .method = "GET", .url = url, .timeout_ms = timeout_ms, .max_body = max_body};
     return start_req(f, &req);
 }
 
@@ -344,11 +344,15 @@ static void test_post_sends_body_and_headers(void **state)
 {
     fixture *f = *state;
     static const char body[] = "{\"job\":\"backup\",\"ok\":true}";
-    const char *const headers[] = {"Content-Type: application/json", "Authorization: Bearer x", NULL};
+    const char *const headers[] = {"Content-Type: application/json", "Authorization: Bearer x",
+                                   NULL};
     char url[300];
     url_for(f, "/hook", url, sizeof url);
-    http_request req = {.method = "POST", .url = url, .headers = headers,
-                        .body = body, .body_len = sizeof body - 1};
+    http_request req = {.method = "POST",
+                        .url = url,
+                        .headers = headers,
+                        .body = body,
+                        .body_len = sizeof body - 1};
     outcome *o = start_req(f, &req);
     run(f);
     assert_null(o->error);
@@ -368,12 +372,12 @@ static void test_post_large_binary_body(void **state)
     size_t len = 300 * 1024;
     char *body = malloc(len);
     for (size_t i = 0; i < len; i++)
-        body[i] = (char)(i * 31 % 251);  /* includes NULs */
+        body[i] = (char)(i * 31 % 251); /* includes NULs */
     char url[300];
     url_for(f, "/big", url, sizeof url);
     http_request req = {.method = "POST", .url = url, .body = body, .body_len = len};
     outcome *o = start_req(f, &req);
-    memset(body, 0, len);  /* the client must have copied it */
+    memset(body, 0, len); /* the client must have copied it */
     for (size_t i = 0; i < len; i++)
         body[i] = (char)(i * 31 % 251);
     run(f);
@@ -408,7 +412,7 @@ static void test_500_is_completed_exchange(void **state)
     assert_null(o500->error);
     assert_int_equal(o500->status, 500);
     assert_string_equal(o500->body, "GET /fail");
-    assert_null(o302->error);  /* redirects are not followed */
+    assert_null(o302->error); /* redirects are not followed */
     assert_int_equal(o302->status, 302);
 }
 
@@ -477,7 +481,7 @@ static void close_when_all_started(uv_timer_t *t)
         return;
     uv_close((uv_handle_t *)t, NULL);
     close_client(f);
-    assert_int_equal(f->finished, f->expected);  /* synchronously, inside close */
+    assert_int_equal(f->finished, f->expected); /* synchronously, inside close */
 }
 
 static void test_close_with_requests_in_flight(void **state)
@@ -501,17 +505,14 @@ static void test_close_before_loop_runs(void **state)
 {
     fixture *f = *state;
     outcome *o = start_get(f, "/never", 0, 0);
-    assert_int_equal(o->calls, 0);  /* never called from inside request() */
+    assert_int_equal(o->calls, 0); /* never called from inside request() */
     close_client(f);
     assert_int_equal(o->calls, 1);
     assert_string_equal(o->error, "cancelled");
     run(f);
 }
 
-static void close_from_callback(outcome *o)
-{
-    close_client(o->f);
-}
+static void close_from_callback(outcome *o) { close_client(o->f); }
 
 /* Closing from a done callback cancels the remaining request exactly once. */
 static void test_close_from_callback(void **state)
@@ -580,16 +581,19 @@ static void test_rejects_bad_requests(void **state)
     expect_rejected(f, &(http_request){.method = "GET", .url = "file:///etc/passwd"}, "scheme");
     expect_rejected(f, &(http_request){.method = "GET", .url = "not a url"}, "URL");
     expect_rejected(f, &(http_request){.method = "PUT", .url = "http://127.0.0.1/"}, "method");
-    expect_rejected(f, &(http_request){.method = "GET", .url = "http://127.0.0.1/", .headers = crlf},
-                    "header");
-    expect_rejected(f, &(http_request){.method = "GET", .url = "http://127.0.0.1/",
-                                       .headers = nocolon}, "header");
-    expect_rejected(f, &(http_request){.method = "GET", .url = "http://127.0.0.1/", .body = "x",
-                                       .body_len = 1}, "body");
+    expect_rejected(
+        f, &(http_request){.method = "GET", .url = "http://127.0.0.1/", .headers = crlf}, "header");
+    expect_rejected(
+        f, &(http_request){.method = "GET", .url = "http://127.0.0.1/", .headers = nocolon},
+        "header");
+    expect_rejected(
+        f, &(http_request){.method = "GET", .url = "http://127.0.0.1/", .body = "x", .body_len = 1},
+        "body");
     /* A tiny err buffer is truncated, not overrun. */
     char tiny[4];
     assert_int_equal(http_client_request(f->c, &(http_request){.method = "PUT", .url = "http://a/"},
-                                         on_done, NULL, tiny, sizeof tiny), -1);
+                                         on_done, NULL, tiny, sizeof tiny),
+                     -1);
     assert_int_equal(strlen(tiny), 3);
     close_client(f);
     run(f);
@@ -622,7 +626,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rejects_bad_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_idle_client, setup, teardown),
     };
-    alarm(120);  /* a hung loop should fail the run, not stall it */
+    alarm(120); /* a hung loop should fail the run, not stall it */
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

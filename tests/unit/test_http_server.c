@@ -49,7 +49,7 @@ struct fixture {
     uv_async_t done; /* client thread -> loop: "finished, shut down" */
     http_server *srv;
     int port;
-    char host[64];   /* as in a URL: "127.0.0.1", "[::1]" */
+    char host[64]; /* as in a URL: "127.0.0.1", "[::1]" */
     client_fn client;
     atomic_int server_closed; /* set on the loop thread, read by client */
 
@@ -58,7 +58,7 @@ struct fixture {
     pthread_t handler_thread;
     char last_path[128];
     char last_method[16];
-    char *last_body;          /* malloc'd copy of the body (serve handler) */
+    char *last_body; /* malloc'd copy of the body (serve handler) */
     size_t last_body_len;
     int last_body_terminated; /* body[body_len] was NUL */
     char event_id[64];        /* header looked up as "x-oops-event-id" */
@@ -71,9 +71,9 @@ struct fixture {
     reply replies[MAX_REPLIES];
     int nreplies;
     CURLcode after_close_rc;
-    int opened;        /* raw connections the client got connected */
+    int opened;             /* raw connections the client got connected */
     int server_closed_them; /* ... of which the server closed (EOF/reset) */
-    int continued;     /* ... that got "100 Continue" */
+    int continued;          /* ... that got "100 Continue" */
 };
 
 /* ---- the handler under test ------------------------------------------- */
@@ -86,8 +86,7 @@ static char *dup_str(const char *s, size_t *len)
     return p;
 }
 
-static void handler(void *ud, const char *method, const char *path,
-                    http_response *out)
+static void handler(void *ud, const char *method, const char *path, http_response *out)
 {
     fixture *f = ud;
 
@@ -123,12 +122,10 @@ static void add_x_header(void *ud, const char *name, const char *value)
     size_t used = strlen(f->x_headers);
 
     if (strncasecmp(name, "X-", 2) == 0)
-        snprintf(f->x_headers + used, sizeof f->x_headers - used, "%s=%s;",
-                 name, value);
+        snprintf(f->x_headers + used, sizeof f->x_headers - used, "%s=%s;", name, value);
 }
 
-static void serve_handler(void *ud, const http_incoming *in,
-                          http_response *out)
+static void serve_handler(void *ud, const http_incoming *in, http_response *out)
 {
     fixture *f = ud;
     const char *id = http_incoming_header(in, "x-oops-event-id");
@@ -142,7 +139,7 @@ static void serve_handler(void *ud, const http_incoming *in,
     memcpy(f->last_body, in->body, in->body_len + 1);
     f->last_body_len = in->body_len;
     f->last_body_terminated = in->body[in->body_len] == '\0';
-    snprintf(f->event_id, sizeof f->event_id, "%s", id != NULL ? id : "-");
+    snprintf(f->event_id, sizeof f->event_id, "%s", id ? id : "-");
     f->has_missing_header = http_incoming_header(in, "X-Not-Sent") != NULL;
     f->x_headers[0] = '\0';
     f->nheaders = http_incoming_headers(in, add_x_header, f);
@@ -188,8 +185,7 @@ static size_t on_header(char *line, size_t size, size_t n, void *ud)
             start++;
         while (end > start && (line[end - 1] == '\r' || line[end - 1] == '\n'))
             end--;
-        snprintf(r->allow, sizeof r->allow, "%.*s", (int)(end - start),
-                 line + start);
+        snprintf(r->allow, sizeof r->allow, "%.*s", (int)(end - start), line + start);
     }
     return len;
 }
@@ -219,7 +215,7 @@ static CURLcode perform(fixture *f, CURL *c, const char *path, reply *r)
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &r->new_connections);
     curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
-    if (ct != NULL)
+    if (ct)
         snprintf(r->content_type, sizeof r->content_type, "%s", ct);
     return r->rc;
 }
@@ -244,15 +240,14 @@ static size_t on_read(char *dst, size_t size, size_t n, void *ud)
     return take;
 }
 
-static CURLcode send_body(fixture *f, CURL *c, const char *method,
-                          const char *path, const char *body, size_t len,
-                          int chunked, const char *const *headers)
+static CURLcode send_body(fixture *f, CURL *c, const char *method, const char *path,
+                          const char *body, size_t len, int chunked, const char *const *headers)
 {
     struct curl_slist *h = NULL;
     upload u = {body, len, 0};
     CURLcode rc;
 
-    for (; headers != NULL && *headers != NULL; headers++)
+    for (; headers && *headers; headers++)
         h = curl_slist_append(h, *headers);
     if (chunked) {
         h = curl_slist_append(h, "Transfer-Encoding: chunked");
@@ -272,9 +267,8 @@ static CURLcode send_body(fixture *f, CURL *c, const char *method,
     return rc;
 }
 
-static void send_one(fixture *f, const char *method, const char *path,
-                     const char *body, size_t len, int chunked,
-                     const char *const *headers)
+static void send_one(fixture *f, const char *method, const char *path, const char *body, size_t len,
+                     int chunked, const char *const *headers)
 {
     CURL *c = client_new();
 
@@ -334,9 +328,9 @@ static int count_open_fds(void)
     DIR *d = opendir("/proc/self/fd");
     int n = 0;
 
-    if (d == NULL)
+    if (!d)
         return -1;
-    while (readdir(d) != NULL)
+    while (readdir(d))
         n++;
     closedir(d);
     return n;
@@ -349,21 +343,18 @@ static int setup_with(void **state, long max_body)
     char err[256] = "";
     fixture *f = calloc(1, sizeof *f);
 
-    if (f == NULL || uv_loop_init(&f->loop) != 0)
+    if (!f || uv_loop_init(&f->loop) != 0)
         return -1;
     snprintf(f->host, sizeof f->host, "127.0.0.1");
     uv_async_init(&f->loop, &f->done, on_done);
     f->done.data = f;
     if (max_body < 0) {
-        f->srv = http_server_start(&f->loop, "127.0.0.1:0", handler, f, err,
-                                   sizeof err);
+        f->srv = http_server_start(&f->loop, "127.0.0.1:0", handler, f, err, sizeof err);
     } else {
-        http_serve_options o = {.handler = serve_handler, .ud = f,
-                                .max_body = (size_t)max_body};
-        f->srv = http_server_serve(&f->loop, "127.0.0.1:0", &o, err,
-                                   sizeof err);
+        http_serve_options o = {.handler = serve_handler, .ud = f, .max_body = (size_t)max_body};
+        f->srv = http_server_serve(&f->loop, "127.0.0.1:0", &o, err, sizeof err);
     }
-    if (f->srv == NULL) {
+    if (!f->srv) {
         fprintf(stderr, "setup: %s\n", err);
         return -1;
     }
@@ -510,8 +501,7 @@ static void test_busy_port_gives_error(void **state)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", f->port);
     second = http_server_start(&f->loop, listen, handler, f, err, sizeof err);
     assert_null(second);
-    snprintf(want, sizeof want, "cannot listen on %s: Address already in use",
-             listen);
+    snprintf(want, sizeof want, "cannot listen on %s: Address already in use", listen);
     assert_string_equal(err, want);
     run_without_client(f);
 }
@@ -519,25 +509,22 @@ static void test_busy_port_gives_error(void **state)
 static void test_bad_listen_address_gives_error(void **state)
 {
     fixture *f = *state;
-    const char *bad[] = {"nonsense", ":80", "127.0.0.1:", "127.0.0.1:99999",
-                         "127.0.0.1:-1", "example.com:80", "::1:80",
-                         "[::1]", "[::1]:", "[::1:80", "::1]:80", "[]:80",
-                         "[127.0.0.1]:80", "[::1]x:80", "[::g]:80",
-                         "[fe80::1%lo]:80", "[::1]:99999", "[::1]:http",
-                         "[localhost]:80"};
+    const char *bad[] = {
+        "nonsense",        ":80",         "127.0.0.1:",     "127.0.0.1:99999", "127.0.0.1:-1",
+        "example.com:80",  "::1:80",      "[::1]",          "[::1]:",          "[::1:80",
+        "::1]:80",         "[]:80",       "[127.0.0.1]:80", "[::1]x:80",       "[::g]:80",
+        "[fe80::1%lo]:80", "[::1]:99999", "[::1]:http",     "[localhost]:80"};
     char err[256];
 
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[160];
         err[0] = '\0';
-        assert_null(http_server_start(&f->loop, bad[i], handler, f, err,
-                                      sizeof err));
+        assert_null(http_server_start(&f->loop, bad[i], handler, f, err, sizeof err));
         snprintf(want, sizeof want, "cannot listen on %s: ", bad[i]);
         assert_memory_equal(err, want, strlen(want));
     }
     /* the whole message names the address and the accepted forms */
-    assert_null(http_server_start(&f->loop, "::1:7070", handler, f, err,
-                                  sizeof err));
+    assert_null(http_server_start(&f->loop, "::1:7070", handler, f, err, sizeof err));
     assert_string_equal(err, "cannot listen on ::1:7070: invalid address "
                              "(want IPV4:PORT, [IPV6]:PORT or localhost:PORT)");
     /* err is optional */
@@ -553,8 +540,7 @@ static void test_listen_on_localhost(void **state)
     /* Swap the fixture's server for one on "localhost"; the client still
      * talks to 127.0.0.1. */
     http_server_close(f->srv);
-    f->srv = http_server_start(&f->loop, "localhost:0", handler, f, err,
-                               sizeof err);
+    f->srv = http_server_start(&f->loop, "localhost:0", handler, f, err, sizeof err);
     assert_non_null(f->srv);
     f->port = http_server_port(f->srv);
     run_client(f, client_healthz);
@@ -619,12 +605,10 @@ static void test_close_from_inside_handler(void **state)
 
 static void client_post_webhook(fixture *f)
 {
-    const char *const headers[] = {"Content-Type: application/json",
-                                   "X-Oops-Event-Id: e1",
+    const char *const headers[] = {"Content-Type: application/json", "X-Oops-Event-Id: e1",
                                    "X-Oops-Server: s-1", "Expect:", NULL};
 
-    send_one(f, "POST", "/echo", WEBHOOK_BODY, strlen(WEBHOOK_BODY), 0,
-             headers);
+    send_one(f, "POST", "/echo", WEBHOOK_BODY, strlen(WEBHOOK_BODY), 0, headers);
 }
 
 static void test_serve_post_body_and_headers_reach_handler(void **state)
@@ -825,7 +809,7 @@ static void test_unref_server_does_not_keep_loop_alive(void **state)
     fixture *f = *state;
 
     uv_close((uv_handle_t *)&f->done, NULL);
-    uv_run(&f->loop, UV_RUN_NOWAIT); /* the async handle is gone */
+    uv_run(&f->loop, UV_RUN_NOWAIT);      /* the async handle is gone */
     assert_true(uv_loop_alive(&f->loop)); /* the server keeps it alive */
     http_server_unref(f->srv);
     assert_false(uv_loop_alive(&f->loop));
@@ -870,8 +854,7 @@ static void sleep_ms(long ms)
  * how many are connected. */
 static int open_many(fixture *f, int *fds, int n, const char *payload)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)f->port)};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
     long long end = mono_ms() + CONNECT_BOUND_MS;
     int connected = 0;
 
@@ -899,7 +882,7 @@ static int open_many(fixture *f, int *fds, int n, const char *payload)
             continue;
         }
         connected++;
-        if (payload != NULL)
+        if (payload)
             send(fds[i], payload, strlen(payload), MSG_NOSIGNAL);
     }
     return connected;
@@ -933,8 +916,7 @@ static int closed_by_server(int fd)
     char buf[512];
     ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
 
-    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                      errno != EINTR);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 /* More idle connections than MHD's old limit (64), opened and closed
@@ -979,8 +961,7 @@ static void client_slowloris(fixture *f)
     int open;
     long long end, next_trickle = 0;
 
-    f->opened = open_many(f, fds, SLOW_FLOOD,
-                          "GET /healthz HTTP/1.1\r\nHost: slow\r\n");
+    f->opened = open_many(f, fds, SLOW_FLOOD, "GET /healthz HTTP/1.1\r\nHost: slow\r\n");
     get_one(f, "/healthz");
     open = f->opened;
     end = mono_ms() + DROP_BOUND_MS;
@@ -991,8 +972,7 @@ static void client_slowloris(fixture *f)
             if (fds[i] < 0)
                 continue;
             if (closed_by_server(fds[i]) ||
-                (trickle && send(fds[i], "X-Slow: 1\r\n", 11,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+                (trickle && send(fds[i], "X-Slow: 1\r\n", 11, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
                  errno != EAGAIN)) {
                 close(fds[i]);
                 fds[i] = -1;
@@ -1124,7 +1104,7 @@ static void listen_ipv6(fixture *f, const char *listen)
 
     http_server_close(f->srv);
     f->srv = http_server_start(&f->loop, listen, handler, f, err, sizeof err);
-    if (f->srv == NULL)
+    if (!f->srv)
         fail_msg("%s", err);
     f->port = http_server_port(f->srv);
     assert_true(f->port > 0);
@@ -1154,68 +1134,44 @@ static void test_listen_on_ipv6_any(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_get_200_with_body_and_content_type,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_handler_status_is_returned, setup,
+        cmocka_unit_test_setup_teardown(test_get_200_with_body_and_content_type, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_handler_status_is_returned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_path_is_404_empty, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_post_is_405_without_calling_handler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_handler_runs_on_loop_thread, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_sequential_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_query_string_is_not_in_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_port_gives_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_listen_address_gives_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_listen_on_localhost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_releases_everything, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_from_inside_handler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_get_only_server_refuses_put, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_post_body_and_headers_reach_handler, setup_serve,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_path_is_404_empty, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_post_is_405_without_calling_handler,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_handler_runs_on_loop_thread, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_two_sequential_requests, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_query_string_is_not_in_path, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_busy_port_gives_error, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_bad_listen_address_gives_error,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_listen_on_localhost, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_close_releases_everything, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_close_from_inside_handler, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_get_only_server_refuses_put, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(
-            test_serve_post_body_and_headers_reach_handler, setup_serve, teardown),
-        cmocka_unit_test_setup_teardown(test_serve_put_binary_body, setup_serve,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_serve_get_has_empty_body,
-                                        setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_put_binary_body, setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_get_has_empty_body, setup_serve, teardown),
         cmocka_unit_test_setup_teardown(test_serve_body_limit_with_content_length,
                                         setup_serve_small, teardown),
-        cmocka_unit_test_setup_teardown(test_serve_body_limit_chunked,
-                                        setup_serve_small, teardown),
-        cmocka_unit_test_setup_teardown(test_serve_default_limit_is_1mib,
-                                        setup_serve, teardown),
-        cmocka_unit_test_setup_teardown(test_serve_close_from_inside_handler,
-                                        setup_serve, teardown),
-        cmocka_unit_test_setup_teardown(test_serve_without_handler_gives_error,
-                                        setup_serve, teardown),
-        cmocka_unit_test_setup_teardown(test_unref_server_does_not_keep_loop_alive,
-                                        setup_serve, teardown),
-        cmocka_unit_test_setup_teardown(test_unref_server_still_answers,
-                                        setup_serve, teardown),
-        cmocka_unit_test_setup_teardown(
-            test_idle_connections_opened_and_closed_do_not_exhaust, setup,
-            teardown),
-        cmocka_unit_test_setup_teardown(
-            test_slowloris_is_dropped_and_requests_still_answered, setup,
-            teardown),
-        cmocka_unit_test_setup_teardown(
-            test_cap_full_of_requests_closes_new_connections_at_once,
-            setup_serve, teardown),
-        cmocka_unit_test_setup_teardown(test_header_block_over_the_limit_is_431,
+        cmocka_unit_test_setup_teardown(test_serve_body_limit_chunked, setup_serve_small, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_default_limit_is_1mib, setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_serve_close_from_inside_handler, setup_serve,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_serve_without_handler_gives_error, setup_serve,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unref_server_does_not_keep_loop_alive, setup_serve,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unref_server_still_answers, setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_connections_opened_and_closed_do_not_exhaust,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slowloris_is_dropped_and_requests_still_answered,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cap_full_of_requests_closes_new_connections_at_once,
+                                        setup_serve, teardown),
+        cmocka_unit_test_setup_teardown(test_header_block_over_the_limit_is_431, setup, teardown),
         /* the IPv6 ones last: left out without an IPv6 loopback */
-        cmocka_unit_test_setup_teardown(test_listen_on_ipv6_loopback, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_listen_on_ipv6_any, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_listen_on_ipv6_loopback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_listen_on_ipv6_any, setup, teardown),
     };
     const size_t ipv6_tests = 2;
     size_t n = sizeof tests / sizeof tests[0];
@@ -1231,8 +1187,8 @@ int main(void)
     /* cmocka 1.1's skip() prints "not ok # SKIP", which tests/run.sh counts
      * as a failure: report the skip in the form run.sh lists as skipped. */
     for (size_t i = 0; !ipv6 && i < ipv6_tests; i++)
-        printf("ok %zu # SKIP %s: no IPv6 loopback (::1) on this machine\n",
-               n + i + 1, tests[n + i].name);
+        printf("ok %zu # SKIP %s: no IPv6 loopback (::1) on this machine\n", n + i + 1,
+               tests[n + i].name);
     curl_global_cleanup();
     return failed;
 }

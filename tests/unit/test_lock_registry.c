@@ -16,8 +16,8 @@ static lock_registry *new_registry(unsigned validate_ms)
     db_config cfg;
     char err[512];
     testdb_config(&cfg);
-    lock_registry_options o = {.validate_interval_ms = validate_ms, .backoff_initial_ms = 50,
-                               .backoff_max_ms = 200};
+    lock_registry_options o = {
+        .validate_interval_ms = validate_ms, .backoff_initial_ms = 50, .backoff_max_ms = 200};
     lock_registry *r = lock_registry_new(&cfg, &o);
     db_config_free(&cfg);
     assert_int_equal(lock_registry_connect(r, err, sizeof err), 0);

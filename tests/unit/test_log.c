@@ -102,11 +102,12 @@ static void a_line_has_ts_level_then_fields_then_msg(void **state)
     const char *kv[] = {"scan", "build", "pipeline", "ab12cd34ef56", NULL};
     char *line = log_one(LOG_WARN, "lock lost", kv);
     regex_t re;
-    assert_int_equal(regcomp(&re,
-                             "^ts=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z "
-                             "level=warn scan=build pipeline=ab12cd34ef56 msg=\"lock lost\"\n$",
-                             REG_EXTENDED | REG_NOSUB),
-                     0);
+    assert_int_equal(
+        regcomp(&re,
+                "^ts=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z "
+                "level=warn scan=build pipeline=ab12cd34ef56 msg=\"lock lost\"\n$",
+                REG_EXTENDED | REG_NOSUB),
+        0);
     if (regexec(&re, line, 0, NULL, 0) != 0)
         fail_msg("unexpected line: %s", line);
     regfree(&re);
@@ -186,7 +187,8 @@ static void values_are_quoted_and_escaped(void **state)
     }
     /* A traceback stays on one line. */
     char *v = msg_value("stack traceback:\n\t[C]: in ?\n\tpolicies/apps.lua:3: in main chunk");
-    assert_string_equal(v, "\"stack traceback:\\n\\t[C]: in ?\\n\\tpolicies/apps.lua:3: in main chunk\"");
+    assert_string_equal(
+        v, "\"stack traceback:\\n\\t[C]: in ?\\n\\tpolicies/apps.lua:3: in main chunk\"");
     free(v);
 }
 
@@ -210,15 +212,17 @@ static void no_control_character_reaches_the_line(void **state)
         size_t n = strlen(line);
         for (size_t i = 0; i + 1 < n; i++) {
             unsigned char b = (unsigned char)line[i];
-            if (b < 0x20 || b == 0x7f || (b == 0xc2 && (unsigned char)line[i + 1] >= 0x80 &&
-                                          (unsigned char)line[i + 1] <= 0x9f))
+            if (b < 0x20 || b == 0x7f ||
+                (b == 0xc2 && (unsigned char)line[i + 1] >= 0x80 &&
+                 (unsigned char)line[i + 1] <= 0x9f))
                 fail_msg("byte %02x of the value (%s) left raw in: %s", c, c1 ? "C1" : "C0/DEL",
                          line);
         }
         free(line);
     }
     /* A C1 character is escaped as its bytes, quoted. */
-    char *v = msg_value("next\xc2\x85line \xc2\x9b" "31m");
+    char *v = msg_value("next\xc2\x85line \xc2\x9b"
+                        "31m");
     assert_string_equal(v, "\"next\\xc2\\x85line \\xc2\\x9b31m\"");
     free(v);
 }
@@ -236,7 +240,8 @@ static void levels_below_the_minimum_are_dropped(void **state)
     char *out = capture_end();
     regex_t re;
     assert_int_equal(regcomp(&re, "^ts=[^ ]+ level=warn msg=w\nts=[^ ]+ level=error msg=e1\n$",
-                             REG_EXTENDED | REG_NOSUB), 0);
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
     if (regexec(&re, out, 0, NULL, 0) != 0)
         fail_msg("unexpected output: %s", out);
     regfree(&re);

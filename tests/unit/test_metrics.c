@@ -158,15 +158,18 @@ static void every_line_parses(void **state)
     metrics_set(m, "oops_tiny", "", 0.1);
     char *t = render(m);
     regex_t type, sample;
-    assert_int_equal(regcomp(&type, "^# (TYPE [a-zA-Z_:][a-zA-Z0-9_:]* (counter|gauge|summary)|HELP .*)$",
-                             REG_EXTENDED | REG_NOSUB), 0);
+    assert_int_equal(regcomp(&type,
+                             "^# (TYPE [a-zA-Z_:][a-zA-Z0-9_:]* (counter|gauge|summary)|HELP .*)$",
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
     /* label values: any character but '"', '\' and newline, or an escape of one. */
     assert_int_equal(regcomp(&sample,
                              "^[a-zA-Z_:][a-zA-Z0-9_:]*"
                              "(\\{[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\\n]|\\\\[\"\\\\n])*\""
                              "(,[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\\n]|\\\\[\"\\\\n])*\")*\\})? "
                              "[-+]?[0-9.]+(e[-+]?[0-9]+)?$",
-                             REG_EXTENDED | REG_NOSUB), 0);
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
     size_t samples = 0;
     for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
         if (line[0] == '#') {
@@ -233,7 +236,8 @@ static void label_strings_escape_values(void **state)
     assert_true(metrics_get(m, "oops_odd_total", l) == 1);
     free(l);
     char *t = render(m);
-    assert_string_equal(t, "# TYPE oops_odd_total counter\noops_odd_total{v=\"a\\\"b\\\\c\\nd\te}\"} 1\n");
+    assert_string_equal(
+        t, "# TYPE oops_odd_total counter\noops_odd_total{v=\"a\\\"b\\\\c\\nd\te}\"} 1\n");
     free(t);
     metrics_free(m);
 }

@@ -103,7 +103,8 @@ static void names_round_trip(void **state)
     assert_null(pipeline_status_name(PS__COUNT));
     assert_null(pipeline_status_name((pipeline_status)-1));
     /* Case-sensitive, whole names only; a failure leaves *out as it was. */
-    const char *bad[] = {"running", "Running", "RUNNING ", " RUNNING", "RUN", "", "FAILED", "CREATED"};
+    const char *bad[] = {"running", "Running", "RUNNING ", " RUNNING",
+                         "RUN",     "",        "FAILED",   "CREATED"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         pipeline_status out = PS_STOPPED;
         assert_int_equal(pipeline_status_parse(bad[i], &out), -1);
@@ -117,9 +118,8 @@ static void names_round_trip(void **state)
 static void event_types(void **state)
 {
     (void)state;
-    const char *const want[PS__COUNT] = {"CREATED",     "BUILDING",  "BUILD_SUCCEEDED",
-                                         "DEPLOYING",   "ROLLING_OUT", "SUCCEEDED",
-                                         "FAILED",      "STOPPED"};
+    const char *const want[PS__COUNT] = {"CREATED",     "BUILDING",  "BUILD_SUCCEEDED", "DEPLOYING",
+                                         "ROLLING_OUT", "SUCCEEDED", "FAILED",          "STOPPED"};
     for (int s = 0; s < PS__COUNT; s++)
         assert_string_equal(pipeline_event_type((pipeline_status)s), want[s]);
     assert_null(pipeline_event_type(PS__COUNT));
@@ -135,8 +135,8 @@ static void labels(void **state)
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         if (!pipeline_label_valid(good[i]))
             fail_msg("\"%s\" refused", good[i]);
-    const char *bad[] = {"", "-a", "a-", "-", "Shop", "SHOP", "shop ", " shop", "a_b", "a.b",
-                         "a/b", "caf\xc3\xa9", "a\nb", l64};
+    const char *bad[] = {"",      "-a",  "a-",  "-",   "Shop",        "SHOP", "shop ",
+                         " shop", "a_b", "a.b", "a/b", "caf\xc3\xa9", "a\nb", l64};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (pipeline_label_valid(bad[i]))
             fail_msg("\"%s\" accepted", bad[i]);

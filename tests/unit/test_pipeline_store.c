@@ -29,27 +29,30 @@ static int setup(void **state)
 static void create_app(db_conn *c, const char *app, const char *env, char id[25])
 {
     char err[512];
-    pipeline_new n = {.namespace = "shop", .application = app, .environment = env,
-                      .artifact = "v1", .actor = "test"};
+    pipeline_new n = {.namespace = "shop",
+                      .application = app,
+                      .environment = env,
+                      .artifact = "v1",
+                      .actor = "test"};
     assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), 0);
 }
 
 static long long events_of(db_conn *c, const char *id, const char *to)
 {
     db_value p[] = {db_text(id), db_text(to)};
-    return testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = ? AND to_status = ?",
-                      p, 2);
+    return testdb_int(
+        c, "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = ? AND to_status = ?", p, 2);
 }
 
 static void every_allowed_transition_is_in_the_table_and_nothing_else(void **state)
 {
     (void)state;
     static const char *allowed[] = {
-        "INITIALIZED>RUNNING", "INITIALIZED>DEPLOYING", "INITIALIZED>ERROR", "INITIALIZED>STOPPED",
-        "RUNNING>BUILD_SUCCEEDED", "RUNNING>DEPLOYING", "RUNNING>ERROR", "RUNNING>STOPPED",
-        "BUILD_SUCCEEDED>DEPLOYING", "BUILD_SUCCEEDED>STOPPED",
-        "DEPLOYING>ROLLING_OUT", "DEPLOYING>ERROR", "DEPLOYING>STOPPED",
-        "ROLLING_OUT>SUCCEEDED", "ROLLING_OUT>ERROR",
+        "INITIALIZED>RUNNING",     "INITIALIZED>DEPLOYING",   "INITIALIZED>ERROR",
+        "INITIALIZED>STOPPED",     "RUNNING>BUILD_SUCCEEDED", "RUNNING>DEPLOYING",
+        "RUNNING>ERROR",           "RUNNING>STOPPED",         "BUILD_SUCCEEDED>DEPLOYING",
+        "BUILD_SUCCEEDED>STOPPED", "DEPLOYING>ROLLING_OUT",   "DEPLOYING>ERROR",
+        "DEPLOYING>STOPPED",       "ROLLING_OUT>SUCCEEDED",   "ROLLING_OUT>ERROR",
     };
     int count = 0;
     for (int f = 0; f < PS__COUNT; f++) {
@@ -83,7 +86,8 @@ static void an_illegal_transition_sends_no_sql(void **state)
     assert_int_equal(rc, PSTORE_ILLEGAL);
     assert_string_equal(err, "illegal transition INITIALIZED -> SUCCEEDED");
     assert_int_equal(db_statement_count(c), before);
-    rc = pipeline_store_transition(c, id, PS_ROLLING_OUT, PS_STOPPED, "x", "s1", NULL, 0, err, sizeof err);
+    rc = pipeline_store_transition(c, id, PS_ROLLING_OUT, PS_STOPPED, "x", "s1", NULL, 0, err,
+                                   sizeof err);
     assert_int_equal(rc, PSTORE_ILLEGAL);
     assert_int_equal(db_statement_count(c), before);
     db_close(c);
@@ -96,7 +100,8 @@ static void a_transition_records_its_event_time_and_driver(void **state)
     char id[25], err[512];
     create_app(c, "record", "prod", id);
     assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "Building.", "s1",
-                                               NULL, 0, err, sizeof err), 1);
+                                               NULL, 0, err, sizeof err),
+                     1);
     pipeline p;
     assert_int_equal(pipeline_store_get(c, id, &p, err, sizeof err), 1);
     assert_int_equal(p.status, PS_RUNNING);
@@ -116,11 +121,13 @@ static void a_transition_records_its_event_time_and_driver(void **state)
     assert_string_equal(ev[1].server, "s1");
     pipeline_events_free(ev, n);
     /* From a status it is no longer in: 0 rows, no event. */
-    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_ERROR, "late", "s2", NULL, 0,
-                                               err, sizeof err), 0);
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_ERROR, "late", "s2", NULL,
+                                               0, err, sizeof err),
+                     0);
     assert_int_equal(events_of(c, id, "ERROR"), 0);
     assert_int_equal(pipeline_store_transition(c, "nosuchid", PS_INITIALIZED, PS_ERROR, "x", "s2",
-                                               NULL, 0, err, sizeof err), 0);
+                                               NULL, 0, err, sizeof err),
+                     0);
     db_close(c);
 }
 
@@ -137,29 +144,39 @@ static void a_fenced_transition_needs_the_lock_held_by_that_session(void **state
     uint64_t mine = db_connection_id(holder), other = db_connection_id(c);
     /* Nobody holds it: refused, no event. */
     assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s1", NULL,
-                                               mine, err, sizeof err), 0);
+                                               mine, err, sizeof err),
+                     0);
     assert_int_equal(events_of(c, id, "RUNNING"), 0);
     db_value n[] = {db_text(name)};
     assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", n, 1), 1);
     /* Held by another session: refused. */
     assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s2", NULL,
-                                               other, err, sizeof err), 0);
+                                               other, err, sizeof err),
+                     0);
     /* Held by this session: made, and the event records the session. */
     assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s1", NULL,
-                                               mine, err, sizeof err), 1);
+                                               mine, err, sizeof err),
+                     1);
     db_value e[] = {db_text(id)};
-    assert_int_equal(testdb_int(c, "SELECT lock_session FROM pipeline_event WHERE pipeline_id = ? "
-                                   "AND to_status = 'RUNNING'", e, 1),
+    assert_int_equal(testdb_int(c,
+                                "SELECT lock_session FROM pipeline_event WHERE pipeline_id = ? "
+                                "AND to_status = 'RUNNING'",
+                                e, 1),
                      (long long)mine);
     /* Released (the session's end does the same): refused again. */
     assert_int_equal(testdb_int(holder, "SELECT RELEASE_LOCK(?)", n, 1), 1);
     assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_ERROR, "x", "s1", NULL, mine,
-                                               err, sizeof err), 0);
+                                               err, sizeof err),
+                     0);
     /* An operator's change (no session) is not fenced. */
     assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_STOPPED, "s", NULL, "op", 0,
-                                               err, sizeof err), 1);
-    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = ? "
-                                   "AND to_status = 'STOPPED' AND lock_session IS NULL", e, 1), 1);
+                                               err, sizeof err),
+                     1);
+    assert_int_equal(testdb_int(c,
+                                "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = ? "
+                                "AND to_status = 'STOPPED' AND lock_session IS NULL",
+                                e, 1),
+                     1);
     db_close(holder);
     db_close(c);
 }
@@ -195,7 +212,8 @@ static void two_connections_race_one_transition_and_exactly_one_wins(void **stat
         snprintf(app, sizeof app, "race%d", round);
         create_app(c, app, "prod", id);
         assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s0",
-                                                   NULL, 0, err, sizeof err), 1);
+                                                   NULL, 0, err, sizeof err),
+                         1);
         pthread_barrier_t go;
         pthread_barrier_init(&go, NULL, 2);
         race a = {.go = &go, .id = id, .server = "A"}, b = {.go = &go, .id = id, .server = "B"};
@@ -209,9 +227,11 @@ static void two_connections_race_one_transition_and_exactly_one_wins(void **stat
         assert_true(a.result >= 0 && b.result >= 0);
         assert_int_equal(events_of(c, id, "DEPLOYING"), 1);
         db_value p[] = {db_text(id)};
-        db_result *r = testdb_q(c, "SELECT p.driven_by, e.server FROM pipeline p JOIN pipeline_event e"
-                                   " ON e.pipeline_id = p.id AND e.to_status = 'DEPLOYING' WHERE p.id = ?",
-                                p, 1);
+        db_result *r =
+            testdb_q(c,
+                     "SELECT p.driven_by, e.server FROM pipeline p JOIN pipeline_event e"
+                     " ON e.pipeline_id = p.id AND e.to_status = 'DEPLOYING' WHERE p.id = ?",
+                     p, 1);
         assert_string_equal(db_get(r, 0, 0), a.result ? "A" : "B");
         assert_string_equal(db_get(r, 0, 1), a.result ? "A" : "B");
         db_result_free(r);
@@ -224,8 +244,8 @@ static void *race_create(void *arg)
     race *r = arg;
     db_conn *c = testdb_open();
     char err[512];
-    pipeline_new n = {.namespace = "shop", .application = r->app, .environment = "prod",
-                      .actor = r->server};
+    pipeline_new n = {
+        .namespace = "shop", .application = r->app, .environment = "prod", .actor = r->server};
     pthread_barrier_wait(r->go);
     r->result = pipeline_store_create(c, &n, r->created, err, sizeof err);
     db_close(c);
@@ -255,8 +275,8 @@ static void concurrent_creates_for_one_app_and_env_leave_exactly_one(void **stat
     pthread_barrier_destroy(&go);
     assert_int_equal(ok, 1);
     assert_int_equal(exists, N - 1);
-    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE application = 'together'",
-                                NULL, 0), 1);
+    assert_int_equal(
+        testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE application = 'together'", NULL, 0), 1);
     db_close(c);
 }
 
@@ -266,15 +286,16 @@ static void a_finished_pipeline_frees_its_app_and_env_for_the_next(void **state)
     db_conn *c = testdb_open();
     char id[25], id2[25], err[512];
     create_app(c, "again", "prod", id);
-    pipeline_new n = {.namespace = "shop", .application = "again", .environment = "prod",
-                      .actor = "t"};
+    pipeline_new n = {
+        .namespace = "shop", .application = "again", .environment = "prod", .actor = "t"};
     assert_int_equal(pipeline_store_create(c, &n, id2, err, sizeof err), PSTORE_EXISTS);
     assert_non_null(strstr(err, "shop/again in prod"));
     n.environment = "staging"; /* another environment is independent */
     assert_int_equal(pipeline_store_create(c, &n, id2, err, sizeof err), 0);
     n.environment = "prod";
     assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_STOPPED, "s", NULL, "t", 0,
-                                               err, sizeof err), 1);
+                                               err, sizeof err),
+                     1);
     assert_int_equal(pipeline_store_create(c, &n, id2, err, sizeof err), 0);
     db_close(c);
 }
@@ -285,10 +306,15 @@ static void a_build_succeeded_pipeline_cannot_deploy_beside_an_unfinished_one(vo
     db_conn *c = testdb_open();
     char a[25], b[25], err[512];
     create_app(c, "manual", "prod", a);
-    assert_int_equal(pipeline_store_transition(c, a, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0, err, sizeof err), 1);
-    assert_int_equal(pipeline_store_transition(c, a, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL, 0, err, sizeof err), 1);
+    assert_int_equal(pipeline_store_transition(c, a, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0,
+                                               err, sizeof err),
+                     1);
+    assert_int_equal(pipeline_store_transition(c, a, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL,
+                                               0, err, sizeof err),
+                     1);
     create_app(c, "manual", "prod", b); /* BUILD_SUCCEEDED is not unfinished */
-    int rc = pipeline_store_transition(c, a, PS_BUILD_SUCCEEDED, PS_DEPLOYING, "", "s", NULL, 0, err, sizeof err);
+    int rc = pipeline_store_transition(c, a, PS_BUILD_SUCCEEDED, PS_DEPLOYING, "", "s", NULL, 0,
+                                       err, sizeof err);
     assert_int_equal(rc, PSTORE_EXISTS);
     pipeline p;
     assert_int_equal(pipeline_store_get(c, a, &p, err, sizeof err), 1);
@@ -307,16 +333,23 @@ static void pipelines_in_a_status_longer_than_n_seconds_on_the_database_clock(vo
     create_app(c, "fresh", "prod", fresh);
     for (int i = 0; i < 2; i++) {
         const char *id = i ? fresh : old;
-        assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0, err, sizeof err), 1);
-        assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_DEPLOYING, "", "s", NULL, 0, err, sizeof err), 1);
+        assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "", "s", NULL,
+                                                   0, err, sizeof err),
+                         1);
+        assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_DEPLOYING, "", "s", NULL,
+                                                   0, err, sizeof err),
+                         1);
     }
     /* Age one of them by moving its status_changed_at back ten minutes. */
     db_value p[] = {db_text(old)};
-    db_result_free(testdb_q(c, "UPDATE pipeline SET status_changed_at = NOW(6) - INTERVAL 601 SECOND"
-                               " WHERE id = ?", p, 1));
+    db_result_free(testdb_q(c,
+                            "UPDATE pipeline SET status_changed_at = NOW(6) - INTERVAL 601 SECOND"
+                            " WHERE id = ?",
+                            p, 1));
     pipeline *v;
     size_t n;
-    assert_int_equal(pipeline_store_list(c, 1u << PS_DEPLOYING, 600, 0, &v, &n, err, sizeof err), 0);
+    assert_int_equal(pipeline_store_list(c, 1u << PS_DEPLOYING, 600, 0, &v, &n, err, sizeof err),
+                     0);
     assert_int_equal(n, 1);
     assert_string_equal(v[0].id, old);
     assert_true(v[0].status_age_s >= 600);
@@ -357,19 +390,23 @@ static void every_name_that_is_not_a_lowercase_dns_label_is_refused(void **state
     memset(long63, 'a', 63), long63[63] = '\0';
     memset(long64, 'b', 64), long64[64] = '\0';
     static const char *bad[] = {
-        "", "SHOP", "Shop", "shoP", "shop ", " shop", "sh op", "-shop", "shop-", "-", "sh_op",
-        "sh.op", "sh/op", "shop\n", "shop\t", "\x1b[31m", "sh\x7fop", "caf\xc3\xa9", "\xc2\x9b",
-        "--force-delete", "prod;drop", "a\\b", "\"q\"",
+        "",         "SHOP",           "Shop",      "shoP",     "shop ",    " shop",
+        "sh op",    "-shop",          "shop-",     "-",        "sh_op",    "sh.op",
+        "sh/op",    "shop\n",         "shop\t",    "\x1b[31m", "sh\x7fop", "caf\xc3\xa9",
+        "\xc2\x9b", "--force-delete", "prod;drop", "a\\b",     "\"q\"",
     };
     const char *fields[] = {"namespace", "application", "environment"};
     for (size_t f = 0; f < 3; f++) {
         for (size_t i = 0; i < sizeof bad / sizeof *bad + 1; i++) {
             const char *v = i < sizeof bad / sizeof *bad ? bad[i] : long64;
-            pipeline_new n = {.namespace = "shop", .application = "names", .environment = "prod",
-                              .actor = "t"};
-            if (f == 0) n.namespace = v;
-            if (f == 1) n.application = v;
-            if (f == 2) n.environment = v;
+            pipeline_new n = {
+                .namespace = "shop", .application = "names", .environment = "prod", .actor = "t"};
+            if (f == 0)
+                n.namespace = v;
+            if (f == 1)
+                n.application = v;
+            if (f == 2)
+                n.environment = v;
             uint64_t before = db_statement_count(c);
             assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), PSTORE_BAD);
             assert_int_equal(db_statement_count(c), before);
@@ -390,7 +427,8 @@ static void every_name_that_is_not_a_lowercase_dns_label_is_refused(void **state
     }
     assert_true(pipeline_label_valid(long63));
     assert_false(pipeline_label_valid(long64));
-    assert_true(pipeline_label_valid("a--b") && pipeline_label_valid("0") && pipeline_label_valid("9-z"));
+    assert_true(pipeline_label_valid("a--b") && pipeline_label_valid("0") &&
+                pipeline_label_valid("9-z"));
     assert_false(pipeline_label_valid(NULL));
     /* Ids: 1 to 64 of [a-z0-9]. */
     assert_true(pipeline_id_valid(long64));
@@ -400,8 +438,8 @@ static void every_name_that_is_not_a_lowercase_dns_label_is_refused(void **state
     assert_false(pipeline_id_valid("") || pipeline_id_valid(NULL) || pipeline_id_valid("abc123 ") ||
                  pipeline_id_valid("ABC123") || pipeline_id_valid("abc-123"));
     /* Good names go through, the longest included. */
-    pipeline_new ok = {.namespace = "a", .application = long63, .environment = "pre-prod-2",
-                       .actor = "t"};
+    pipeline_new ok = {
+        .namespace = "a", .application = long63, .environment = "pre-prod-2", .actor = "t"};
     assert_int_equal(pipeline_store_create(c, &ok, id, err, sizeof err), 0);
     db_close(c);
 }
@@ -416,7 +454,7 @@ static void ids_and_names_differing_in_case_or_trailing_space_are_different(void
     char id[25], err[512];
     create_app(c, "api", "prod", id); /* shop/api in prod, unfinished */
     static const char *const others[][3] = {
-        {"SHOP", "api", "prod"}, {"shop", "API", "prod"}, {"shop", "api", "PROD"},
+        {"SHOP", "api", "prod"},  {"shop", "API", "prod"},  {"shop", "api", "PROD"},
         {"shop ", "api", "prod"}, {"shop", "api ", "prod"}, {"shop", "api", "prod "},
         {"Shop", "Api", "Prod"},
     };
@@ -427,14 +465,19 @@ static void ids_and_names_differing_in_case_or_trailing_space_are_different(void
                         db_text(others[i][2])};
         /* Beside the unfinished shop/api/prod: no collision on the unique key. */
         char e[512];
-        if (db_exec(c, "INSERT INTO pipeline (id, namespace, application, environment, status)"
-                       " VALUES (?, ?, ?, ?, 'INITIALIZED')", p, 4, NULL, e, sizeof e) != 0)
+        if (db_exec(c,
+                    "INSERT INTO pipeline (id, namespace, application, environment, status)"
+                    " VALUES (?, ?, ?, ?, 'INITIALIZED')",
+                    p, 4, NULL, e, sizeof e) != 0)
             fail_msg("\"%s/%s/%s\" beside shop/api/prod: %s", others[i][0], others[i][1],
                      others[i][2], e);
     }
     db_value q[] = {db_text("shop"), db_text("api"), db_text("prod")};
-    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE namespace = ? AND"
-                                   " application = ? AND environment = ?", q, 3), 1);
+    assert_int_equal(testdb_int(c,
+                                "SELECT COUNT(*) FROM pipeline WHERE namespace = ? AND"
+                                " application = ? AND environment = ?",
+                                q, 3),
+                     1);
     /* An id with a trailing space, or in another case, finds nothing. */
     char spaced[32], upper[32];
     snprintf(spaced, sizeof spaced, "%s ", id);
@@ -452,7 +495,8 @@ static void ids_and_names_differing_in_case_or_trailing_space_are_different(void
         assert_int_equal(nev, 0);
         pipeline_events_free(ev, nev);
         assert_int_equal(pipeline_store_transition(c, wrong, PS_INITIALIZED, PS_STOPPED, "s", NULL,
-                                                   "t", 0, err, sizeof err), 0);
+                                                   "t", 0, err, sizeof err),
+                         0);
         assert_int_equal(pipeline_store_request_deploy(c, wrong, err, sizeof err), 0);
     }
     assert_int_equal(pipeline_store_get(c, id, &p, err, sizeof err), 1);
@@ -462,8 +506,9 @@ static void ids_and_names_differing_in_case_or_trailing_space_are_different(void
     db_value s[] = {db_text(id)};
     char e2[512];
     db_result *r = NULL;
-    assert_int_not_equal(db_exec(c, "UPDATE pipeline SET status = 'stopped' WHERE id = ?", s, 1,
-                                 &r, e2, sizeof e2), 0);
+    assert_int_not_equal(
+        db_exec(c, "UPDATE pipeline SET status = 'stopped' WHERE id = ?", s, 1, &r, e2, sizeof e2),
+        0);
     db_close(c);
 }
 
@@ -475,14 +520,25 @@ static void every_identifier_column_is_binary_and_no_pad(void **state)
     (void)state;
     db_conn *c = testdb_open();
     static const char *const free_text[] = {
-        "pipeline.source", "pipeline.message", "pipeline_event.message", "server.host",
-        "sim_job.outcome", "pipeline_log.argv", "pipeline_log.result", "pipeline_log.output",
-        "restart_run.outcome", "alert_state.pods", "outbox.payload", "outbox.last_error",
+        "pipeline.source",
+        "pipeline.message",
+        "pipeline_event.message",
+        "server.host",
+        "sim_job.outcome",
+        "pipeline_log.argv",
+        "pipeline_log.result",
+        "pipeline_log.output",
+        "restart_run.outcome",
+        "alert_state.pods",
+        "outbox.payload",
+        "outbox.last_error",
         "schema_version.description",
     };
-    db_result *r = testdb_q(c, "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME), COLLATION_NAME"
-                               " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
-                               " AND COLLATION_NAME IS NOT NULL ORDER BY 1", NULL, 0);
+    db_result *r = testdb_q(c,
+                            "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME), COLLATION_NAME"
+                            " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+                            " AND COLLATION_NAME IS NOT NULL ORDER BY 1",
+                            NULL, 0);
     size_t names = 0;
     for (size_t i = 0; i < r->nrows; i++) {
         const char *col = db_get(r, i, 0), *coll = db_get(r, i, 1);
@@ -497,9 +553,11 @@ static void every_identifier_column_is_binary_and_no_pad(void **state)
     }
     db_result_free(r);
     assert_true(names >= 40); /* the pipeline ids, names, servers, statuses, ... */
-    r = testdb_q(c, "SELECT TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES"
-                    " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'schema_version'"
-                    " AND TABLE_TYPE = 'BASE TABLE'", NULL, 0);
+    r = testdb_q(c,
+                 "SELECT TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES"
+                 " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'schema_version'"
+                 " AND TABLE_TYPE = 'BASE TABLE'",
+                 NULL, 0);
     assert_true(r->nrows >= 12);
     for (size_t i = 0; i < r->nrows; i++)
         if (strcmp(db_get(r, i, 1), "utf8mb4_nopad_bin") != 0)
@@ -582,14 +640,19 @@ static void text_output_escapes_every_control_character_and_invalid_utf8(void **
     assert_string_equal(e, "a\\u202ez\\u2066");
     free(e);
     /* Invalid UTF-8: each byte that is not part of a valid sequence. */
-    static const struct { const char *in; size_t len; const char *want; } bad[] = {
-        {"\x80", 1, "\\x80"},                 /* a lone continuation byte */
-        {"\xc0\xaf", 2, "\\xc0\\xaf"},        /* overlong '/' */
-        {"\xe0\x80\xaf", 3, "\\xe0\\x80\\xaf"}, /* overlong, 3 bytes */
-        {"\xed\xa0\x80", 3, "\\xed\\xa0\\x80"}, /* a surrogate */
+    static const struct {
+        const char *in;
+        size_t len;
+        const char *want;
+    } bad[] = {
+        {"\x80", 1, "\\x80"},                            /* a lone continuation byte */
+        {"\xc0\xaf", 2, "\\xc0\\xaf"},                   /* overlong '/' */
+        {"\xe0\x80\xaf", 3, "\\xe0\\x80\\xaf"},          /* overlong, 3 bytes */
+        {"\xed\xa0\x80", 3, "\\xed\\xa0\\x80"},          /* a surrogate */
         {"\xf4\x90\x80\x80", 4, "\\xf4\\x90\\x80\\x80"}, /* above U+10FFFF */
-        {"\xf5\x80", 2, "\\xf5\\x80"}, {"\xff\xfe", 2, "\\xff\\xfe"},
-        {"ok\xe2\x82", 4, "ok\\xe2\\x82"},   /* cut at the end */
+        {"\xf5\x80", 2, "\\xf5\\x80"},
+        {"\xff\xfe", 2, "\\xff\\xfe"},
+        {"ok\xe2\x82", 4, "ok\\xe2\\x82"}, /* cut at the end */
         {"\xc3(", 2, "\\xc3("},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -598,7 +661,8 @@ static void text_output_escapes_every_control_character_and_invalid_utf8(void **
         free(e);
     }
     /* Ordinary text, backslashes and non-ASCII letters included, is kept. */
-    static const char plain[] = "caf\xc3\xa9 \xe2\x82\xac 5 \xf0\x9f\x98\x80 \xc2\xa0 C:\\dir \\x1b";
+    static const char plain[] =
+        "caf\xc3\xa9 \xe2\x82\xac 5 \xf0\x9f\x98\x80 \xc2\xa0 C:\\dir \\x1b";
     e = escaped(plain, sizeof plain - 1, CTL_TEXT_LINE);
     assert_string_equal(e, plain);
     free(e);
@@ -634,13 +698,18 @@ static void flags_are_parsed_exactly(void **state)
     {
         ctl_flag f[] = {{"--env", true, false, NULL}, {"--manual", false, false, NULL}};
         char *argv[] = {"ID", "--env=prod", "--manual", "--", "--x"};
-        assert_int_equal(ctl_parse_flags(5, argv, f, 2, false, pos, 2, &npos, NULL, err, sizeof err), 0);
+        assert_int_equal(
+            ctl_parse_flags(5, argv, f, 2, false, pos, 2, &npos, NULL, err, sizeof err), 0);
         assert_string_equal(f[0].value, "prod");
         assert_true(f[1].given);
         assert_int_equal(npos, 2);
         assert_string_equal(pos[1], "--x");
     }
-    static const struct { int argc; char *argv[3]; const char *want; } bad[] = {
+    static const struct {
+        int argc;
+        char *argv[3];
+        const char *want;
+    } bad[] = {
         {2, {"--env", "a", NULL}, NULL}, /* a plain value: accepted */
         {1, {"--env", NULL, NULL}, "--env needs a value"},
         {1, {"--env=", NULL, NULL}, "--env \"\": the value is empty"},
@@ -668,7 +737,8 @@ static void flags_are_parsed_exactly(void **state)
     {
         ctl_flag g[] = {{"--db", true, false, NULL}, {"--json", false, false, NULL}};
         char *argv[] = {"--db", "mysql://x", "--json", "list", "--limit"};
-        assert_int_equal(ctl_parse_flags(5, argv, g, 2, true, NULL, 0, NULL, &used, err, sizeof err), 0);
+        assert_int_equal(
+            ctl_parse_flags(5, argv, g, 2, true, NULL, 0, NULL, &used, err, sizeof err), 0);
         assert_int_equal(used, 3);
     }
     /* Statuses: any case, every name, a list of any length; empty parts refused. */
@@ -682,12 +752,14 @@ static void flags_are_parsed_exactly(void **state)
                 *l = (char)(*l - 'A' + 'a');
         assert_int_equal(ctl_parse_status("--expect", lower, &st, err, sizeof err), 0);
         assert_int_equal(st, s);
-        assert_int_equal(ctl_parse_status("--expect", pipeline_status_name(s), &st, err, sizeof err), 0);
+        assert_int_equal(
+            ctl_parse_status("--expect", pipeline_status_name(s), &st, err, sizeof err), 0);
         assert_int_equal(ctl_parse_statuses("--status", lower, &mask, err, sizeof err), 0);
         assert_int_equal(mask, 1u << s);
     }
-    static const char *const bad_lists[] = {"", ",", "RUNNING,", ",RUNNING", "RUNNING,,ERROR",
-                                            "RUNNING ", " RUNNING", "RUN", "RUNNINGX", "R\xc3\xbcNNING"};
+    static const char *const bad_lists[] = {
+        "",         ",",        "RUNNING,", ",RUNNING", "RUNNING,,ERROR",
+        "RUNNING ", " RUNNING", "RUN",      "RUNNINGX", "R\xc3\xbcNNING"};
     for (size_t i = 0; i < sizeof bad_lists / sizeof *bad_lists; i++)
         assert_int_equal(ctl_parse_statuses("--status", bad_lists[i], &mask, err, sizeof err), -1);
     buf longlist = {0};
@@ -701,23 +773,37 @@ static void flags_are_parsed_exactly(void **state)
     buf_free(&longlist);
     /* Numbers: digits only, within the range. */
     unsigned long long v;
-    static const char *const bad_numbers[] = {"", "-5", "+5", " 5", "5 ", "5ms", "1.5", "0x10",
-                                              "abc", "0", "3600001", "18446744073709551616",
+    static const char *const bad_numbers[] = {"",
+                                              "-5",
+                                              "+5",
+                                              " 5",
+                                              "5 ",
+                                              "5ms",
+                                              "1.5",
+                                              "0x10",
+                                              "abc",
+                                              "0",
+                                              "3600001",
+                                              "18446744073709551616",
                                               "99999999999999999999999"};
     for (size_t i = 0; i < sizeof bad_numbers / sizeof *bad_numbers; i++)
         assert_int_equal(ctl_parse_number("--drain", bad_numbers[i], 1, CTL_DRAIN_MAX,
-                                          "milliseconds", &v, err, sizeof err), -1);
+                                          "milliseconds", &v, err, sizeof err),
+                         -1);
     assert_int_equal(ctl_parse_number("--drain", "3600000", 1, CTL_DRAIN_MAX, "milliseconds", &v,
-                                      err, sizeof err), 0);
+                                      err, sizeof err),
+                     0);
     assert_int_equal(v, 3600000);
-    assert_int_equal(ctl_parse_number("--drain", "007", 1, CTL_DRAIN_MAX, NULL, &v, err, sizeof err), 0);
+    assert_int_equal(
+        ctl_parse_number("--drain", "007", 1, CTL_DRAIN_MAX, NULL, &v, err, sizeof err), 0);
     assert_int_equal(v, 7);
     /* NS/APP */
     char ns[64], app[64];
     assert_int_equal(ctl_parse_app("--app", "shop/api", ns, app, err, sizeof err), 0);
     assert_string_equal(ns, "shop");
     assert_string_equal(app, "api");
-    static const char *const bad_apps[] = {"shop", "/api", "shop/", "a/b/c", "SHOP/API", "shop/api ",
+    static const char *const bad_apps[] = {"shop",      "/api",      "shop/",
+                                           "a/b/c",     "SHOP/API",  "shop/api ",
                                            "shop /api", "shop/-api", "sh_op/api"};
     for (size_t i = 0; i < sizeof bad_apps / sizeof *bad_apps; i++)
         assert_int_equal(ctl_parse_app("--app", bad_apps[i], ns, app, err, sizeof err), -1);
@@ -734,8 +820,12 @@ static void manual_deploy_request_is_conditional(void **state)
     char id[25], err[512];
     create_app(c, "request", "prod", id);
     assert_int_equal(pipeline_store_request_deploy(c, id, err, sizeof err), 0); /* INITIALIZED */
-    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0, err, sizeof err), 1);
-    assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL, 0, err, sizeof err), 1);
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0,
+                                               err, sizeof err),
+                     1);
+    assert_int_equal(pipeline_store_transition(c, id, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL,
+                                               0, err, sizeof err),
+                     1);
     assert_int_equal(pipeline_store_request_deploy(c, id, err, sizeof err), 1);
     assert_int_equal(pipeline_store_request_deploy(c, id, err, sizeof err), 0); /* once */
     db_close(c);

@@ -27,9 +27,9 @@ typedef struct outcome {
     bool timed_out;
     char *out, *err;
     size_t out_len, err_len;
-    char *streamed[2];      /* on_output bytes, per stream */
+    char *streamed[2]; /* on_output bytes, per stream */
     size_t streamed_len[2];
-    proc *self;             /* for proc_kill inside on_exit */
+    proc *self; /* for proc_kill inside on_exit */
 } outcome;
 
 static char *dup_bytes(const char *d, size_t n)
@@ -369,8 +369,8 @@ static void test_missing_binary(void **state)
     (void)state;
     outcome oc = {0};
     const char *argv[] = {"oops-no-such-cmd", "x", NULL};
-    proc_options o = {.argv = argv, .on_exit = on_exit_cb, .ud = &oc,
-                      .stdin_data = "x", .stdin_len = 1};
+    proc_options o = {
+        .argv = argv, .on_exit = on_exit_cb, .ud = &oc, .stdin_data = "x", .stdin_len = 1};
     expect_spawn_error(&o, "cannot run \"oops-no-such-cmd\": no such file or directory");
     const char *abs[] = {"/nonexistent/bin/tool", NULL};
     o.argv = abs;

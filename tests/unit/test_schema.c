@@ -17,16 +17,17 @@
 
 /* Every table the migrations create (and the version table). */
 static const char *const tables[] = {
-    "pipeline",   "pipeline_event", "server",      "sim_job",           "sim_call",
-    "exec_job",   "pipeline_log",   "restart_run", "restart_watermark", "alert_state",
+    "pipeline",   "pipeline_event", "server",         "sim_job",           "sim_call",
+    "exec_job",   "pipeline_log",   "restart_run",    "restart_watermark", "alert_state",
     "sim_metric", "outbox",         "schema_version",
 };
 #define NTABLES (sizeof tables / sizeof tables[0])
 
 static long long table_count(db_conn *c)
 {
-    return testdb_int(c, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()",
-                      NULL, 0);
+    return testdb_int(
+        c, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()", NULL,
+        0);
 }
 
 /* An empty database: drop every table of this test's own database. Table
@@ -36,8 +37,9 @@ static int empty_database(void **state)
 {
     (void)state;
     db_conn *c = testdb_open();
-    db_result *r = testdb_q(c, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()",
-                            NULL, 0);
+    db_result *r = testdb_q(
+        c, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()", NULL,
+        0);
     for (size_t i = 0; i < r->nrows; i++) {
         const char *t = db_get(r, i, 0);
         if (strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(t))
@@ -56,7 +58,9 @@ static int empty_database(void **state)
 static bool table_exists(db_conn *c, const char *name)
 {
     db_value p[] = {db_text(name)};
-    return testdb_int(c, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+    return testdb_int(c,
+                      "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                      "DATABASE() AND table_name = ?",
                       p, 1) == 1;
 }
 
@@ -88,9 +92,14 @@ static void an_empty_database_migrates_to_the_latest(void **state)
     assert_int_equal(table_count(c), NTABLES);
     assert_true(migrate_lock_free()); /* released at the end */
     /* The tables work: a pipeline can be written and read back. */
-    db_result_free(testdb_q(c, "INSERT INTO pipeline (id, namespace, application, environment, status)"
-                               " VALUES ('abc', 'ns', 'app', 'prod', 'INITIALIZED')", NULL, 0));
-    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE unfinished_key = 'ns/app/prod'", NULL, 0), 1);
+    db_result_free(testdb_q(c,
+                            "INSERT INTO pipeline (id, namespace, application, environment, status)"
+                            " VALUES ('abc', 'ns', 'app', 'prod', 'INITIALIZED')",
+                            NULL, 0));
+    assert_int_equal(
+        testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE unfinished_key = 'ns/app/prod'", NULL,
+                   0),
+        1);
     db_close(c);
 }
 
@@ -101,8 +110,8 @@ static void the_version_table_records_each_migration(void **state)
     char err[512] = "";
     db_conn *c = testdb_open();
     assert_int_equal(schema_migrate(c, NULL, err, sizeof err), 0); /* applied may be NULL */
-    db_result *r = testdb_q(c, "SELECT version, description, applied_at FROM schema_version ORDER BY version",
-                            NULL, 0);
+    db_result *r = testdb_q(
+        c, "SELECT version, description, applied_at FROM schema_version ORDER BY version", NULL, 0);
     assert_int_equal(r->nrows, (size_t)schema_latest());
     for (size_t i = 0; i < r->nrows; i++) {
         assert_int_equal(db_get_int(r, i, 0, -1), (long long)i + 1);
@@ -114,8 +123,8 @@ static void the_version_table_records_each_migration(void **state)
     /* The primary key keeps a version from being recorded twice. */
     db_value p[] = {db_int(1), db_text("again")};
     db_result *out = NULL;
-    assert_int_equal(db_exec(c, "INSERT INTO schema_version (version, description) VALUES (?, ?)", p, 2, &out,
-                             err, sizeof err),
+    assert_int_equal(db_exec(c, "INSERT INTO schema_version (version, description) VALUES (?, ?)",
+                             p, 2, &out, err, sizeof err),
                      DB_ER_DUP_ENTRY);
     db_close(c);
 }
@@ -128,16 +137,18 @@ static void migrating_twice_changes_nothing(void **state)
     int applied = -1;
     assert_int_equal(schema_migrate(c, &applied, err, sizeof err), 0);
     assert_int_equal(applied, schema_latest());
-    db_result *before = testdb_q(c, "SELECT GROUP_CONCAT(version, '@', applied_at ORDER BY version) FROM schema_version",
-                                 NULL, 0);
+    db_result *before = testdb_q(
+        c, "SELECT GROUP_CONCAT(version, '@', applied_at ORDER BY version) FROM schema_version",
+        NULL, 0);
     long long tables_before = table_count(c);
     for (int round = 0; round < 2; round++) {
         applied = -1;
         assert_int_equal(schema_migrate(c, &applied, err, sizeof err), 0);
         assert_int_equal(applied, 0);
     }
-    db_result *after = testdb_q(c, "SELECT GROUP_CONCAT(version, '@', applied_at ORDER BY version) FROM schema_version",
-                                NULL, 0);
+    db_result *after = testdb_q(
+        c, "SELECT GROUP_CONCAT(version, '@', applied_at ORDER BY version) FROM schema_version",
+        NULL, 0);
     assert_string_equal(db_get(after, 0, 0), db_get(before, 0, 0));
     assert_int_equal(table_count(c), tables_before);
     assert_int_equal(schema_current(c, err, sizeof err), schema_latest());
@@ -159,17 +170,20 @@ static void a_newer_database_is_refused_unchanged(void **state)
     db_conn *c = testdb_open();
     assert_int_equal(schema_migrate(c, NULL, err, sizeof err), 0);
     db_value p[] = {db_int(schema_latest() + 1), db_text("from a newer oopsd")};
-    db_result_free(testdb_q(c, "INSERT INTO schema_version (version, description) VALUES (?, ?)", p, 2));
+    db_result_free(
+        testdb_q(c, "INSERT INTO schema_version (version, description) VALUES (?, ?)", p, 2));
     long long tables_before = table_count(c);
     int applied = -1;
     assert_int_not_equal(schema_migrate(c, &applied, err, sizeof err), 0);
     assert_int_equal(applied, 0);
     char want[200];
-    snprintf(want, sizeof want, "database schema is version %d, newer than this binary knows (%d): upgrade oopsd",
+    snprintf(want, sizeof want,
+             "database schema is version %d, newer than this binary knows (%d): upgrade oopsd",
              schema_latest() + 1, schema_latest());
     assert_string_equal(err, want);
     assert_int_equal(schema_current(c, err, sizeof err), schema_latest() + 1);
-    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM schema_version", NULL, 0), schema_latest() + 1);
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM schema_version", NULL, 0),
+                     schema_latest() + 1);
     assert_int_equal(table_count(c), tables_before);
     assert_true(migrate_lock_free()); /* released on the error path too */
     db_close(c);
@@ -178,8 +192,10 @@ static void a_newer_database_is_refused_unchanged(void **state)
 /* Sessions of this database waiting in GET_LOCK (state "User lock"). */
 static long long lock_waiters(db_conn *c)
 {
-    return testdb_int(c, "SELECT COUNT(*) FROM information_schema.processlist"
-                         " WHERE db = DATABASE() AND state = 'User lock'", NULL, 0);
+    return testdb_int(c,
+                      "SELECT COUNT(*) FROM information_schema.processlist"
+                      " WHERE db = DATABASE() AND state = 'User lock'",
+                      NULL, 0);
 }
 
 /* Several runners at once, released together while they all wait: each
@@ -244,9 +260,11 @@ static void concurrent_runners_are_serialised(void **state)
     /* One runner did all the work; the others found the database current. */
     assert_int_equal(total, schema_latest());
     assert_int_equal(migrated, 1);
-    assert_int_equal(testdb_int(holder, "SELECT COUNT(*) FROM schema_version", NULL, 0), schema_latest());
-    assert_int_equal(testdb_int(holder, "SELECT COUNT(DISTINCT version) FROM schema_version", NULL, 0),
+    assert_int_equal(testdb_int(holder, "SELECT COUNT(*) FROM schema_version", NULL, 0),
                      schema_latest());
+    assert_int_equal(
+        testdb_int(holder, "SELECT COUNT(DISTINCT version) FROM schema_version", NULL, 0),
+        schema_latest());
     assert_int_equal(schema_current(holder, err, sizeof err), schema_latest());
     assert_true(migrate_lock_free());
     db_close(holder);
