@@ -216,7 +216,8 @@ local function footprint()
   fp.idle_shipped = run_case(("idle, shipped policies (%ds)"):format(opt.idle), "idle", root .. "/policies", opt.idle)
   local dir = work .. "/policy-idle-fast"
   lfs.mkdir(dir)
-  files.write(dir .. "/bench.lua", 'scan { interval = "500ms" }\ngateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }\n')
+  files.write(dir .. "/bench.lua", 'scan { interval = "500ms" }\n' ..
+    'gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }\n')
   fp.idle_fast = run_case(("idle, scan 500ms (%ds)"):format(opt.idle), "idle", dir, opt.idle)
   -- Driving: one server alone with the largest scale case (measured there).
   local biggest
@@ -293,7 +294,8 @@ local function table_rows()
         end
         local value
         if #xs == 0 and censored > 0 then
-          value = ("not within %d s (%d pipelines): server wait_timeout %d s"):format(f.bound_s, censored, f.server_wait_timeout_s)
+          value = ("not within %d s (%d pipelines): server wait_timeout %d s"):format(f.bound_s, censored,
+            f.server_wait_timeout_s)
         else
           value = ("median %s, max %s (%d pipelines, %d faults)"):format(secs(C.quantile(xs, 0.5)),
             secs(C.quantile(xs, 1)), #xs, rounds)
@@ -301,7 +303,8 @@ local function table_rows()
         end
         if kind == "short" then
           local max = C.quantile(xs, 1)
-          row("failover", f.fault, ("fault -> first transition elsewhere (session timeout %d s)"):format(f.session_timeout_s),
+          row("failover", f.fault,
+            ("fault -> first transition elsewhere (session timeout %d s)"):format(f.session_timeout_s),
             value, ("<= %.1f s"):format(target), censored == 0 and max ~= nil and max <= target)
         else
           row("failover", f.fault, "the same, session at the server's default wait_timeout", value, "(comparison)")
@@ -318,7 +321,10 @@ local function table_rows()
   end
   local fp = results.footprint
   if fp then
-    for _, k in ipairs { { "idle_shipped", "idle, shipped policies (scan 5s)" }, { "idle_fast", "idle, scan 500ms" } } do
+    for _, k in ipairs {
+      { "idle_shipped", "idle, shipped policies (scan 5s)" },
+      { "idle_fast", "idle, scan 500ms" },
+    } do
       local x = fp[k[1]]
       if x then
         row("footprint", k[2], "RSS", ("%s (own %s + shared files %s; PSS %s)"):format(mb(x.rss_kb), mb(x.anon_kb),
@@ -396,7 +402,8 @@ local function plots(outdir)
       local label = ("%d server%s"):format(s, s > 1 and "s" or "")
       wall[#wall + 1] = ("'%s' using 1:2 with linespoints lw 2 title '%s'"):format(fw, label)
       trips[#trips + 1] = ("'%s' using 1:2 with linespoints lw 2 title '%s'"):format(ft, label)
-      ticks[#ticks + 1] = ("'%s' using 1:2 with linespoints lw 2 title '%s, median', '%s' using 1:3 with linespoints dt 2 lw 2 title '%s, p99'"):format(fk, label, fk, label)
+      ticks[#ticks + 1] = ("'%s' using 1:2 with linespoints lw 2 title '%s, median', " ..
+        "'%s' using 1:3 with linespoints dt 2 lw 2 title '%s, p99'"):format(fk, label, fk, label)
     end
     png("scale-wall", "set title 'Scale: N pipelines at once, instant builds - wall time to all SUCCEEDED'\n" ..
       "set logscale xy\nset xlabel 'active pipelines'\nset ylabel 'seconds'\nplot " .. table.concat(wall, ", ") ..
@@ -435,7 +442,8 @@ local function plots(outdir)
         "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8 border -1\n" ..
         "unset xlabel\nset key below\n" ..
         ("set logscale y\nset ylabel 'seconds (log)'\nset yrange [0.1:%d]\n"):format(math.ceil(opt.bound * 1.5)) ..
-        ("plot '%s' using 2:xtic(1) title 'median, session timeout 3 s', '' using 4 title 'median, server default wait_timeout (capped at the bound)', " ..
+        ("plot '%s' using 2:xtic(1) title 'median, session timeout 3 s', " ..
+        "'' using 4 title 'median, server default wait_timeout (capped at the bound)', " ..
         "'' using 3 title 'max, 3 s', '' using 5 title 'max, server default'"):format(fd) ..
         "\nunset logscale\nset autoscale y\nset style data lines\nset key inside left top")
     end
@@ -447,19 +455,24 @@ local function plots(outdir)
     local lines = {}
     for i, x in ipairs(xs) do lines[i] = ("%.4f %.4f"):format(x, i / #xs) end
     local fr = dat("reaction", lines)
-    png("reaction", ("set title 'Reaction: build ready -> deploy claim (scan interval 500 ms), CDF over %d pipelines'\n"):format(#xs) ..
-      "set xlabel 'seconds'\nset ylabel 'fraction of pipelines'\nset yrange [0:1]\nset arrow from 0.5,0 to 0.5,1 nohead dt 2\n" ..
+    png("reaction", ("set title 'Reaction: build ready -> deploy claim (scan interval 500 ms), " ..
+      "CDF over %d pipelines'\n"):format(#xs) ..
+      "set xlabel 'seconds'\nset ylabel 'fraction of pipelines'\nset yrange [0:1]\n" ..
+      "set arrow from 0.5,0 to 0.5,1 nohead dt 2\n" ..
       ("plot '%s' using 1:2 with steps lw 2 title 'reaction'"):format(fr) .. "\nunset arrow\nset autoscale y")
   end
   local fp = results.footprint
   if fp and fp.driving and fp.driving.samples and #fp.driving.samples > 1 then
     local lines = {}
-    for i, s in ipairs(fp.driving.samples) do lines[i] = ("%.2f %.2f %.3f %.2f"):format(s[1], s[2] / 1024, s[3], (s[4] or 0) / 1024) end
+    for i, s in ipairs(fp.driving.samples) do
+      lines[i] = ("%.2f %.2f %.3f %.2f"):format(s[1], s[2] / 1024, s[3], (s[4] or 0) / 1024)
+    end
     local ff = dat("footprint", lines)
     png("footprint", ("set title 'Footprint: one server driving %d pipelines'\n"):format(fp.driving.n) ..
       "set xlabel 'seconds'\nset ylabel 'RSS (MB)'\nset y2label 'CPU seconds used'\nset y2tics\nset ytics nomirror\n" ..
       "set yrange [0:*]\nset y2range [0:*]\n" ..
-      ("plot '%s' using 1:2 with lines lw 2 title 'RSS (MB)', '' using 1:4 with lines lw 2 title 'of which its own (anonymous, MB)', " ..
+      ("plot '%s' using 1:2 with lines lw 2 title 'RSS (MB)', " ..
+      "'' using 1:4 with lines lw 2 title 'of which its own (anonymous, MB)', " ..
       "'' using 1:3 axes x1y2 with lines lw 2 title 'CPU seconds'"):format(ff) ..
       "\nunset y2tics\nunset y2label")
   end

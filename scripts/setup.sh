@@ -25,6 +25,7 @@ packages=(
   mariadb-server mariadb-client curl procps bc
   iproute2 # `ip netns`: the partition scenario (tests/scenarios/partition.lua)
   gnuplot-nox # bench/run: the PNG plots
+  clang-format lua-check # tests/style.sh: the C's layout and the Lua's lint
   clang libclang-rt-14-dev llvm # fuzz/: clang-14, its libFuzzer runtime, llvm-symbolizer
 )
 

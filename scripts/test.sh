@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README's test command: install what is missing, build, and run every suite
 # twice — once normally, once under AddressSanitizer + UBSan — each against
-# its own throwaway MariaDB; then the fuzz suite once (each libFuzzer harness
+# its own throwaway MariaDB, after the style checks (clang-format, luacheck);
+# then the fuzz suite once (each libFuzzer harness
 # of fuzz/ for 30 s, build-fuzz/). Ends with one line: "N passed, N failed".
 #   scripts/test.sh              both passes and the fuzz suite
 #   scripts/test.sh --quick      the normal pass only
@@ -24,6 +25,7 @@ pass() { # label, build dir, suites... (none: tests/run.sh's default ones)
     echo "($1: the run ended without a result line)"; total_f=$((total_f + 1))
   fi
 }
+pass "style: clang-format and luacheck" build style
 pass "normal build" build
 ((quick)) || pass "AddressSanitizer + UBSan build" build-asan
 ((quick)) || pass "fuzz: each harness 30 s (ASan + UBSan)" build-fuzz fuzz

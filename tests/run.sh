@@ -2,6 +2,7 @@
 # One pass of every suite against a throwaway MariaDB that this script starts
 # in a temporary directory and always removes (also on failure or Ctrl-C).
 #   tests/run.sh BUILD_DIR [SUITE...]     SUITE: unit spec integration scenarios
+#                                         (and, not by default: style fuzz)
 # Prints each suite's results and ends with "N passed, N failed". A test that
 # reports "ok N # SKIP why" is listed as skipped (with why), not counted as passed.
 # Scenarios get a fresh database of that server each (--db), except one whose
@@ -100,6 +101,10 @@ for suite in "${suites[@]}"; do
           OOPS_TEST_DB=$db run_one "scenarios/$n" "$build/oopsctl" --db "$db" scenario "$t"
         fi
       done ;;
+    style)
+      # Not a default suite: `tests/run.sh BUILD style` (scripts/test.sh runs it
+      # once): clang-format (check mode) over the C, luacheck over the Lua.
+      run_one "style" bash "$here/style.sh" ;;
     fuzz)
       # Not a default suite: `tests/run.sh BUILD fuzz` (scripts/test.sh runs it
       # once). Each libFuzzer harness for $OOPS_FUZZ_SECONDS (30) seconds plus

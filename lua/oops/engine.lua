@@ -84,8 +84,8 @@ end
 -- is seen one interval later, not one interval plus the tick's duration),
 -- resting at least a tenth of the interval when a tick ran long; the others
 -- compute their own (aligned to the clock).
-function M.pause(def, policy, t0, now)
-  local interval = def.interval(policy)
+function M.pause(def, pol, t0, now)
+  local interval = def.interval(pol)
   if not def.rate then return interval end
   return math.max(interval - (now - t0), interval // 10)
 end

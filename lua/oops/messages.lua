@@ -14,7 +14,10 @@ return {
   workload_missing  = "Deployment failed: the workload does not exist.",
   deploy_failed     = "Deployment failed: ",          -- .. reason
   rollout_timed_out = "Release timed out: the new version was not ready in time.",
-  deploy_timed_out  = "Deploy timed out: the pipeline stayed DEPLOYING longer than the deploy timeout (its server may have died mid-deploy).",
+  rollout_max       = "Release timed out: the rollout did not settle within rollout.max " ..
+                      "(its readiness kept changing).",
+  deploy_timed_out  = "Deploy timed out: the pipeline stayed DEPLOYING longer than the deploy timeout " ..
+                      "(its server may have died mid-deploy).",
   deploy_refused    = "Deploy refused: another pipeline for this application and environment is unfinished.",
   refused           = "Refused, nothing was run: ",   -- .. why (pipelines.refusal)
 }

@@ -23,16 +23,18 @@
 
 -- The names a runtime failure carries (src/error_names.h; db_error_name in
 -- src/db.c maps MariaDB error numbers to them). oops.error_names lists them;
--- tests/spec/meta_spec.lua checks this list against it.
+-- tests/spec/meta_spec.lua checks this list against it (one "---|" line
+-- each). In oops.store, "exists" means an unfinished pipeline already exists
+-- for that application/environment.
 ---@alias oops.ErrorName
----| "exists"      # a unique key already holds the value (ER_DUP_ENTRY); oops.store: an unfinished pipeline exists for that application/environment
+---| "exists"      # a unique key already holds the value (ER_DUP_ENTRY): in oops.store, an unfinished pipeline
 ---| "not_found"   # what the statement names does not exist: a table, the session a KILL names
 ---| "deadlock"    # the transaction was a deadlock victim and was rolled back
 ---| "lock_wait"   # a row lock was not granted in time (innodb_lock_wait_timeout)
 ---| "gone"        # the session was lost (killed, timed out, server gone); oops.locks: the lock session is down
 ---| "unreachable" # no session could be opened (host, port, socket, credentials), or not connected at all
 ---| "db"          # any other error the database reported (syntax, constraint, ...): msg says which
----| "io"          # a process could not start, no HTTP response came, an address could not be listened on, a file could not be read
+---| "io"          # a process could not start, no HTTP response came, listening on an address or reading a file failed
 ---| "invalid"     # input read and refused: a pipeline field, a cron expression, an HTTP request refused before sending
 
 ---@class oops
@@ -325,7 +327,9 @@ oops.locks = {}
 ---@field server_prefix string "oops:server:" (+ name): held by that server for the life of its lock session
 ---@field leader_prefix string "oops:leader:" (+ scan)
 ---@field migrate string "oops:migrate": serialises migrations
----@field leaders table<string, string> scan → its leader lock, for every scan of OOPS_LEADER_SCANS (restart, alert, notify); `oopsctl locks` shows each
+--- scan → its leader lock, for every scan of OOPS_LEADER_SCANS (restart, alert,
+--- notify); `oopsctl locks` shows each
+---@field leaders table<string, string>
 
 --- The lock names, defined once in src/lock_names.h for C (oopsctl, the
 --- daemon) and Lua (the scans, lua/oops/pipelines.lua, the scenarios).
@@ -484,7 +488,9 @@ oops.proc = {}
 ---@class oops.ProcOptions
 ---@field argv string[] the command, executed directly (never through a shell); argv[1] is looked up in PATH
 ---@field env? table<string, string> added on top of the base environment; in the daemon, an OOPS_DB* name raises
----@field inherit_env? boolean base: all of this process's environment (tools); default: the allow-list PATH HOME USER LOGNAME LANG LANGUAGE LC_* TZ TMPDIR
+--- base: all of this process's environment (tools); default: the allow-list
+--- PATH HOME USER LOGNAME LANG LANGUAGE LC_* TZ TMPDIR
+---@field inherit_env? boolean
 ---@field clear_env? boolean base: nothing. Whatever the base, OOPS_DB* is never inherited
 ---@field cwd? string
 ---@field stdin? string written to the child's stdin, then closed (default /dev/null)
@@ -570,9 +576,14 @@ oops.http = {}
 function oops.http.request(opts) end
 
 ---@class oops.HttpServeOptions
----@field listen? string "HOST:PORT" (HOST an IPv4 literal, [IPv6] or localhost; PORT 0 = any free port), default "127.0.0.1:0"
----@field handler fun(req: oops.HttpServerRequest): integer, string?, string? answers one request: status [, body [, content_type]]
----@field max_body? integer request body limit in bytes (default 1 MiB); a longer body is answered 413 without the handler
+--- "HOST:PORT" (HOST an IPv4 literal, [IPv6] or localhost; PORT 0 = any free
+--- port), default "127.0.0.1:0"
+---@field listen? string
+--- answers one request: status [, body [, content_type]]
+---@field handler fun(req: oops.HttpServerRequest): integer, string?, string?
+--- request body limit in bytes (default 1 MiB); a longer body is answered 413
+--- without the handler
+---@field max_body? integer
 
 ---@class oops.HttpServerRequest
 ---@field method string "GET", "POST", "PUT", ... as sent

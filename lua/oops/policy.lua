@@ -184,13 +184,13 @@ end
 
 local function dur(min_ms)
   return function(v)
-    local ms, why = duration.parse(v)
-    if not ms then return nil, why end
-    if ms < min_ms then
+    local n, why = duration.parse(v)
+    if not n then return nil, why end
+    if n < min_ms then
       if min_ms == 1 then return nil, show(v) .. ": must be more than zero" end
       return nil, show(v) .. ": must be at least " .. duration.format(min_ms)
     end
-    return ms
+    return n
   end
 end
 
@@ -212,7 +212,7 @@ local function url(v)
   return v
 end
 
-local function text(v)
+local function nonempty(v)
   if type(v) ~= "string" or v == "" then return nil, show(v) .. ": must be a non-empty string" end
   return v
 end
@@ -396,9 +396,9 @@ end
 local function session_timeout(every_ms)
   return function(v)
     if v == "server" then return v end
-    local ms, why = duration.parse(v)
-    if not ms then return nil, why .. ' (or "server": the database server\'s own wait_timeout)' end
-    if ms < 2 * every_ms then
+    local n, why = duration.parse(v)
+    if not n then return nil, why .. ' (or "server": the database server\'s own wait_timeout)' end
+    if n < 2 * every_ms then
       return nil, show(v) .. ": must be at least twice validate_every (" .. duration.format(2 * every_ms) ..
         "), or the validation cannot keep a living server's session"
     end
@@ -438,7 +438,7 @@ function build.gateway(d, t, kind)
   else
     -- Relative command paths ("./deploy.sh") resolve against workdir;
     -- without it, against the policy directory (the exec gateway decides).
-    g.options.workdir = d:field(t, "workdir", text, nil)
+    g.options.workdir = d:field(t, "workdir", nonempty, nil)
   end
   return g
 end
@@ -465,7 +465,7 @@ local function alert_probe(d, v)
   probe.kind = "prometheus"
   probe.url = d:field(v, "prometheus", url, nil, "probe.prometheus")
   probe.scrape_interval_ms = d:field(v, "scrape_interval", dur(1000), D.scrape_interval, "probe.scrape_interval")
-  probe.token = d:field(v, "token", text, nil, "probe.token")
+  probe.token = d:field(v, "token", nonempty, nil, "probe.token")
   return probe
 end
 
@@ -632,7 +632,8 @@ end
 
 -- Declarations that may appear once in the whole policy, keyed by kind
 -- (applications are keyed by their name instead; notify may repeat).
-local SINGLE = { scan = true, build = true, deploy = true, rollout = true, locks = true, restarts = true, alert = true, gateway = true }
+local SINGLE = { scan = true, build = true, deploy = true, rollout = true, locks = true, restarts = true,
+  alert = true, gateway = true }
 
 -- Store a checked declaration into the policy being built.
 local function store(st, d, kind, name, value)

@@ -5,7 +5,7 @@
 local names = require("oops").locks.names
 local cjson = require("cjson")
 local hook = receiver()
-local all = servers { count = 3, policy = ([[
+servers { count = 3, policy = ([[
 scan    { interval = "300ms" }
 locks   { validate_every = "1s" }
 gateway "simulated" { build = "500ms", deploy = "0s", rollout = "300ms" }

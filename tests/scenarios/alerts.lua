@@ -55,11 +55,11 @@ local function leader()
 end
 
 local function probers()
-  local names = {}
+  local list = {}
   for _, r in ipairs(sql("SELECT DISTINCT server FROM sim_call WHERE action = 'probe' ORDER BY server")) do
-    names[#names + 1] = r.server
+    list[#list + 1] = r.server
   end
-  return names
+  return list
 end
 
 -- Edges of one target alternate as episodes do: FIRING (REPEAT)* RESOLVED ...
@@ -155,8 +155,8 @@ local OLDKEY = "shop/old/prod/cpu"
 usage("old", "old-0", 900)
 wait_until("shop/old fires", function() return count(OLDKEY, "FIRING") == 1 end, 10)
 for _, s in ipairs(all) do
-  local reloaded, why = s:reload(POLICY)
-  expect(reloaded, s.name .. " reloads the policy without shop/old", why)
+  local reloaded, err = s:reload(POLICY)
+  expect(reloaded, s.name .. " reloads the policy without shop/old", err)
 end
 wait_until("removed from the policy while firing: resolved", function() return count(OLDKEY, "RESOLVED") == 1 end, 10)
 sleep(2.5)

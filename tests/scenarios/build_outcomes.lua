@@ -41,7 +41,8 @@ expect(events(auto) == "CREATED BUILDING DEPLOYING ROLLING_OUT SUCCEEDED", "... 
 local failed = building("shop/failed")
 fail_job(failed)
 expect(failed:wait("ERROR", 20), "a failed build fails the pipeline")
-expect(failed:message() == "Image build failed, see the pipeline log.", "... with the build-failed message", failed:message())
+expect(failed:message() == "Image build failed, see the pipeline log.", "... with the build-failed message",
+  failed:message())
 
 -- Rule 4: a missing build job → ERROR at once (the original waited forever).
 local missing = building("shop/missing")

@@ -3,7 +3,7 @@
 -- pipelines; it notices at its next validation, drives nothing while down,
 -- reconnects with a new session and carries on. Nothing happens twice.
 local names = require("oops").locks.names
-local all = servers { count = 3, policy = [[
+servers { count = 3, policy = [[
 scan    { interval = "300ms" }
 locks   { validate_every = "1s" }
 gateway "simulated" { build = "3s", deploy = "500ms", rollout = "300ms" }

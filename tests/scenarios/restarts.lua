@@ -45,7 +45,8 @@ local function once(desc)
   for _, r in ipairs(per) do
     -- No gap: from the first to the last, every 2 s occurrence is there.
     expect(r.n == r.d and r.span == (r.n - 1) * 2, desc .. ": " .. r.environment ..
-      " fired every occurrence once, without a gap", ("%d rows, %d distinct, span %ss"):format(r.n, r.d, tostring(r.span)))
+      " fired every occurrence once, without a gap",
+      ("%d rows, %d distinct, span %ss"):format(r.n, r.d, tostring(r.span)))
   end
 end
 

@@ -59,4 +59,5 @@ expect(stuck:message():find("Deploy timed out", 1, true), "... saying the deploy
 local failed_at = oops.time()
 -- Had the restart reset the clock, it could not fail before restart + 8s.
 expect(failed_at < restarted_at + 8, "... measured from when it became DEPLOYING, not from the restart",
-  ("deploying at 0s, restarted at %.1fs, failed at %.1fs"):format(restarted_at - deploying_at, failed_at - deploying_at))
+  ("deploying at 0s, restarted at %.1fs, failed at %.1fs"):format(restarted_at - deploying_at,
+    failed_at - deploying_at))

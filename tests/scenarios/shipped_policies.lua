@@ -15,7 +15,9 @@ local ps = {
   create { app = "shop/api", env = "prod" },
   create { app = "shop/worker", env = "prod" },
 }
-for _, p in ipairs(ps) do expect(p:wait("SUCCEEDED", 30), p.app .. " " .. p.env .. " succeeds on the shipped policies") end
+for _, p in ipairs(ps) do
+  expect(p:wait("SUCCEEDED", 30), p.app .. " " .. p.env .. " succeeds on the shipped policies")
+end
 
 local broken = FAST:gsub('interval = "300ms"', 'interval = "300 ms please"')
 local fine, why = all[1]:reload { ["oopsd.lua"] = broken }

@@ -13,7 +13,8 @@ gateway "simulated" { build = "2s", deploy = "2s", rollout = "300ms" }
 assert(names.pipeline_prefix == "oops:pipeline:", "the trigger below names the pipeline lock prefix")
 sql("CREATE TABLE lock_at_call (pipeline_id VARCHAR(64), action VARCHAR(32), holder BIGINT NULL)")
 sql([[CREATE TRIGGER lock_at_call AFTER INSERT ON sim_call FOR EACH ROW
-  INSERT INTO lock_at_call VALUES (NEW.pipeline_id, NEW.action, IS_USED_LOCK(CONCAT('oops:pipeline:', NEW.pipeline_id)))]])
+  INSERT INTO lock_at_call VALUES (NEW.pipeline_id, NEW.action,
+    IS_USED_LOCK(CONCAT('oops:pipeline:', NEW.pipeline_id)))]])
 
 local function lock_owner(p)
   return sql("SELECT COALESCE(IS_USED_LOCK(CONCAT(?, ?)), 0) AS c", names.pipeline_prefix, p.id)[1].c

@@ -1,7 +1,7 @@
 -- A driver SIGKILLed mid-build: its lock dies with its session, another
 -- server takes the pipeline over and finishes it; the build is not submitted
 -- again (the simulated cluster is shared, the job is still there).
-local all = servers { count = 3, policy = [[
+servers { count = 3, policy = [[
 scan    { interval = "300ms" }
 gateway "simulated" { build = "3s", deploy = "0s", rollout = "300ms" }
 ]] }

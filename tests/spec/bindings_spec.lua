@@ -848,7 +848,8 @@ describe("oopsctl on a database not migrated yet (needs OOPS_TEST_DB)", function
     assert(oops.db.exec("CREATE DATABASE " .. db)) -- a name of our own making, not a value
     local url = os.getenv("OOPS_TEST_DB"):gsub("^(mysql://[^/]*@[^/]*)/[^?]*", "%1/" .. db)
     local r = oops.wait(function()
-      return oops.proc.run{ argv = { build .. "/oopsctl", "--db", url, "list" }, inherit_env = true, timeout_ms = 60000 }
+      return oops.proc.run{ argv = { build .. "/oopsctl", "--db", url, "list" }, inherit_env = true,
+                            timeout_ms = 60000 }
     end)
     assert(oops.db.exec("DROP DATABASE " .. db))
     assert.are.equal(1, r.status, r.stderr)

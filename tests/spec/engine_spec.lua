@@ -38,7 +38,8 @@ local n = 0
 local function new_pipeline(status)
   n = n + 1
   local app = ("eng%d-%d"):format(os.time() % 100000, n)
-  local id = assert(oops.store.create { namespace = "spec", application = app, environment = "prod", artifact = "spec/" .. app .. ":1" })
+  local id = assert(oops.store.create { namespace = "spec", application = app, environment = "prod",
+                                         artifact = "spec/" .. app .. ":1" })
   local path = { RUNNING = { "RUNNING" }, DEPLOYING = { "RUNNING", "DEPLOYING" },
     SUCCEEDED = { "RUNNING", "DEPLOYING", "ROLLING_OUT", "SUCCEEDED" }, STOPPED = { "STOPPED" } }
   local from = "INITIALIZED"
@@ -90,7 +91,9 @@ describe("the rollout scan's sweep (needs OOPS_TEST_DB)", function()
       end
       return rows
     end)
-    local ok, err = pcall(function() oops.wait(function() require("oops.scans.rollout").run(policy, recorder()) end) end)
+    local ok, err = pcall(function()
+      oops.wait(function() require("oops.scans.rollout").run(policy, recorder()) end)
+    end)
     unwrap()
     assert(ok, err)
     assert.is_false(oops.locks.holds(P.lock_name(finished.id)), "the finished pipeline's lock is released")
@@ -216,19 +219,19 @@ end)
 
 describe("scan cadence", function()
   local engine = require("oops.engine")
-  local policy = { scan = { interval_ms = 500 } }
+  local cadence = { scan = { interval_ms = 500 } }
   local build = engine.scans[1]
 
   it("a build or rollout scan ticks every interval from start to start", function()
     assert.are.equal(require("oops.scans.build").name, "build")
-    assert.are.equal(500, engine.pause(build, policy, 1000, 1000))  -- an instant tick
-    assert.are.equal(380, engine.pause(build, policy, 1000, 1120))  -- a 120 ms tick
-    assert.are.equal(50, engine.pause(build, policy, 1000, 1700))   -- a long one: a tenth
-    assert.are.equal(500, engine.pause(engine.scans[2], policy, 1000, 1000))
+    assert.are.equal(500, engine.pause(build, cadence, 1000, 1000))  -- an instant tick
+    assert.are.equal(380, engine.pause(build, cadence, 1000, 1120))  -- a 120 ms tick
+    assert.are.equal(50, engine.pause(build, cadence, 1000, 1700))   -- a long one: a tenth
+    assert.are.equal(500, engine.pause(engine.scans[2], cadence, 1000, 1000))
   end)
 
   it("the scans aligned to the clock keep their own wait", function()
     local notify = engine.scans[5]
-    assert.are.equal(1000, engine.pause(notify, policy, 1000, 1900))
+    assert.are.equal(1000, engine.pause(notify, cadence, 1000, 1900))
   end)
 end)

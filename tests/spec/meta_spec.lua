@@ -162,7 +162,8 @@ describe("lua/oops/meta.lua", function()
     for i, l in ipairs(lines) do
       local name = l:match("^%s*function%s+([%w_%.:]+)%s*%(")
       if name and not defined[i] then
-        problems[#problems + 1] = "line " .. i .. ": function " .. name .. " is not reachable from what meta.lua returns"
+        problems[#problems + 1] = "line " .. i .. ": function " .. name
+          .. " is not reachable from what meta.lua returns"
       end
     end
     table.sort(problems)

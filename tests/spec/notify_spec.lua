@@ -77,7 +77,9 @@ describe("a pipeline event's message", function()
   end)
 
   it("leaves out facts it does not have (no artifact yet, no branch, no message)", function()
-    local m = notify.pipeline_message(event { artifact = false, source = false, message = false, event_type = "CREATED" })
+    local m = notify.pipeline_message(event {
+      artifact = false, source = false, message = false, event_type = "CREATED",
+    })
     assert.are.same({ "application", "environment", "mode", "trigger", "pipeline", "server", "time" }, names_of(m))
     m = notify.pipeline_message(event { source = "not json" })
     assert.is_nil(facts_of(m).branch)
@@ -224,6 +226,7 @@ describe("an alert edge's message", function()
     assert.is_nil(m)
     assert.are.equal("alert payload: edge: BOOM (want FIRING, REPEAT or RESOLVED)", why)
     m, why = notify.alert_message("alert-x", cjson.encode(alert { threshold = "lots" }))
+    assert.is_nil(m)
     assert.are.equal("alert payload: threshold: not a number", why)
   end)
 end)

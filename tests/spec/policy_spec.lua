@@ -53,9 +53,11 @@ local FAILS = {
   },
   bad_unknown_key = {
     'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval)',
-    'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" (known: build, deploy, env, environments, health, limits, restart, restart_command, timeouts)',
+    'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" ' ..
+      '(known: build, deploy, env, environments, health, limits, restart, restart_command, timeouts)',
     'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
-    'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" (known: build, deploy, health, restart)',
+    'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" ' ..
+      '(known: build, deploy, health, restart)',
     'bad_unknown_key/apps.lua:8: alert.cpu: unknown key "window" (known: percent, sustained)',
     'bad_unknown_key/apps.lua:9: gateway "simulated": unknown key "workdir" (known: build, deploy, rollout)',
   },
@@ -73,33 +75,45 @@ local FAILS = {
     'bad_restarts/oopsd.lua:1: restarts.timezone: "Europe Paris": not a time zone name (like "Europe/Paris" or "UTC")',
   },
   bad_argv = {
-    'bad_argv/apps.lua:1: application "shop/api": build: must be an argv list of strings like {"make", "image"}, not a string (commands never run through a shell)',
-    'bad_argv/apps.lua:1: application "shop/api": deploy: must be a non-empty argv list of strings like {"make", "image"}',
+    'bad_argv/apps.lua:1: application "shop/api": build: must be an argv list of strings like {"make", "image"}, ' ..
+      'not a string (commands never run through a shell)',
+    'bad_argv/apps.lua:1: application "shop/api": deploy: ' ..
+      'must be a non-empty argv list of strings like {"make", "image"}',
     'bad_argv/apps.lua:1: application "shop/api": health: argument 2 is a number, not a string',
-    'bad_argv/apps.lua:1: application "shop/api": restart_command: argument 2: "{artifact}": unknown placeholder {artifact} (known: {application}, {environment}, {namespace})',
-    'bad_argv/apps.lua:8: application "shop/web": build: argument 2: "TAG={artefact}": unknown placeholder {artefact} (known: {application}, {artifact}, {environment}, {id}, {namespace})',
+    'bad_argv/apps.lua:1: application "shop/api": restart_command: argument 2: "{artifact}": ' ..
+      'unknown placeholder {artifact} (known: {application}, {environment}, {namespace})',
+    'bad_argv/apps.lua:8: application "shop/web": build: argument 2: "TAG={artefact}": ' ..
+      'unknown placeholder {artefact} (known: {application}, {artifact}, {environment}, {id}, {namespace})',
     'bad_argv/apps.lua:8: application "shop/web": deploy: argument 1 (the program) is empty',
-    'bad_argv/apps.lua:8: application "shop/web": health: must be an argv list of strings like {"make", "image"} (it has named keys)',
+    'bad_argv/apps.lua:8: application "shop/web": health: must be an argv list of strings like {"make", "image"} ' ..
+      '(it has named keys)',
   },
   bad_limits = {
     'bad_limits/apps.lua:1: application "shop/a": limits.memory: 512: needs a unit (e.g. 512Mi, 4Gi, 1G)',
     'bad_limits/apps.lua:2: application "shop/b": limits.memory: "512": needs a unit (e.g. 512Mi, 4Gi, 1G)',
-    'bad_limits/apps.lua:3: application "shop/c": limits.cpu: 2: must be a string (e.g. "500m", "2", "0.5"), not a number',
+    'bad_limits/apps.lua:3: application "shop/c": limits.cpu: 2: must be a string ' ..
+      '(e.g. "500m", "2", "0.5"), not a number',
     'bad_limits/apps.lua:4: application "shop/d": limits.cpu: "0": must be more than zero',
-    'bad_limits/apps.lua:4: application "shop/d": limits.memory: "512m": unit "m" means thousandths; did you mean Mi or M?',
+    'bad_limits/apps.lua:4: application "shop/d": limits.memory: "512m": ' ..
+      'unit "m" means thousandths; did you mean Mi or M?',
     'bad_limits/apps.lua:5: application "shop/e": limits.cpu: "two": not a CPU quantity (e.g. 500m, 2, 0.5)',
-    'bad_limits/apps.lua:5: application "shop/e": limits.memory: "4GB": unknown unit "GB" (use Ki, Mi, Gi, Ti or k, M, G, T)',
+    'bad_limits/apps.lua:5: application "shop/e": limits.memory: "4GB": unknown unit "GB" ' ..
+      '(use Ki, Mi, Gi, Ti or k, M, G, T)',
     'bad_limits/apps.lua:6: application "shop/f": limits: must be a table with keys cpu, memory, not a string',
   },
   bad_app = {
-    'bad_app/apps.lua:1: application "Shop/API": name must be "namespace/application", each part lowercase letters, digits and "-" (like "shop/api")',
-    'bad_app/apps.lua:2: application "shop": name must be "namespace/application", each part lowercase letters, digits and "-" (like "shop/api")',
+    'bad_app/apps.lua:1: application "Shop/API": name must be "namespace/application", each part lowercase letters, ' ..
+      'digits and "-" (like "shop/api")',
+    'bad_app/apps.lua:2: application "shop": name must be "namespace/application", each part lowercase letters, ' ..
+      'digits and "-" (like "shop/api")',
     'bad_app/apps.lua:3: application "shop/api": restart.prod: must be a cron string like "0 3 * * *", not a number',
     'bad_app/apps.lua:3: application "shop/api": restart.qa: "qa" is not one of its environments (staging, prod)',
     'bad_app/apps.lua:7: application "shop/web": environments: required, like environments = { "staging", "prod" }',
     'bad_app/apps.lua:8: application "shop/db": environments: "prod" is listed twice',
-    'bad_app/apps.lua:9: application "shop/cache": environments: "Prod": must be lowercase letters, digits and "-" (like "prod")',
-    'bad_app/apps.lua:10: application "shop/queue": environments: must be a list of environment names like {"staging", "prod"}',
+    'bad_app/apps.lua:9: application "shop/cache": environments: "Prod": must be lowercase letters, digits and "-" ' ..
+      '(like "prod")',
+    'bad_app/apps.lua:10: application "shop/queue": environments: ' ..
+      'must be a list of environment names like {"staging", "prod"}',
     'bad_app/apps.lua:11: application "shop/mail": restart: must be a table like { prod = "0 3 * * *" }, not a string',
     'bad_app/apps.lua:11: application "shop/mail": timeouts.build: "0s": must be more than zero',
   },
@@ -131,7 +145,8 @@ local FAILS = {
   },
   bad_notify = {
     'bad_notify/oopsd.lua:1: notify.webhook: "ftp://example.com/hook": must be an http:// or https:// URL',
-    'bad_notify/oopsd.lua:2: notify.command: must be an argv list of strings like {"make", "image"}, not a string (commands never run through a shell)',
+    'bad_notify/oopsd.lua:2: notify.command: must be an argv list of strings like {"make", "image"}, not a string ' ..
+      '(commands never run through a shell)',
     'bad_notify/oopsd.lua:3: notify: names no route (use webhook = "http://...", command = {...} or log = true)',
     'bad_notify/oopsd.lua:4: notify.log: "yes": must be true or false',
     "bad_notify/oopsd.lua:4: notify.retry: initial 2m is longer than max 1m",
@@ -141,7 +156,8 @@ local FAILS = {
   },
   bad_shape = {
     'bad_shape/oopsd.lua:1: scan: expects a table, like scan { interval = "5s" }',
-    'bad_shape/oopsd.lua:2: application: expects a name and a table, like application "shop/api" { environments = { "prod" } }',
+    'bad_shape/oopsd.lua:2: application: expects a name and a table, ' ..
+      'like application "shop/api" { environments = { "prod" } }',
     'bad_shape/oopsd.lua:3: gateway "simulated": expects a table, like gateway "simulated" { build = "2s" }',
   },
   bad_hooks = {
@@ -169,12 +185,15 @@ local FAILS = {
   exec_missing = {
     'exec_missing/apps.lua:1: application "shop/api": deploy: required by gateway "exec"',
     'exec_missing/apps.lua:1: application "shop/api": health: required by gateway "exec"',
-    'exec_missing/apps.lua:1: application "shop/api": restart_command: required by gateway "exec" for restart schedules',
-    'exec_missing/apps.lua:1: application "shop/api": timeouts.deploy: 15m is longer than deploy.timeout 10m (the pipeline would fail first)',
+    'exec_missing/apps.lua:1: application "shop/api": restart_command: ' ..
+      'required by gateway "exec" for restart schedules',
+    'exec_missing/apps.lua:1: application "shop/api": timeouts.deploy: 15m is longer than deploy.timeout 10m ' ..
+      '(the pipeline would fail first)',
   },
   multi_error = {
     'multi_error/a.lua:1: scan.interval: "5x": not a duration (use e.g. 500ms, 5s, 10m, 2h)',
-    'multi_error/a.lua:2: application "shop/api": build: must be an argv list of strings like {"make", "image"}, not a string (commands never run through a shell)',
+    'multi_error/a.lua:2: application "shop/api": build: must be an argv list of strings like {"make", "image"}, ' ..
+      'not a string (commands never run through a shell)',
     'multi_error/a.lua:2: application "shop/api": restart.prod: "61 * * * *": minute 61 out of range 0-59',
     "multi_error/b.lua:2: '}' expected (to close '{' at line 1) near <eof>",
     'multi_error/c.lua:2: unknown name "undefined_thing"',
@@ -212,7 +231,8 @@ describe("policy errors", function()
     if not probe then return end -- no tzdata: only the name's form is checked
     probe:close()
     assert.are.same({
-      FIX .. 'bad_restarts/tz.lua:2: restarts.timezone: "Europe/Pariss": unknown time zone (not in /usr/share/zoneinfo)',
+      FIX .. 'bad_restarts/tz.lua:2: restarts.timezone: "Europe/Pariss": ' ..
+        'unknown time zone (not in /usr/share/zoneinfo)',
     }, errors_of("bad_restarts/tz.lua"))
   end)
 
@@ -245,7 +265,9 @@ describe("policy errors", function()
   it("reports a cron parser that raises like one that refuses", function()
     local function raising() error("cron exploded", 0) end
     assert.are.same({ FIX .. 'bad_cron/apps.lua:3: application "shop/api": restart.prod: "61 * * * *": cron exploded' },
-      errors_of("bad_cron/apps.lua", { cron_parse = function(e) if e == "61 * * * *" then raising() end return {} end }))
+      errors_of("bad_cron/apps.lua", {
+        cron_parse = function(e) if e == "61 * * * *" then raising() end return {} end,
+      }))
   end)
 end)
 
@@ -312,7 +334,8 @@ describe("a good policy", function()
     assert.are.same({ timeout_ms = 900000 }, p.deploy)
     assert.are.same({ timeout_ms = 5400000 }, p.rollout)
     assert.are.same({ validate_every_ms = 10000 }, p.locks)
-    assert.are.same({ kind = "simulated", build_ms = 500, deploy_ms = 1000, rollout_ms = 3000, options = {} }, p.gateway)
+    assert.are.same({ kind = "simulated", build_ms = 500, deploy_ms = 1000, rollout_ms = 3000, options = {} },
+      p.gateway)
     assert.are.same({ timezone = "Europe/Paris", grace_ms = 90000 }, p.restarts)
     assert.are.same({
       enabled = true,
@@ -553,9 +576,9 @@ describe("the defaults, written once", function()
     for l in (text .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = l end
     for i, l in ipairs(lines) do
       if l:find(anchor, 1, true) then
-        local first, last = i, i
+        local last = i
         if not l:match("^%-%-") then last = i - 1 end
-        first = last
+        local first = last
         while first > 1 and lines[first - 1]:match("^%-%-") do first = first - 1 end
         while lines[last + 1] and lines[last + 1]:match("^%-%-") do last = last + 1 end
         local parts = {}

@@ -17,7 +17,7 @@ local function t(p, from, to, message) return P.transition(p, from, to, message,
 -- Claim DEPLOYING, apply the artifact, claim ROLLING_OUT. A lost claim means
 -- the pipeline was stopped (or taken) meanwhile: announce nothing, do nothing.
 function M.deploy(p, from, gw)
-  local won, err, code = t(p, from, "DEPLOYING", msg.deploying)
+  local won, _, code = t(p, from, "DEPLOYING", msg.deploying) -- P.transition logged the error
   if won == nil and code == "exists" then
     -- A manual release beside an unfinished pipeline: refuse it once, visibly.
     oops.db.exec("UPDATE pipeline SET deploy_requested_at = NULL, message = ? " ..
@@ -76,7 +76,9 @@ local function running(p, gw, pol)
     -- The job must not outlive its pipeline: stop it once the timeout failed it.
     if t(p, "RUNNING", "ERROR", msg.build_timed_out) then
       local ok, serr = gw.build_stop(p)
-      if not ok then log.warn("stopping a timed-out build failed: " .. tostring(serr), { scan = SCAN, pipeline = p.id }) end
+      if not ok then
+        log.warn("stopping a timed-out build failed: " .. tostring(serr), { scan = SCAN, pipeline = p.id })
+      end
     end
   end
 end

@@ -49,7 +49,8 @@ local function draw(ps, note)
   end
   local out = {}
   if tty then out[#out + 1] = "\27[H\27[2J" end
-  out[#out + 1] = ("oopsd demo — 3 servers, %d pipelines, %.0fs   (Ctrl-C stops everything)\n\n"):format(#ps, oops.time() - started)
+  local title = "oopsd demo — 3 servers, %d pipelines, %.0fs   (Ctrl-C stops everything)\n\n"
+  out[#out + 1] = title:format(#ps, oops.time() - started)
   out[#out + 1] = ("%-12s  %-17s  %-15s  %-10s  %s\n"):format("PIPELINE", "APP", "STATUS", "DRIVER", "MESSAGE")
   for _, r in ipairs(rows) do out[#out + 1] = r .. "\n" end
   out[#out + 1] = "\n" .. (note or "") .. "\n"

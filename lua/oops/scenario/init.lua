@@ -597,9 +597,9 @@ M.cleanup = function() cleanup() end
 -- database: the handle of the MariaDB the scenario owns (lua/oops/scenario/mariadb.lua),
 -- nil when it runs on a --db database.
 function M.main(path, url, oopsd, oopsctl_bin, workdir, database)
-  local env, err = M.begin(url, oopsd, oopsctl_bin, workdir, path:match("^(.*)/[^/]*$"))
+  local env, berr = M.begin(url, oopsd, oopsctl_bin, workdir, path:match("^(.*)/[^/]*$"))
   if not env then
-    io.stderr:write("oopsctl scenario: " .. tostring(err) .. "\n")
+    io.stderr:write("oopsctl scenario: " .. tostring(berr) .. "\n")
     return 2
   end
   run.database = database -- for restart_database

@@ -21,7 +21,8 @@ application "t/web" {
 -- reads back exactly what the command received.
 application "t/args" {
   environments = { "prod" },
-  build        = { "../record-args.sh", "{artifact}", "x{id}y", "{namespace}/{application}@{environment}", "100%", "%1" },
+  build        = { "../record-args.sh", "{artifact}", "x{id}y", "{namespace}/{application}@{environment}",
+                   "100%", "%1" },
   deploy       = { "../deploy.sh", "{id}", "{artifact}", "{environment}" },
   health       = { "../health.sh", "{id}", "{environment}" },
   env          = test_env,
