@@ -4,8 +4,10 @@
  * server has to be reachable for a user to act.
  *
  * Exit codes: 0 ok; 1 bad input (unknown id, bad flag, illegal transition,
- * an unfinished pipeline already exists); 2 database unreachable or
- * credentials refused; 3 the state changed concurrently (nothing changed).
+ * an unfinished pipeline already exists for create, no release to roll
+ * back to); 2 database unreachable or credentials refused; 3 the state
+ * changed concurrently (nothing changed; also a rollback beside an
+ * unfinished pipeline).
  *
  * Every flag and argument is checked (ctl_args.h) before the database is
  * opened, so bad input exits 1 even when the database is down. Text output
@@ -109,6 +111,11 @@ static void usage(FILE *f)
         "         [--rollback] [--policies DIR] create a pipeline (INITIALIZED); with --policies\n"
         "                                       or $OOPS_POLICIES the application and environment\n"
         "                                       must be declared there\n"
+        "  rollback --app NS/APP --env ENV [--to ID] [--policies DIR]\n"
+        "                                       create a pipeline (trigger rollback) redeploying\n"
+        "                                       the artifact of an earlier SUCCEEDED pipeline of\n"
+        "                                       that app and env: ID, else the last one before\n"
+        "                                       the current release with another artifact\n"
         "  list [--status S[,S...]] [--limit N] list pipelines, oldest first\n"
         "  show ID                              a pipeline and its event history\n"
         "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
@@ -306,7 +313,7 @@ static const char POLICY_CHECK[] =
     "for _, e in ipairs(a.environments) do if e == env then return 'ok' end end\n"
     "return 'env', table.concat(a.environments, ', ')\n";
 
-static int check_policy(const char *dir, const char *app, const char *env)
+static int check_policy(const char *cmd, const char *dir, const char *app, const char *env)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -316,38 +323,37 @@ static int check_policy(const char *dir, const char *app, const char *env)
     int rc = EXIT_INPUT;
     runtime *rt = runtime_new(&ctx);
     if (!rt) {
-        fail(EXIT_INPUT, "create: out of memory loading the policies");
+        fail(EXIT_INPUT, "%s: out of memory loading the policies", cmd);
         goto out;
     }
     lua_State *L = runtime_state(rt);
     char err[1024];
     if (luaL_loadbuffer(L, POLICY_CHECK, sizeof POLICY_CHECK - 1, "=policy check") != LUA_OK) {
-        fail(EXIT_INPUT, "create: %s", lua_tostring(L, -1));
+        fail(EXIT_INPUT, "%s: %s", cmd, lua_tostring(L, -1));
         goto out;
     }
     lua_pushstring(L, dir);
     lua_pushstring(L, app);
     lua_pushstring(L, env);
     if (runtime_call(L, 3, 2, "checking the policy", err, sizeof err) != 0) {
-        fail(EXIT_INPUT, "create: checking against the policies in %s: %s", dir, err);
+        fail(EXIT_INPUT, "%s: checking against the policies in %s: %s", cmd, dir, err);
         goto out;
     }
     const char *verdict = lua_tostring(L, -2), *detail = lua_tostring(L, -1);
     if (verdict && strcmp(verdict, "ok") == 0)
         rc = EXIT_OK;
     else if (verdict && strcmp(verdict, "app") == 0)
-        fail(EXIT_INPUT,
-             "create: --app \"%s\" is not declared in the policies in %s (declared: %s)", app, dir,
-             detail ? detail : "?");
+        fail(EXIT_INPUT, "%s: --app \"%s\" is not declared in the policies in %s (declared: %s)",
+             cmd, app, dir, detail ? detail : "?");
     else if (verdict && strcmp(verdict, "env") == 0)
         fail(EXIT_INPUT,
-             "create: --env \"%s\" is not an environment of %s in the policies in %s (it declares: "
+             "%s: --env \"%s\" is not an environment of %s in the policies in %s (it declares: "
              "%s)",
-             env, app, dir, detail ? detail : "?");
+             cmd, env, app, dir, detail ? detail : "?");
     else
         fail(EXIT_INPUT,
-             "create: the policies in %s did not load, so nothing was checked or created:\n%s", dir,
-             detail ? detail : "?");
+             "%s: the policies in %s did not load, so nothing was checked or created:\n%s", cmd,
+             dir, detail ? detail : "?");
     lua_pop(L, 2);
 out:
     runtime_free(rt);
@@ -407,7 +413,7 @@ static int cmd_create(ctl *c, int argc, char **argv)
     char app[2 * PIPELINE_LABEL_MAX + 2];
     snprintf(app, sizeof app, "%s/%s", ns, name);
     int rc;
-    if (checked && (rc = check_policy(dir, app, f[F_ENV].value)) != EXIT_OK)
+    if (checked && (rc = check_policy("create", dir, app, f[F_ENV].value)) != EXIT_OK)
         return rc;
     if ((rc = open_db(c)) != EXIT_OK)
         return rc;
@@ -434,6 +440,113 @@ static int cmd_create(ctl *c, int argc, char **argv)
     if (!checked)
         fail(EXIT_OK,
              "create: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
+    return EXIT_OK;
+}
+
+/*
+ * rollback: a new pipeline (trigger rollback, INITIALIZED) carrying the
+ * artifact and source of an earlier SUCCEEDED pipeline of the same
+ * application and environment; the build scan deploys it without a build
+ * (REFERENCE.md 9). The target: --to ID, else the last SUCCEEDED release
+ * before the current one that shipped another artifact
+ * (pipeline_store_rollback_target). Beside an unfinished pipeline the
+ * create hits the unique unfinished_key: exit 3, nothing changed.
+ */
+static int cmd_rollback(ctl *c, int argc, char **argv)
+{
+    enum { F_APP, F_ENV, F_TO, F_POLICIES };
+    ctl_flag f[] = {
+        [F_APP] = {"--app", true, false, NULL},
+        [F_ENV] = {"--env", true, false, NULL},
+        [F_TO] = {"--to", true, false, NULL},
+        [F_POLICIES] = {"--policies", true, false, NULL},
+    };
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, NULL, 0, &npos);
+    char ns[PIPELINE_LABEL_MAX + 1], name[PIPELINE_LABEL_MAX + 1], err[1024];
+    const char *env = f[F_ENV].value, *to = f[F_TO].value;
+    if (!f[F_APP].given)
+        return fail(EXIT_INPUT, "rollback: --app NS/APP is required");
+    if (ctl_parse_app("--app", f[F_APP].value, ns, name, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "rollback: %s", err);
+    if (!f[F_ENV].given)
+        return fail(EXIT_INPUT, "rollback: --env ENV is required");
+    if (pipeline_label_check("--env", env, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "rollback: %s", err);
+    if (f[F_TO].given && ctl_check_id(to, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "rollback: --to: %s", err);
+    const char *dir = f[F_POLICIES].given ? f[F_POLICIES].value : getenv("OOPS_POLICIES");
+    bool checked = dir && *dir;
+    char app[2 * PIPELINE_LABEL_MAX + 2];
+    snprintf(app, sizeof app, "%s/%s", ns, name);
+    int rc;
+    if (checked && (rc = check_policy("rollback", dir, app, env)) != EXIT_OK)
+        return rc;
+    if ((rc = open_db(c)) != EXIT_OK)
+        return rc;
+    pipeline t;
+    rc = pipeline_store_rollback_target(c->db, ns, name, env, to, &t, err, sizeof err);
+    if (rc == PSTORE_BAD)
+        return fail(EXIT_INPUT, "rollback: %s", err);
+    if (rc != 0)
+        return db_fail(c, "rollback", err);
+    pipeline_new n = {
+        .namespace = ns,
+        .application = name,
+        .environment = env,
+        .artifact = t.artifact,
+        .source = t.source,
+        .trigger = "rollback",
+        .actor = c->actor,
+    };
+    char id[25];
+    rc = pipeline_store_create(c->db, &n, id, err, sizeof err);
+    if (rc == PSTORE_EXISTS) {
+        /* Name the one in the way, when it is still there. */
+        pipeline u;
+        char which[80] = "";
+        char uerr[512];
+        if (pipeline_store_unfinished(c->db, ns, name, env, &u, uerr, sizeof uerr) == 1) {
+            snprintf(which, sizeof which, " (%s, %s)", u.id, pipeline_status_name(u.status));
+            pipeline_clear(&u);
+        }
+        pipeline_clear(&t);
+        return fail(EXIT_STALE,
+                    "rollback: an unfinished pipeline already exists for %s in %s%s; "
+                    "nothing changed",
+                    app, env, which);
+    }
+    if (rc == PSTORE_BAD) {
+        pipeline_clear(&t);
+        return fail(EXIT_INPUT, "rollback: %s", err);
+    }
+    if (rc != 0) {
+        pipeline_clear(&t);
+        return db_fail(c, "rollback", err);
+    }
+    if (c->json) {
+        buf b = {0};
+        bool first = true;
+        buf_puts(&b, "{");
+        json_kv_str(&b, "id", id, &first);
+        json_kv_str(&b, "status", "INITIALIZED", &first);
+        json_kv_str(&b, "trigger", "rollback", &first);
+        json_kv_str(&b, "rollback_to", t.id, &first);
+        json_kv_str(&b, "artifact", t.artifact, &first);
+        buf_puts(&b, "}\n");
+        fputs(b.p, stdout);
+        buf_free(&b);
+    } else {
+        printf("%s\n", id);
+    }
+    /* Which release was chosen, for the operator (stdout stays the id alone). */
+    char q[300];
+    pipeline_quote(q, sizeof q, t.artifact, 80);
+    fail(EXIT_OK, "rollback: %s rolls %s %s back to %s (artifact %s)", id, app, env, t.id, q);
+    pipeline_clear(&t);
+    if (!checked)
+        fail(EXIT_OK,
+             "rollback: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
     return EXIT_OK;
 }
 
@@ -865,9 +978,10 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"migrate", cmd_migrate}, {"create", cmd_create}, {"list", cmd_list},
-    {"show", cmd_show},       {"stop", cmd_stop},     {"deploy", cmd_deploy},
-    {"locks", cmd_locks},     {"logs", cmd_logs},     {"scenario", run_scenario},
+    {"migrate", cmd_migrate},   {"create", cmd_create}, {"rollback", cmd_rollback},
+    {"list", cmd_list},         {"show", cmd_show},     {"stop", cmd_stop},
+    {"deploy", cmd_deploy},     {"locks", cmd_locks},   {"logs", cmd_logs},
+    {"scenario", run_scenario},
 };
 
 /* Global flags before the command, the command, then its own words (where

@@ -337,3 +337,136 @@ int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t 
     db_result_free(r);
     return done;
 }
+
+/* One pipeline by a query selecting PIPELINE_COLUMNS: 1 found (*out filled),
+ * 0 none, PSTORE_DB. */
+static int get_one(db_conn *c, const char *sql, const db_value *p, size_t np, pipeline *out,
+                   char *err, size_t errlen)
+{
+    db_result *r = NULL;
+    if (db_exec(c, sql, p, np, &r, err, errlen))
+        return PSTORE_DB;
+    int found = r->nrows >= 1;
+    if (found)
+        row_to_pipeline(r, 0, out);
+    db_result_free(r);
+    return found;
+}
+
+static bool has_artifact(const pipeline *p) { return p->artifact && *p->artifact; }
+
+/* A name as it is when it is a valid one, else quoted and escaped: a row
+ * another tool wrote may hold anything. */
+static const char *shown(char *out, size_t n, const char *name)
+{
+    if (name && pipeline_label_valid(name))
+        snprintf(out, n, "%s", name);
+    else
+        pipeline_quote(out, n, name ? name : "", 64);
+    return out;
+}
+
+/* The --to pipeline: what makes it a release to roll back to. */
+static int check_rollback_to(db_conn *c, const char *ns, const char *app, const char *env,
+                             const char *to, pipeline *out, char *err, size_t errlen)
+{
+    char id[PIPELINE_ID_MAX + 8];
+    if (pipeline_id_valid(to))
+        snprintf(id, sizeof id, "%s", to);
+    else
+        pipeline_quote(id, sizeof id, to, 16);
+    int rc = pipeline_store_get(c, to, out, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        snprintf(err, errlen, "no pipeline with id %s", id);
+        return PSTORE_BAD;
+    }
+    if (strcmp(out->namespace, ns) || strcmp(out->application, app) ||
+        strcmp(out->environment, env)) {
+        char n1[200], n2[200], n3[200];
+        snprintf(err, errlen, "pipeline %s belongs to %s/%s %s, not %s/%s %s", id,
+                 shown(n1, sizeof n1, out->namespace), shown(n2, sizeof n2, out->application),
+                 shown(n3, sizeof n3, out->environment), ns, app, env);
+        goto refused;
+    }
+    if (out->status != PS_SUCCEEDED) {
+        snprintf(err, errlen,
+                 "pipeline %s is %s, not SUCCEEDED: only a release that succeeded can be rolled "
+                 "back to",
+                 id, pipeline_status_name(out->status));
+        goto refused;
+    }
+    if (!has_artifact(out)) {
+        snprintf(err, errlen, "pipeline %s has no artifact to redeploy", id);
+        goto refused;
+    }
+    return 0;
+refused:
+    pipeline_clear(out);
+    return PSTORE_BAD;
+}
+
+int pipeline_store_rollback_target(db_conn *c, const char *namespace, const char *application,
+                                   const char *environment, const char *to, pipeline *out,
+                                   char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (pipeline_label_check("namespace", namespace, err, errlen) ||
+        pipeline_label_check("application", application, err, errlen) ||
+        pipeline_label_check("environment", environment, err, errlen))
+        return PSTORE_BAD;
+    if (to)
+        return check_rollback_to(c, namespace, application, environment, to, out, err, errlen);
+    /* The current release: the one that succeeded last. */
+    pipeline cur;
+    db_value p[] = {db_text(namespace), db_text(application), db_text(environment), db_null(),
+                    db_null()};
+    int rc = get_one(c,
+                     "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE namespace = ? AND "
+                     "application = ? AND environment = ? AND status = 'SUCCEEDED' "
+                     "ORDER BY status_changed_at DESC, created_at DESC, id DESC LIMIT 1",
+                     p, 3, &cur, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        snprintf(err, errlen, "%s/%s %s has no SUCCEEDED release", namespace, application,
+                 environment);
+        return PSTORE_BAD;
+    }
+    /* The one before it (in the same order) that shipped another artifact. */
+    p[3] = db_text(cur.artifact);
+    p[4] = db_text(cur.id);
+    rc = get_one(c,
+                 "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE namespace = ? AND "
+                 "application = ? AND environment = ? AND status = 'SUCCEEDED' AND "
+                 "artifact IS NOT NULL AND artifact <> '' AND NOT (artifact <=> ?) AND "
+                 "(status_changed_at, created_at, id) < "
+                 "(SELECT status_changed_at, created_at, id FROM pipeline WHERE id = ?) "
+                 "ORDER BY status_changed_at DESC, created_at DESC, id DESC LIMIT 1",
+                 p, 5, out, err, errlen);
+    if (rc == 0) {
+        char q[300] = "no artifact";
+        if (has_artifact(&cur)) {
+            int len = snprintf(q, sizeof q, "artifact ");
+            pipeline_quote(q + len, sizeof q - (size_t)len, cur.artifact, 80);
+        }
+        snprintf(err, errlen,
+                 "%s/%s %s has no earlier SUCCEEDED release to roll back to (current: %s, %s)",
+                 namespace, application, environment, cur.id, q);
+        rc = PSTORE_BAD;
+    }
+    pipeline_clear(&cur);
+    return rc < 0 ? rc : 0;
+}
+
+int pipeline_store_unfinished(db_conn *c, const char *namespace, const char *application,
+                              const char *environment, pipeline *out, char *err, size_t errlen)
+{
+    db_value p[] = {db_text(namespace), db_text(application), db_text(environment)};
+    return get_one(c,
+                   "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE namespace = ? AND "
+                   "application = ? AND environment = ? AND unfinished_key IS NOT NULL "
+                   "ORDER BY created_at, id LIMIT 1",
+                   p, 3, out, err, errlen);
+}

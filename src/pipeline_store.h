@@ -115,4 +115,35 @@ int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, 
  */
 int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t errlen);
 
+/*
+ * The release a rollback of namespace/application/environment redeploys
+ * (REFERENCE.md 9: a SUCCEEDED pipeline with an artifact). Read only.
+ *
+ * Without `to` (NULL): the current release is the most recent SUCCEEDED
+ * pipeline of that application and environment (by status_changed_at, then
+ * created_at, then id); the target is the most recent SUCCEEDED one before
+ * it whose artifact is neither NULL nor empty and differs from the current
+ * release's. With `to`: that pipeline, which must exist, be SUCCEEDED,
+ * belong to that application and environment and have an artifact.
+ *
+ * 0 with *out filled (pipeline_clear it); PSTORE_BAD with a one-line reason
+ * in err (`shop/api prod has no SUCCEEDED release`, `... has no earlier
+ * SUCCEEDED release to roll back to (current: ID, artifact "X")`,
+ * `no pipeline with id "ID"`, `pipeline ID is ERROR, not SUCCEEDED`,
+ * `pipeline ID belongs to shop/web staging, not shop/api prod`,
+ * `pipeline ID has no artifact`; values quoted with pipeline_quote);
+ * PSTORE_DB.
+ */
+int pipeline_store_rollback_target(db_conn *c, const char *namespace, const char *application,
+                                   const char *environment, const char *to, pipeline *out,
+                                   char *err, size_t errlen);
+
+/*
+ * The unfinished pipeline (INITIALIZED, RUNNING, DEPLOYING, ROLLING_OUT) of
+ * namespace/application/environment, the one the unique unfinished_key
+ * allows: 1 found (*out filled, pipeline_clear it), 0 none, PSTORE_DB.
+ */
+int pipeline_store_unfinished(db_conn *c, const char *namespace, const char *application,
+                              const char *environment, pipeline *out, char *err, size_t errlen);
+
 #endif

@@ -831,6 +831,182 @@ static void manual_deploy_request_is_conditional(void **state)
     db_close(c);
 }
 
+/* A pipeline of shop/APP in ENV that reached `status` `minutes` ago (on the
+ * database's clock) with `artifact` (NULL: none). */
+static void finished(db_conn *c, const char *app, const char *env, const char *artifact,
+                     const char *status, int minutes, char id[25])
+{
+    char err[512];
+    pipeline_new n = {.namespace = "shop",
+                      .application = app,
+                      .environment = env,
+                      .artifact = artifact,
+                      .actor = "test"};
+    assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), 0);
+    db_value p[] = {db_text(status), db_int(minutes), db_text(id)};
+    db_result_free(testdb_q(c,
+                            "UPDATE pipeline SET status = ?, status_changed_at = NOW(6) - "
+                            "INTERVAL ? MINUTE WHERE id = ?",
+                            p, 3));
+}
+
+static void assert_target(db_conn *c, const char *app, const char *to, const char *want_id,
+                          const char *want_artifact)
+{
+    pipeline t;
+    char err[512] = "";
+    int rc = pipeline_store_rollback_target(c, "shop", app, "prod", to, &t, err, sizeof err);
+    if (rc != 0)
+        fail_msg("rollback target of shop/%s: %d %s", app, rc, err);
+    assert_string_equal(t.id, want_id);
+    assert_string_equal(t.artifact, want_artifact);
+    assert_int_equal(t.status, PS_SUCCEEDED);
+    pipeline_clear(&t);
+}
+
+static void assert_no_target(db_conn *c, const char *app, const char *env, const char *to,
+                             const char *want_err)
+{
+    pipeline t;
+    char err[512] = "";
+    long long rows = testdb_int(c, "SELECT COUNT(*) FROM pipeline", NULL, 0);
+    assert_int_equal(pipeline_store_rollback_target(c, "shop", app, env, to, &t, err, sizeof err),
+                     PSTORE_BAD);
+    assert_string_equal(err, want_err);
+    assert_null(t.artifact); /* nothing to free */
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline", NULL, 0), rows);
+}
+
+/* REFERENCE.md 9: the default target of a rollback is the last SUCCEEDED
+ * release before the current one that shipped another artifact. */
+static void the_default_rollback_target_is_the_last_other_artifact_that_succeeded(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char cur[25], a[25], ign[25], err[512];
+    /* Created first, but it succeeded last: the current release. */
+    finished(c, "rb", "prod", "v2", "SUCCEEDED", 10, cur);
+    finished(c, "rb", "prod", "v1", "SUCCEEDED", 60, a);
+    finished(c, "rb", "prod", "v0", "ERROR", 55, ign);        /* not SUCCEEDED */
+    finished(c, "rb", "prod", "v0", "STOPPED", 54, ign);      /* not SUCCEEDED */
+    finished(c, "rb", "prod", "", "SUCCEEDED", 50, ign);      /* empty artifact */
+    finished(c, "rb", "prod", NULL, "SUCCEEDED", 45, ign);    /* no artifact */
+    finished(c, "rb", "prod", "v2", "SUCCEEDED", 40, ign);    /* the current artifact */
+    finished(c, "rb", "prod", "v2", "SUCCEEDED", 30, ign);    /* the current artifact */
+    finished(c, "rb", "staging", "v3", "SUCCEEDED", 35, ign); /* another environment */
+    finished(c, "rb2", "prod", "v3", "SUCCEEDED", 35, ign);   /* another application */
+    char in_flight[25];
+    finished(c, "rb", "prod", "v9", "ROLLING_OUT", 1, in_flight); /* unfinished */
+    assert_target(c, "rb", NULL, a, "v1");
+    /* The one in flight is what an unfinished rollback collides with. */
+    pipeline u;
+    assert_int_equal(pipeline_store_unfinished(c, "shop", "rb", "prod", &u, err, sizeof err), 1);
+    assert_string_equal(u.id, in_flight);
+    pipeline_clear(&u);
+    assert_int_equal(pipeline_store_unfinished(c, "shop", "rb", "staging", &u, err, sizeof err), 0);
+    /* Nothing earlier with another artifact: refused, naming the current one. */
+    db_value p[] = {db_text(a)};
+    db_result_free(testdb_q(c, "UPDATE pipeline SET artifact = 'v2' WHERE id = ?", p, 1));
+    char want[512];
+    snprintf(want, sizeof want,
+             "shop/rb prod has no earlier SUCCEEDED release to roll back to (current: %s, "
+             "artifact \"v2\")",
+             cur);
+    assert_no_target(c, "rb", "prod", NULL, want);
+    assert_no_target(c, "rbnone", "prod", NULL, "shop/rbnone prod has no SUCCEEDED release");
+    finished(c, "rbnone", "prod", "v1", "ERROR", 5, ign);
+    assert_no_target(c, "rbnone", "prod", NULL, "shop/rbnone prod has no SUCCEEDED release");
+    /* A single release has nothing before it. */
+    finished(c, "rbone", "prod", "v1", "SUCCEEDED", 5, ign);
+    snprintf(want, sizeof want,
+             "shop/rbone prod has no earlier SUCCEEDED release to roll back to (current: %s, "
+             "artifact \"v1\")",
+             ign);
+    assert_no_target(c, "rbone", "prod", NULL, want);
+    db_close(c);
+}
+
+/* The order is status_changed_at, then created_at, then id; a current
+ * release without an artifact differs from every artifact. */
+static void rollback_target_ties_are_broken_by_created_at_then_id(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char x[25], y[25], z[25];
+    finished(c, "rbtie", "prod", "v1", "SUCCEEDED", 0, x);
+    finished(c, "rbtie", "prod", "v2", "SUCCEEDED", 0, y);
+    finished(c, "rbtie", "prod", "v3", "SUCCEEDED", 0, z);
+    /* All three at one instant; x and y also created at one instant. */
+    db_value p[] = {db_text(z), db_text(x), db_text(y), db_text(z)};
+    db_result_free(testdb_q(c,
+                            "UPDATE pipeline SET status_changed_at = '2020-01-01 00:00:00', "
+                            "created_at = IF(id = ?, '2019-12-31 23:00:00', "
+                            "'2019-12-31 22:00:00') WHERE id IN (?, ?, ?)",
+                            p, 4));
+    /* z was created last: the current release. Of x and y, the larger id. */
+    const char *later = strcmp(x, y) > 0 ? x : y;
+    assert_target(c, "rbtie", NULL, later, later == x ? "v1" : "v2");
+    /* A current release without an artifact: the one before it counts. */
+    char none[25];
+    finished(c, "rbtie", "prod", NULL, "SUCCEEDED", 0, none);
+    assert_target(c, "rbtie", NULL, z, "v3");
+    db_close(c);
+}
+
+/* --to ID: that pipeline, refused unless it is a SUCCEEDED release of the
+ * same application and environment with an artifact. */
+static void rollback_to_an_id_is_refused_unless_it_is_a_release_of_that_app_and_env(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char ok[25], cur[25], err_id[25], stopped[25], empty[25], null[25], env[25], app[25];
+    char want[512], err[512];
+    finished(c, "rbto", "prod", "v1", "SUCCEEDED", 60, ok);
+    finished(c, "rbto", "prod", "v2", "SUCCEEDED", 10, cur);
+    finished(c, "rbto", "prod", "v3", "ERROR", 50, err_id);
+    finished(c, "rbto", "prod", "v4", "STOPPED", 45, stopped);
+    finished(c, "rbto", "prod", "", "SUCCEEDED", 40, empty);
+    finished(c, "rbto", "prod", NULL, "SUCCEEDED", 35, null);
+    finished(c, "rbto", "staging", "v5", "SUCCEEDED", 30, env);
+    finished(c, "rbother", "prod", "v6", "SUCCEEDED", 30, app);
+    assert_target(c, "rbto", ok, ok, "v1");
+    assert_target(c, "rbto", cur, cur, "v2"); /* the current one: a redeploy, allowed */
+    assert_no_target(c, "rbto", "prod", "nosuchid0000", "no pipeline with id nosuchid0000");
+    snprintf(want, sizeof want,
+             "pipeline %s is ERROR, not SUCCEEDED: only a release that succeeded can be rolled "
+             "back to",
+             err_id);
+    assert_no_target(c, "rbto", "prod", err_id, want);
+    snprintf(want, sizeof want,
+             "pipeline %s is STOPPED, not SUCCEEDED: only a release that succeeded can be rolled "
+             "back to",
+             stopped);
+    assert_no_target(c, "rbto", "prod", stopped, want);
+    snprintf(want, sizeof want, "pipeline %s has no artifact to redeploy", empty);
+    assert_no_target(c, "rbto", "prod", empty, want);
+    snprintf(want, sizeof want, "pipeline %s has no artifact to redeploy", null);
+    assert_no_target(c, "rbto", "prod", null, want);
+    snprintf(want, sizeof want, "pipeline %s belongs to shop/rbto staging, not shop/rbto prod",
+             env);
+    assert_no_target(c, "rbto", "prod", env, want);
+    snprintf(want, sizeof want, "pipeline %s belongs to shop/rbother prod, not shop/rbto prod",
+             app);
+    assert_no_target(c, "rbto", "prod", app, want);
+    /* The same one from its own environment is fine. */
+    pipeline t;
+    assert_int_equal(
+        pipeline_store_rollback_target(c, "shop", "rbto", "staging", env, &t, err, sizeof err), 0);
+    pipeline_clear(&t);
+    /* A name that is not a DNS label: refused before any SQL. */
+    uint64_t before = db_statement_count(c);
+    assert_int_equal(
+        pipeline_store_rollback_target(c, "shop", "RBTO", "prod", NULL, &t, err, sizeof err),
+        PSTORE_BAD);
+    assert_non_null(strstr(err, "application \"RBTO\": " PIPELINE_LABEL_RULE));
+    assert_int_equal(db_statement_count(c), before);
+    db_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -850,6 +1026,9 @@ int main(void)
         cmocka_unit_test(text_output_escapes_every_control_character_and_invalid_utf8),
         cmocka_unit_test(flags_are_parsed_exactly),
         cmocka_unit_test(manual_deploy_request_is_conditional),
+        cmocka_unit_test(the_default_rollback_target_is_the_last_other_artifact_that_succeeded),
+        cmocka_unit_test(rollback_target_ties_are_broken_by_created_at_then_id),
+        cmocka_unit_test(rollback_to_an_id_is_refused_unless_it_is_a_release_of_that_app_and_env),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     mysql_library_end();
