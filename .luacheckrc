@@ -1,5 +1,5 @@
 -- luacheck configuration (Debian lua-check 1.1.0). From the repository root:
---   luacheck --config .luacheckrc lua policies tests bench   (tests/run.sh)
+--   luacheck --config .luacheckrc lua policies tests bench examples   (tests/style.sh)
 --   luacheck .                                              (same files)
 -- Both must report 0 warnings / 0 errors.
 --
@@ -68,6 +68,7 @@ local policy_files = {
   "tests/exec/policies/*.lua",
   "tests/fixtures/policies/**/*.lua",
   "tests/spec/fixtures/policies/**/*.lua",
+  "examples/*/*.lua",
 }
 for _, glob in ipairs(policy_files) do
   files[glob] = { std = "policy" }
@@ -81,7 +82,7 @@ stds.scenario = {
   read_globals = {
     "servers", "server", "create", "wait_until", "expect", "sql", "fault", "clear_fault",
     "sleep", "note", "oopsctl", "fail_job", "delete_job", "fail_rollout", "receiver",
-    "settle", "oops", "skip", "restart_database",
+    "settle", "oops", "skip", "restart_database", "workdir", "here", "rollback",
   },
 }
 files["tests/scenarios/*.lua"] = { std = "+scenario" }

@@ -8,7 +8,22 @@
 --   health,          it); never a shell string, so nothing is ever quoted
 --   restart_command  or expanded. Placeholders: {namespace} {application}
 --                    {environment}, plus {artifact} {id} (the pipeline) for build,
---                    deploy and health. The "simulated" gateway ignores them.
+--                    deploy and health, plus {source.KEY} and {source} (the
+--                    pipeline's --source JSON) for build; a missing KEY fails
+--                    the pipeline before anything runs. The "simulated"
+--                    gateway ignores them.
+--                    A one-command build is a child process of the server
+--                    that drives the pipeline: if that server dies, the next
+--                    driver finds the build missing and fails the pipeline.
+--                    For builds that must outlive servers, declare an
+--                    external build: build = { submit = {...}, status =
+--                    {...}, cancel = {...} }. submit prints a job handle as
+--                    its last output line; status and cancel get it as {job}.
+--                    status exits 0 succeeded, 1 running (or not started), 2
+--                    missing, 3 failed (anything else: asked again next tick,
+--                    within build.timeout). cancel runs once, on one server,
+--                    when the pipeline is stopped or its build times out;
+--                    stopping oopsd never cancels.
 --   restart          a cron schedule per environment ("0 3 * * *" = 03:00
 --                    daily; 5 fields, or 6 with seconds first). One server
 --                    fires each restart once.
@@ -16,8 +31,9 @@
 --                    (cores), memory "512Mi", "4Gi" or "1G". Resource alerts
 --                    fire at a percentage of these; no limit, no alert.
 --   timeouts         how long each command may run before it is killed.
---                    Defaults: build 30m, deploy 5m (at most deploy.timeout),
---                    health 30s, restart 1m.
+--                    Defaults: build as build.timeout, deploy 5m (at most
+--                    deploy.timeout), health 30s, restart 1m; an external
+--                    build's submit 1m, status 30s, cancel 1m.
 --   env              variables for its commands, { NAME = "value" }. Commands
 --                    never inherit oopsd's environment: they get PATH, HOME,
 --                    USER, LOGNAME, LANG, LANGUAGE, LC_*, TZ, TMPDIR, then
@@ -37,7 +53,7 @@ application "shop/api" {
   restart_command = { "./restart.sh", "{environment}" },
   restart         = { prod = "0 3 * * *" },
   limits          = { cpu = "2", memory = "4Gi" },
-  timeouts        = { build = "30m", deploy = "5m", health = "30s", restart = "1m" },
+  timeouts        = { build = "1h", deploy = "5m", health = "30s", restart = "1m" },
 }
 
 -- A background worker with small limits and no restart schedule.

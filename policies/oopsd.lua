@@ -25,7 +25,10 @@ deploy { timeout = "10m" }
 
 -- How long a rollout may stay not-ready before the pipeline is failed.
 -- Default 5m. Raise it for applications whose pods take long to warm up.
-rollout { timeout = "5m" }
+-- `max` bounds the whole rollout however its readiness flaps (ready, then
+-- not, then ready...), on the database's clock from the moment the pipeline
+-- became ROLLING_OUT: default 30m (at least the timeout).
+rollout { timeout = "5m", max = "30m" }
 
 -- How often the idle lock session is checked against the database. Default
 -- 30s. If the session is gone, every lock is gone: this server stops

@@ -26,8 +26,18 @@ packages=(
   iproute2 # `ip netns`: the partition scenario (tests/scenarios/partition.lua)
   gnuplot-nox # bench/run: the PNG plots
   clang-format lua-check # tests/style.sh: the C's layout and the Lua's lint
+  jq # examples/kubernetes/ and its offline tests (kubectl: below)
+  libsystemd-dev # sd_notify: Type=notify, the watchdog
+  scdoc man-db # the manual pages (doc/*.scd), rendered by `man -l` in a test
+  prometheus # promtool: contrib/prometheus/ rules and /metrics checked
+  lintian dpkg-dev fakeroot # scripts/package.sh: the Debian package, checked
+  openssl # the test MariaDB's TLS certificates
   clang libclang-rt-14-dev llvm # fuzz/: clang-14, its libFuzzer runtime, llvm-symbolizer
 )
+
+# kubectl for examples/kubernetes/: Debian's kubernetes-client, unless a
+# kubectl is installed already (another package owns /usr/bin/kubectl then).
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -320,6 +320,27 @@ static const char *const v5[] = {
 #undef NAME
 #undef EXACT
 
+/* 6: external builds (exec gateway, build = {submit, status, cancel}): the
+ * job handle submit printed, so any server can poll it; how many times it was
+ * submitted (scenarios check: once); the one cancel claim (cancel_server,
+ * cancels) and how it ended. mode 'local' is the one-command build (a child
+ * process of its server). */
+static const char *const v6[] = {
+    "ALTER TABLE exec_job"
+    " ADD COLUMN IF NOT EXISTS mode VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+    "   NOT NULL DEFAULT 'local' AFTER kind,"
+    " ADD COLUMN IF NOT EXISTS handle VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+    "   NULL AFTER state,"
+    " ADD COLUMN IF NOT EXISTS submits INT UNSIGNED NOT NULL DEFAULT 0 AFTER handle,"
+    " ADD COLUMN IF NOT EXISTS cancel_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+    "   NULL AFTER submits,"
+    " ADD COLUMN IF NOT EXISTS cancel_server VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+    "   NULL AFTER cancel_state,"
+    " ADD COLUMN IF NOT EXISTS cancels INT UNSIGNED NOT NULL DEFAULT 0 AFTER cancel_server,"
+    " ADD COLUMN IF NOT EXISTS cancelled_at DATETIME(6) NULL AFTER cancels,"
+    " ADD INDEX IF NOT EXISTS ix_exec_job_state (state)",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -328,6 +349,7 @@ static const migration migrations[] = {
     {3, "restarts, alerts, notification outbox", v3},
     {4, "restart claims record when their firing started; events their lock session", v4},
     {5, "identifiers compare byte for byte (utf8mb4_nopad_bin)", v5},
+    {6, "external builds: job handle, submit count, one cancel claim", v6},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The habits CI keeps (TAP): every tracked C file is as clang-format
 # (.clang-format) writes it, and luacheck (.luacheckrc) finds nothing in
-# lua/, policies/, tests/ and bench/. Run by `tests/run.sh BUILD style`.
+# lua/, policies/, tests/, bench/ and examples/. Run by `tests/run.sh BUILD style`.
 # Fix a failure with:  git ls-files '*.c' '*.h' | xargs clang-format -i
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +26,10 @@ for f in "${cfiles[@]}"; do
   fi
 done
 
-if out=$(luacheck --config .luacheckrc --no-color --formatter plain --codes lua policies tests bench 2>&1); then
-  tap 1 "luacheck: lua policies tests bench"
+if out=$(luacheck --config .luacheckrc --no-color --formatter plain --codes lua policies tests bench examples 2>&1); then
+  tap 1 "luacheck: lua policies tests bench examples"
 else
-  tap 0 "luacheck: lua policies tests bench"
+  tap 0 "luacheck: lua policies tests bench examples"
   echo "$out" | head -n 40 | sed 's/^/# /'
 fi
 echo "1..$n"

@@ -6,6 +6,12 @@
 --   deploy(p)       → true | nil, err        rollout_health(p) → {missing} | {failure=} |
 --   restart(app, env) → true | nil, err        {complete} | {not_ready_for=s} | nil, err
 --   probe(target)   → {pods} | nil, err
+-- Optional:
+--   build_orphans(limit) → { pipeline id... } | nil, err: STOPPED or ERROR
+--     pipelines whose build still runs (their driver died before stopping
+--     it); the rollout scan takes each one's lock and calls build_stop.
+--   release(p) → true: p is finished (ERROR, SUCCEEDED); stop whatever this
+--     server still runs for it, before its lock is released.
 local M = {}
 
 local kinds = {

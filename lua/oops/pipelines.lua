@@ -170,6 +170,16 @@ function M.held(p)
   return oops.locks.holds(M.lock_name(p.id))
 end
 
+-- Held, and the database agrees now: the lock's owner is our lock session
+-- (one statement). For actions no transition fences, like submitting a
+-- build again.
+function M.verified(p)
+  if not M.held(p) then return false end
+  local rows = oops.db.exec("SELECT IS_USED_LOCK(?) AS owner", M.lock_name(p.id))
+  local me = oops.locks.connection_id()
+  return rows ~= nil and rows[1] ~= nil and me ~= 0 and rows[1].owner == me
+end
+
 -- The conditional transition, only while we hold the lock. true when this
 -- call made it; false when someone else changed the status first (or the
 -- lock is gone); nil, err, code on a database error.

@@ -45,6 +45,12 @@ for _, h in ipairs(M.HOOKS) do HOOK_SET[h] = true end
 
 -- Placeholders an argv may carry, filled in by the exec gateway.
 local PIPELINE_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace" }
+-- Build commands also get the pipeline's source: {source} (its JSON) and
+-- {source.KEY} (a top-level field; "source.*" stands for every KEY).
+local BUILD_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace", "source", "source.*" }
+-- An external build's status and cancel commands also get {job}, the handle
+-- its submit printed.
+local JOB_PLACEHOLDERS = { "application", "artifact", "environment", "id", "job", "namespace", "source", "source.*" }
 local RESTART_PLACEHOLDERS = { "application", "environment", "namespace" }
 
 -- Shown when a declaration is written the wrong way round.
@@ -75,7 +81,10 @@ M.DEFAULTS = {
   -- had a 2-hour deadline.
   build = { timeout = "2h" },
   deploy = { timeout = "10m" },
-  rollout = { timeout = "5m" },
+  -- timeout: how long a rollout may stay not ready; max: how long it may
+  -- stay ROLLING_OUT at all (a workload whose readiness flaps), on the
+  -- database's clock.
+  rollout = { timeout = "5m", max = "30m" },
   locks = { validate_every = "30s" },
   gateway = { simulated = { build = "2s", deploy = "0s", rollout = "1s" } },
   restarts = { grace = "2m" },
@@ -88,8 +97,11 @@ M.DEFAULTS = {
     probe = { scrape_interval = "30s" },
   },
   notify = { retry = { initial = "1s", max = "1m" } },
-  -- per-application command timeouts when `timeouts` leaves one out
-  application = { timeouts = { build = "30m", deploy = "5m", health = "30s", restart = "1m" } },
+  -- per-application command timeouts when `timeouts` leaves one out (a
+  -- one-command build's default is build.timeout; submit, status and cancel
+  -- are an external build's three commands)
+  application = { timeouts = { deploy = "5m", health = "30s", restart = "1m",
+    submit = "1m", status = "30s", cancel = "1m" } },
 }
 
 local function ms(text) return assert(duration.parse(text)) end
@@ -100,6 +112,7 @@ local D = {
   build_timeout = ms(M.DEFAULTS.build.timeout),
   deploy_timeout = ms(M.DEFAULTS.deploy.timeout),
   rollout_timeout = ms(M.DEFAULTS.rollout.timeout),
+  rollout_max = ms(M.DEFAULTS.rollout.max),
   validate_every = ms(M.DEFAULTS.locks.validate_every),
   sim = {
     build = ms(M.DEFAULTS.gateway.simulated.build),
@@ -119,7 +132,10 @@ local D = {
 for step, text in pairs(M.DEFAULTS.application.timeouts) do D.app_timeouts[step] = ms(text) end
 
 -- Per-application command timeouts (ms) when `timeouts` leaves one out.
-function M.app_timeout_default(step) return D.app_timeouts[step] end
+function M.app_timeout_default(step)
+  if step == "build" then return D.build_timeout end
+  return D.app_timeouts[step]
+end
 
 -- A fresh policy holding every default (REFERENCE.md §8 for alerts).
 function M.defaults()
@@ -129,7 +145,7 @@ function M.defaults()
     scan = { interval_ms = D.scan_interval },
     build = { timeout_ms = D.build_timeout },
     deploy = { timeout_ms = D.deploy_timeout },
-    rollout = { timeout_ms = D.rollout_timeout },
+    rollout = { timeout_ms = D.rollout_timeout, max_ms = D.rollout_max },
     locks = { validate_every_ms = D.validate_every },
     gateway = { kind = "simulated", build_ms = D.sim.build, deploy_ms = D.sim.deploy, rollout_ms = D.sim.rollout,
       options = {} },
@@ -229,15 +245,21 @@ end
 
 local ARGV_LIKE = 'must be an argv list of strings like {"make", "image"}'
 
+-- The placeholders of an argument: {name} or {name.KEY} (M.PLACEHOLDER,
+-- the exec gateway substitutes with the same pattern).
+M.PLACEHOLDER = "{([%a_][%w_]*%.?[%w_%-]*)}"
+
 -- Why argument `i` of an argv is wrong, or nil. `placeholders` nil: any text.
 local function bad_argument(i, arg, placeholders)
   if type(arg) ~= "string" then return "argument " .. i .. " is " .. a_type(arg) .. ", not a string" end
   if i == 1 and arg == "" then return "argument 1 (the program) is empty" end
   if not placeholders then return nil end
-  for name in arg:gmatch("{([%a_][%w_]*)}") do
-    if not set_of(placeholders)[name] then
+  local known = set_of(placeholders)
+  for name in arg:gmatch(M.PLACEHOLDER) do
+    local head = name:match("^([%a_][%w_]*)%.")
+    if not (known[name] or (head and known[head .. ".*"] and #name > #head + 1)) then
       return "argument " .. i .. ": " .. show(arg) .. ": unknown placeholder {" .. name .. "} (known: {"
-        .. table.concat(placeholders, "}, {") .. "})"
+        .. table.concat(placeholders, "}, {"):gsub("%.%*", ".KEY") .. "})"
     end
   end
 end
@@ -383,8 +405,14 @@ function build.deploy(d, t)
 end
 
 function build.rollout(d, t)
-  d:only(nil, t, { "timeout" })
-  return { timeout_ms = d:field(t, "timeout", dur(1), D.rollout_timeout) }
+  d:only(nil, t, { "max", "timeout" })
+  local r = { timeout_ms = d:field(t, "timeout", dur(1), D.rollout_timeout) }
+  r.max_ms = d:field(t, "max", dur(1), math.max(D.rollout_max, r.timeout_ms))
+  if t.max ~= nil and r.max_ms < r.timeout_ms then
+    d:fail("max", show(t.max) .. " is shorter than timeout " .. duration.format(r.timeout_ms) ..
+      " (max bounds the whole rollout, timeout the time not ready)")
+  end
+  return r
 end
 
 -- session_timeout: how long the database keeps a silent lock session (and
@@ -402,7 +430,7 @@ local function session_timeout(every_ms)
       return nil, show(v) .. ": must be at least twice validate_every (" .. duration.format(2 * every_ms) ..
         "), or the validation cannot keep a living server's session"
     end
-    return (ms + 999) // 1000
+    return (n + 999) // 1000
   end
 end
 
@@ -590,13 +618,35 @@ local function app_limits(d, t)
 end
 
 local function app_timeouts(d, t)
-  local names = { "build", "deploy", "health", "restart" }
+  local names = { "build", "cancel", "deploy", "health", "restart", "status", "submit" }
   local tt = d:sub(t, "timeouts", names)
   local out = {}
   for _, name in ipairs(names) do
     out[name] = d:field(tt, name, dur(1), D.app_timeouts[name], "timeouts." .. name)
   end
-  return out, tt.deploy ~= nil
+  return out, tt.deploy ~= nil, tt.build ~= nil
+end
+
+-- build = { "make", "image" } (one command: a child process of the server
+-- that drives the pipeline) or build = { submit = {...}, status = {...},
+-- cancel = {...} } (an external build any server can poll; exec.lua).
+local function app_build(d, t)
+  local v = t.build
+  if v == nil then return nil end
+  if type(v) == "table" and not is_list(v) then
+    local b = d:sub(t, "build", { "cancel", "status", "submit" })
+    local out = { external = true }
+    for _, cmd in ipairs({ "submit", "status", "cancel" }) do
+      if b[cmd] == nil then
+        d:fail("build." .. cmd, "required in an external build (build = { submit = {...}, status = {...}, " ..
+          "cancel = {...} })")
+      end
+      out[cmd] = d:field(b, cmd, argv(cmd == "submit" and BUILD_PLACEHOLDERS or JOB_PLACEHOLDERS), nil,
+        "build." .. cmd)
+    end
+    return out
+  end
+  return d:field(t, "build", argv(BUILD_PLACEHOLDERS), nil)
 end
 
 function build.application(d, t, name, st)
@@ -609,14 +659,14 @@ function build.application(d, t, name, st)
   local before = d.failed
   a.environments = d:field(t, "environments", environments, {})
   local envs_ok = t.environments ~= nil and d.failed == before
-  a.build = d:field(t, "build", argv(PIPELINE_PLACEHOLDERS), nil)
+  a.build = app_build(d, t)
   a.deploy = d:field(t, "deploy", argv(PIPELINE_PLACEHOLDERS), nil)
   a.health = d:field(t, "health", argv(PIPELINE_PLACEHOLDERS), nil)
   a.restart_cmd = d:field(t, "restart_command", argv(RESTART_PLACEHOLDERS), nil)
   a.env = d:field(t, "env", app_env, {})
   a.restart = app_restart(d, t.restart, envs_ok and a.environments or nil, st.cron_parse)
   a.limits = app_limits(d, t)
-  a.timeout_ms, a.deploy_timeout_set = app_timeouts(d, t)
+  a.timeout_ms, a.deploy_timeout_set, a.build_timeout_set = app_timeouts(d, t)
   return a
 end
 
@@ -929,6 +979,9 @@ local function check_deploy_timeouts(st)
         .. duration.format(limit) .. " (the pipeline would fail first)")
     end
     a.deploy_timeout_set = nil
+    -- A one-command build runs as long as the pipeline may build.
+    if not a.build_timeout_set then a.timeout_ms.build = st.policy.build.timeout_ms end
+    a.build_timeout_set = nil
   end
 end
 

@@ -116,7 +116,8 @@ describe("the rollout scan's sweep (needs OOPS_TEST_DB)", function()
       return true
     end }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
-    assert.are.same({ "build_stop " .. p.id }, gw.calls)
+    -- then the scan asks for builds dead drivers left running (none here)
+    assert.are.same({ "build_stop " .. p.id, "build_orphans 100" }, gw.calls)
     assert.are.equal(oops.locks.connection_id(), tonumber(held_at_stop), "still held while stopping")
     assert.is_nil(assert(oops.db.exec("SELECT IS_USED_LOCK(?) AS h", name))[1].h, "released after")
   end)
@@ -126,8 +127,82 @@ describe("the rollout scan's sweep (needs OOPS_TEST_DB)", function()
     assert.is_true(oops.locks.acquire(P.lock_name(p.id)))
     local gw = recorder { build_stop = function() return nil, "cluster down" end }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
-    assert.are.same({ "build_stop " .. p.id }, gw.calls)
+    assert.are.same({ "build_stop " .. p.id, "build_orphans 100" }, gw.calls)
     assert.is_true(oops.locks.holds(P.lock_name(p.id)))
+  end)
+
+  it("keeps the lock of a pipeline it cannot read, and stops nothing", function()
+    local p = new_pipeline("STOPPED")
+    local name = P.lock_name(p.id)
+    assert.is_true(oops.locks.acquire(name))
+    local unwrap = wrap(oops.store, "get", function(real, id)
+      if id == p.id then return nil, "database gone", "gone" end
+      return real(id)
+    end)
+    local gw = recorder { build_orphans = function() return {} end }
+    oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
+    unwrap()
+    assert.are.same({ "build_orphans 100" }, gw.calls)
+    assert.is_true(oops.locks.holds(name), "kept, for the next tick")
+    oops.locks.release(name)
+  end)
+
+  it("stops what still runs for a failed pipeline before releasing its lock", function()
+    local p = new_pipeline("DEPLOYING")
+    local name = P.lock_name(p.id)
+    assert.is_true(oops.locks.acquire(name))
+    assert(oops.store.transition(p.id, "DEPLOYING", "ERROR", "spec: deploy timed out"))
+    local held_at_release
+    local gw = recorder {
+      release = function()
+        held_at_release = assert(oops.db.exec("SELECT IS_USED_LOCK(?) AS h", name))[1].h
+        return true
+      end,
+      build_orphans = function() return {} end,
+    }
+    oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
+    assert.are.same({ "release " .. p.id, "build_orphans 100" }, gw.calls)
+    assert.are.equal(oops.locks.connection_id(), tonumber(held_at_release), "still held while stopping")
+    assert.is_false(oops.locks.holds(name))
+  end)
+end)
+
+describe("builds a dead driver left running (needs OOPS_TEST_DB)", function()
+  before_each(need_db)
+
+  it("are stopped under the pipeline's lock, which is released after", function()
+    local p = new_pipeline("STOPPED")
+    local name = P.lock_name(p.id)
+    local held_at_stop
+    local gw = recorder {
+      build_orphans = function() return { p.id } end,
+      build_stop = function()
+        held_at_stop = assert(oops.db.exec("SELECT IS_USED_LOCK(?) AS h", name))[1].h
+        return true
+      end,
+    }
+    oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
+    assert.are.same({ "build_orphans 100", "build_stop " .. p.id }, gw.calls)
+    assert.are.equal(oops.locks.connection_id(), tonumber(held_at_stop))
+    assert.is_false(oops.locks.holds(name))
+  end)
+
+  it("are left alone while another session holds the pipeline's lock (its driver stops them)", function()
+    local p = new_pipeline("STOPPED")
+    local name = P.lock_name(p.id)
+    -- The work connection is another session than the lock session.
+    assert.are.equal(1, assert(oops.db.exec("SELECT GET_LOCK(?, 0) AS g", name))[1].g)
+    local gw = recorder { build_orphans = function() return { p.id } end }
+    oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
+    oops.db.exec("SELECT RELEASE_LOCK(?)", name)
+    assert.are.same({ "build_orphans 100" }, gw.calls)
+  end)
+
+  it("are not stopped when the pipeline turned out to be active again", function()
+    local p = new_pipeline("RUNNING")
+    local gw = recorder { build_orphans = function() return { p.id } end }
+    oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
+    assert.are.same({ "build_orphans 100" }, gw.calls)
   end)
 end)
 

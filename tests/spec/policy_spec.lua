@@ -57,7 +57,7 @@ local FAILS = {
       '(known: build, deploy, env, environments, health, limits, restart, restart_command, timeouts)',
     'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
     'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" ' ..
-      '(known: build, deploy, health, restart)',
+      '(known: build, cancel, deploy, health, restart, status, submit)',
     'bad_unknown_key/apps.lua:8: alert.cpu: unknown key "window" (known: percent, sustained)',
     'bad_unknown_key/apps.lua:9: gateway "simulated": unknown key "workdir" (known: build, deploy, rollout)',
   },
@@ -83,7 +83,8 @@ local FAILS = {
     'bad_argv/apps.lua:1: application "shop/api": restart_command: argument 2: "{artifact}": ' ..
       'unknown placeholder {artifact} (known: {application}, {environment}, {namespace})',
     'bad_argv/apps.lua:8: application "shop/web": build: argument 2: "TAG={artefact}": ' ..
-      'unknown placeholder {artefact} (known: {application}, {artifact}, {environment}, {id}, {namespace})',
+      'unknown placeholder {artefact} (known: {application}, {artifact}, {environment}, {id}, {namespace}, ' ..
+      '{source}, {source.KEY})',
     'bad_argv/apps.lua:8: application "shop/web": deploy: argument 1 (the program) is empty',
     'bad_argv/apps.lua:8: application "shop/web": health: must be an argv list of strings like {"make", "image"} ' ..
       '(it has named keys)',
@@ -285,7 +286,7 @@ describe("the shipped policies/", function()
   it("carries the documented defaults", function()
     assert.are.same({ interval_ms = 5000 }, p.scan)
     assert.are.same({ timeout_ms = 600000 }, p.deploy)
-    assert.are.same({ timeout_ms = 300000 }, p.rollout)
+    assert.are.same({ timeout_ms = 300000, max_ms = 1800000 }, p.rollout)
     assert.are.same({ validate_every_ms = 30000 }, p.locks)
     assert.are.same({ kind = "simulated", build_ms = 2000, deploy_ms = 0, rollout_ms = 1000, options = {} }, p.gateway)
     assert.are.same({ grace_ms = 120000 }, p.restarts)
@@ -332,7 +333,8 @@ describe("a good policy", function()
   it("fills every declaration", function()
     assert.are.same({ interval_ms = 2000 }, p.scan)
     assert.are.same({ timeout_ms = 900000 }, p.deploy)
-    assert.are.same({ timeout_ms = 5400000 }, p.rollout)
+    -- rollout.max defaults to 30m, or the timeout when that is longer
+    assert.are.same({ timeout_ms = 5400000, max_ms = 5400000 }, p.rollout)
     assert.are.same({ validate_every_ms = 10000 }, p.locks)
     assert.are.same({ kind = "simulated", build_ms = 500, deploy_ms = 1000, rollout_ms = 3000, options = {} },
       p.gateway)
@@ -371,13 +373,16 @@ describe("a good policy", function()
         staging = { cron = "*/5 * * * * *", expr = { expr = "*/5 * * * * *" } },
       },
       limits = { cpu_millicores = 2000, memory_bytes = 4294967296 },
-      timeout_ms = { build = 1200000, deploy = 600000, health = 10000, restart = 120000 },
+      timeout_ms = { build = 1200000, deploy = 600000, health = 10000, restart = 120000,
+        submit = 60000, status = 30000, cancel = 60000 },
       env = {},
     }, p.applications["shop/api"])
     assert.are.same({
       namespace = "shop", application = "worker", environments = { "prod" }, restart = {},
       limits = { cpu_millicores = 500 }, env = {},
-      timeout_ms = { build = 1800000, deploy = 300000, health = 30000, restart = 60000 },
+      -- a one-command build's default: the policy's build.timeout
+      timeout_ms = { build = p.build.timeout_ms, deploy = 300000, health = 30000, restart = 60000,
+        submit = 60000, status = 30000, cancel = 60000 },
     }, p.applications["shop/worker"])
     assert.are.same({ memory_bytes = 1000000000 }, p.applications["billing/web-2"].limits)
   end)
@@ -624,8 +629,82 @@ describe("the defaults, written once", function()
       a.cpu.percent, a.cpu.sustained, a.memory.percent, a.memory.sustained, a.every))
     says(oopsd, "Scheduled restarts", D.restarts.grace .. ".")
     local at = D.application.timeouts
-    says(apps, "timeouts  ", ("Defaults: build %s, deploy %s (at most deploy.timeout), health %s, restart %s."):format(
-      at.build, at.deploy, at.health, at.restart))
+    says(apps, "timeouts  ", ("Defaults: build as build.timeout, deploy %s (at most deploy.timeout), health %s, " ..
+      "restart %s; an external build's submit %s, status %s, cancel %s."):format(
+      at.deploy, at.health, at.restart, at.submit, at.status, at.cancel))
+    says(oopsd, "rollout {", "default " .. D.rollout.max .. " (at least the timeout).")
   end)
 end)
 
+
+describe("builds: one command or three (external)", function()
+  local path
+  local function load_text(text)
+    path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write(text)
+    f:close()
+    return policy.load_files({ path }, OPTS)
+  end
+  after_each(function() if path then os.remove(path) end end)
+  local function app(build_src, extra)
+    return 'gateway "exec" {}\nbuild { timeout = "45m" }\napplication "shop/api" {\n' ..
+      '  environments = { "prod" }, deploy = { "true" }, health = { "true" },\n' ..
+      "  build = " .. build_src .. ",\n" .. (extra or "") .. "}\n"
+  end
+
+  it("a one-command build runs as long as build.timeout unless its own timeout says otherwise", function()
+    local p = assert(load_text(app('{ "make", "{source.ref}", "{source}" }')))
+    assert.are.equal(45 * 60000, p.applications["shop/api"].timeout_ms.build)
+    p = assert(load_text(app('{ "make" }', '  timeouts = { build = "10m" },\n')))
+    assert.are.equal(10 * 60000, p.applications["shop/api"].timeout_ms.build)
+  end)
+
+  it("an external build is three argv lists; {job} reaches status and cancel only", function()
+    local p = assert(load_text(app('{ submit = { "./ci", "submit", "{id}", "{source.repo}" }, ' ..
+      'status = { "./ci", "status", "{job}" }, cancel = { "./ci", "cancel", "{job}" } }')))
+    assert.are.same({ external = true, submit = { "./ci", "submit", "{id}", "{source.repo}" },
+      status = { "./ci", "status", "{job}" }, cancel = { "./ci", "cancel", "{job}" } },
+      p.applications["shop/api"].build)
+    assert.are.same({ submit = 60000, status = 30000, cancel = 60000 }, {
+      submit = p.applications["shop/api"].timeout_ms.submit, status = p.applications["shop/api"].timeout_ms.status,
+      cancel = p.applications["shop/api"].timeout_ms.cancel })
+  end)
+
+  it("refuses a missing command, {job} in submit, an unknown key, and {source.KEY} outside builds", function()
+    local p, errs = load_text(app('{ submit = { "./ci", "{job}" }, status = { "./ci" }, nightly = { "x" } }'))
+    assert.is_nil(p)
+    local text = table.concat(errs, "\n")
+    assert.matches('build: unknown key "nightly" (known: cancel, status, submit)', text, 1, true)
+    assert.matches('build.submit: argument 2: "{job}": unknown placeholder {job}', text, 1, true)
+    assert.matches("build.cancel: required in an external build", text, 1, true)
+    p, errs = load_text(app('{ "make" }', '  restart_command = { "./r", "{source.ref}" },\n'))
+    assert.is_nil(p)
+    assert.matches('restart_command: argument 2: "{source.ref}": unknown placeholder {source.ref}',
+      table.concat(errs, "\n"), 1, true)
+    p, errs = load_text(app('{ "make", "{source.}" }'))
+    assert.is_nil(p)
+    assert.matches("unknown placeholder {source.}", table.concat(errs, "\n"), 1, true)
+  end)
+end)
+
+describe("rollout { max }", function()
+  local path
+  local function load_text(text)
+    path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write(text)
+    f:close()
+    return policy.load_files({ path }, OPTS)
+  end
+  after_each(function() if path then os.remove(path) end end)
+
+  it("bounds the whole rollout; it may not be shorter than the timeout", function()
+    assert.are.same({ timeout_ms = 60000, max_ms = 600000 },
+      assert(load_text('rollout { timeout = "1m", max = "10m" }\n')).rollout)
+    local p, errs = load_text('rollout { timeout = "5m", max = "1m" }\n')
+    assert.is_nil(p)
+    assert.are.same({ path .. ':1: rollout.max: "1m" is shorter than timeout 5m (max bounds the whole rollout, ' ..
+      "timeout the time not ready)" }, errs)
+  end)
+end)

@@ -8,12 +8,21 @@
 --     timeouts = { build = "30m", deploy = "5m", health = "30s", restart = "1m" },
 --   }
 --
+-- or, for a build that must outlive the server that started it (see
+-- "External builds" below):
+--     build = { submit = { "./ci", "submit", "{id}", "{source.ref}" },
+--               status = { "./ci", "status", "{job}" },
+--               cancel = { "./ci", "cancel", "{job}" } },
+--
 -- Placeholders {id} (the pipeline id; {pipeline} also works) {namespace}
 -- {application} {environment} {artifact} are replaced inside arguments by
 -- plain text substitution; the values are never looked at again, so a field
 -- holding "$(touch x)" or "{id}" reaches the command as that literal text.
--- Unknown ones stay as written. restart_command gets {namespace}
--- {application} {environment}; {id} and {artifact} are empty there.
+-- Build commands also get {source} (the pipeline's --source JSON) and
+-- {source.KEY} (a top-level string or integer of it); a KEY the source lacks
+-- fails the step before anything runs. Unknown ones stay as written.
+-- restart_command gets {namespace} {application} {environment}; {id} and
+-- {artifact} are empty there.
 --
 -- Working directory: the gateway's `workdir` when set (a relative one is
 -- taken from the policy directory), else the policy directory (the directory
@@ -35,11 +44,14 @@
 -- expands to an argument starting with "-" unless the policy's own text puts
 -- one there.
 --
--- Builds run in the background (build_submit returns at once). A build
--- process belongs to this server: exec_job records (pipeline, 'build',
--- server, state), and a row still 'running' that this server's memory does
--- not know (its server died or restarted) reads as "missing" — the build
--- scan then fails the pipeline at once (the seed's rule). Deploys and health
+-- One-command builds run in the background (build_submit returns at once).
+-- Such a build process belongs to this server: exec_job records (pipeline,
+-- 'build', mode 'local', server, state), and a row still 'running' that this
+-- server's memory does not know (its server died or restarted) reads as
+-- "missing" — the build scan then fails the pipeline at once (the seed's
+-- rule). That is the documented limit of the one-command form; external
+-- builds (three commands, mode 'external') have none: any server polls the
+-- job by the handle recorded in exec_job. Deploys and health
 -- checks wait in the calling task. Output (stdout and stderr interleaved,
 -- the last OUTPUT_CAP bytes) goes to pipeline_log, one row per command run.
 --
@@ -69,24 +81,49 @@ local SIGTERM, SIGKILL = 15, 9
 
 ------------------------------------------------------------------- helpers
 
--- Replace {name} inside each argument; the replacement text is used as is
--- (a function result in gsub is never re-read as a pattern or rescanned).
+-- Replace {name} (and {source.KEY}) inside each argument; the replacement
+-- text is used as is (a function result in gsub is never re-read as a
+-- pattern or rescanned). Returns the new argv, or nil and why when a
+-- {source.KEY} names a key the pipeline's source does not have (nothing may
+-- run then). Other unknown names stay as written.
 function M.substitute(argv, values)
-  local out = {}
+  local out, missing = {}, nil
   for i, arg in ipairs(argv) do
-    out[i] = (arg:gsub("{([%a_][%w_]*)}", function(name)
+    out[i] = (arg:gsub(policy_defaults.PLACEHOLDER, function(name)
+      local key = name:match("^source%.(.+)$")
+      if key then
+        local src = values.source_fields
+        local v = type(src) == "table" and src[key] or nil
+        if type(v) == "string" then return v end
+        if math.tointeger(v) then return tostring(math.tointeger(v)) end -- JSON 7 (decoded as 7.0)
+        if not missing then
+          missing = ("argument %d: {%s}: %s"):format(i, name, src == nil and "the pipeline has no source" or
+            (v == nil and ("its source has no %q"):format(key) or ("its source's %q is not a string"):format(key)))
+        end
+        return nil
+      end
       local v = values[name]
       if v == nil then return nil end -- unknown: stays literal
       return tostring(v)
     end))
   end
+  if missing then return nil, missing end
   return out
+end
+
+-- The pipeline's source (JSON text, `oopsctl create --source`): its
+-- top-level object, or nil when there is none (or it is not an object).
+local function source_fields(p)
+  if type(p.source) ~= "string" or p.source == "" then return nil end
+  local v = json.decode(p.source)
+  return type(v) == "table" and v or nil
 end
 
 local function pipeline_values(p)
   return {
     id = p.id, pipeline = p.id, namespace = p.namespace, application = p.application,
     environment = p.environment, artifact = p.artifact or "",
+    source = p.source or "", source_fields = source_fields(p),
   }
 end
 
@@ -190,9 +227,37 @@ end
 
 local function job_row(pipeline_id)
   local rows, err = oops.db.exec(
-    "SELECT state, server FROM exec_job WHERE pipeline_id = ? AND kind = 'build'", pipeline_id)
+    "SELECT mode, state, server, handle, cancel_state, " ..
+    "TIMESTAMPDIFF(MICROSECOND, started_at, NOW(6)) DIV 1000 AS age_ms " ..
+    "FROM exec_job WHERE pipeline_id = ? AND kind = 'build'", pipeline_id)
   if not rows then return nil, err end
   return rows[1] or false
+end
+
+-- Move an external build's row from one state to another (a conditional
+-- UPDATE: true when this call moved it).
+local function job_move(pipeline_id, from, to, exit_status)
+  local r, err = oops.db.exec(
+    "UPDATE exec_job SET state = ?, exit_status = COALESCE(?, exit_status), " ..
+    "finished_at = CASE WHEN ? IN ('succeeded', 'failed', 'missing') THEN NOW(6) ELSE finished_at END " ..
+    "WHERE pipeline_id = ? AND kind = 'build' AND state = ?", to, exit_status, to, pipeline_id, from)
+  if not r then return nil, err end
+  return r.affected == 1
+end
+
+-- The job handle: the last non-empty line of submit's standard output, at
+-- most 255 bytes of printable text; nil, why otherwise.
+local function handle_of(stdout)
+  local line
+  for l in (stdout or ""):gmatch("[^\r\n]+") do
+    if l:match("%S") then line = l end
+  end
+  if not line then return nil, "it printed no job handle (the last line of its output)" end
+  line = line:match("^%s*(.-)%s*$")
+  if #line > 255 then return nil, "its job handle (last output line) is longer than 255 bytes" end
+  if line:find("[%c\127]") then return nil, "its job handle (last output line) holds a control character" end
+  if not utf8.len(line) then return nil, "its job handle (last output line) is not UTF-8" end
+  return line
 end
 
 ------------------------------------------------------------ the gateway
@@ -237,7 +302,9 @@ end
 --                (until its end is recorded in exec_job)
 --   procs[id][step] = handle of a deploy/health command being waited for
 --   health[id] = the last health verdict logged
-local function new_state() return { builds = {}, procs = {}, health = {} } end
+--   submitting[id] = true while this server runs an external build's submit
+--   status_seen[id] = the last external status verdict logged
+local function new_state() return { builds = {}, procs = {}, health = {}, submitting = {}, status_seen = {} } end
 
 -- SIGTERM now, SIGKILL after the grace if it is still there.
 local function terminate(handle, what)
@@ -335,9 +402,12 @@ function M.new(cfg, policy, previous)
     return true
   end
 
+  local external = {} -- submit, status, stop: defined below
+
   function gw.build_submit(p)
     local a, aerr = app_of(policy, p.app or (p.namespace .. "/" .. p.application))
     if not a then return nil, aerr end
+    if a.build and a.build.external then return external.submit(p, a) end
     local current = state.builds[p.id]
     if current and not current.run.result then return true end -- already running here
     local me = oops.server_name()
@@ -352,13 +422,19 @@ function M.new(cfg, policy, previous)
     end
     -- The row first: the exit callback's conditional UPDATE needs it.
     local ok, err = oops.db.exec(
-      "INSERT INTO exec_job (pipeline_id, kind, server, state, started_at) " ..
-      "VALUES (?, 'build', ?, 'running', NOW(6)) ON DUPLICATE KEY UPDATE server = VALUES(server), " ..
-      "state = 'running', exit_status = NULL, started_at = NOW(6), finished_at = NULL",
+      "INSERT INTO exec_job (pipeline_id, kind, mode, server, state, submits, started_at) " ..
+      "VALUES (?, 'build', 'local', ?, 'running', 1, NOW(6)) ON DUPLICATE KEY UPDATE server = VALUES(server), " ..
+      "mode = 'local', state = 'running', handle = NULL, submits = submits + 1, exit_status = NULL, " ..
+      "started_at = NOW(6), finished_at = NULL",
       p.id, me)
     if not ok then return nil, err end
     local values = pipeline_values(p)
-    local argv = M.substitute(a.build, values)
+    local argv, why = M.substitute(a.build, values)
+    if not argv then
+      oops.db.exec("UPDATE exec_job SET state = 'failed', finished_at = NOW(6) " ..
+        "WHERE pipeline_id = ? AND kind = 'build' AND server = ?", p.id, me)
+      return nil, "build command " .. why
+    end
     local job = {}
     local handle, serr, run = start(argv, values, "build", timeout_of(a, "build"), function(r)
       job.run = r
@@ -386,6 +462,7 @@ function M.new(cfg, policy, previous)
     local row, err = job_row(p.id)
     if row == nil then return nil, err end
     if not row then return "missing" end
+    if row.mode == "external" then return external.status(p, row) end
     if row.state == "succeeded" or row.state == "failed" then return row.state end
     if row.state == "stopped" then return "failed" end
     -- 'running' without a process here: its server died or restarted.
@@ -406,11 +483,200 @@ function M.new(cfg, policy, previous)
       log.info(step .. " stopped: process group " .. handle:pid() .. " sent SIGTERM", { pipeline = p.id })
     end
     state.health[p.id] = nil
+    local row, rerr = job_row(p.id)
+    if row == nil then return nil, rerr end
+    if row and row.mode == "external" then return external.stop(p, row) end
     local ok, err = oops.db.exec(
       "UPDATE exec_job SET state = 'stopped', finished_at = COALESCE(finished_at, NOW(6)) " ..
-      "WHERE pipeline_id = ? AND kind = 'build' AND state = 'running'", p.id)
+      "WHERE pipeline_id = ? AND kind = 'build' AND mode = 'local' AND state = 'running'", p.id)
     if not ok then return nil, err end
     return true
+  end
+
+  -- The pipeline is finished (ERROR, or SUCCEEDED): stop the commands this
+  -- server still runs for it (a deploy or health check that outlived a
+  -- timeout) before its lock is released.
+  function gw.release(p)
+    for step, handle in pairs(state.procs[p.id] or {}) do
+      terminate(handle, p.id .. " " .. step)
+      log.info(step .. " stopped (the pipeline is " .. tostring(p.status) .. "): process group " ..
+        handle:pid() .. " sent SIGTERM", { pipeline = p.id })
+    end
+    state.health[p.id] = nil
+    return true
+  end
+
+  ------------------------------------------------------- external builds
+  --
+  -- build = { submit = {...}, status = {...}, cancel = {...} }: the build
+  -- runs elsewhere and any server can ask about it. exec_job holds what
+  -- every server needs (mode 'external'):
+  --   state    submitting → running (handle known) → succeeded | failed |
+  --            missing | stopped; 'submitting' while submit runs;
+  --   handle   the job handle submit printed (its last output line);
+  --   submits  how many times submit was started (1, or more only through
+  --            on_build_lost = "resubmit" after the job went missing);
+  --   cancel_state, cancel_server, cancels: the one cancel claim.
+  -- Submitting: one row per pipeline (its primary key), so a second submit
+  -- for the same pipeline finds the row and runs nothing. A server that died
+  -- while its submit ran leaves 'submitting': after the submit timeout (and
+  -- 5 s) any driver reads the job as missing — whether it started is unknown.
+  -- Cancelling: one conditional UPDATE claims it; the winner runs cancel once
+  -- and records how it ended; a failed cancel is logged, not retried.
+  -- SIGTERM of oopsd never cancels: the next driver polls the same job.
+
+  local function ext_values(p, handle)
+    local values = pipeline_values(p)
+    values.job = handle
+    return values
+  end
+
+  -- Run one of the three commands and wait: the finished run, or nil, why
+  -- (a placeholder could not be filled: nothing ran).
+  local function ext_run(p, a, cmd, handle)
+    local values = ext_values(p, handle)
+    local argv, why = M.substitute(a.build[cmd], values)
+    if not argv then return nil, "build." .. cmd .. " " .. why end
+    return run_wait(argv, values, "build", timeout_of(a, cmd))
+  end
+
+  function external.submit(p, a)
+    local me = oops.server_name()
+    local r, err, name = oops.db.exec(
+      "INSERT INTO exec_job (pipeline_id, kind, mode, server, state, submits, started_at) " ..
+      "VALUES (?, 'build', 'external', ?, 'submitting', 1, NOW(6))", p.id, me)
+    if not r and name ~= "exists" then return nil, err end
+    if not r then
+      -- Submitted before (or being): only a job that went missing is
+      -- submitted again (on_build_lost = "resubmit").
+      local moved, merr = oops.db.exec(
+        "UPDATE exec_job SET state = 'submitting', server = ?, handle = NULL, submits = submits + 1, " ..
+        "exit_status = NULL, cancel_state = NULL, started_at = NOW(6), finished_at = NULL " ..
+        "WHERE pipeline_id = ? AND kind = 'build' AND mode = 'external' AND state = 'missing'", me, p.id)
+      if not moved then return nil, merr end
+      if moved.affected ~= 1 then return true end -- already submitted: never twice
+    end
+    state.submitting[p.id] = true
+    local run, why = ext_run(p, a, "submit")
+    state.submitting[p.id] = nil
+    if not run then
+      job_move(p.id, "submitting", "failed")
+      return nil, why
+    end
+    log_run(p.id, "build", run)
+    local handle, herr
+    if run.result and run.result.ok then
+      handle, herr = handle_of(run.result.stdout or run.output)
+    end
+    if not handle then
+      job_move(p.id, "submitting", "failed")
+      if not run.result then return nil, "build submit command did not start: " .. tostring(run.err) end
+      if not run.result.ok then return nil, describe("build submit", run.result, run.timeout_ms) end
+      return nil, "build submit command " .. herr
+    end
+    local ok, uerr = oops.db.exec(
+      "UPDATE exec_job SET state = 'running', handle = ? " ..
+      "WHERE pipeline_id = ? AND kind = 'build' AND state = 'submitting' AND server = ?", handle, p.id, me)
+    if not ok then
+      -- The job exists but its handle is not recorded: the next driver reads
+      -- 'submitting' as missing after the submit timeout. Say so loudly.
+      log.error("build submitted as " .. handle .. " but recording its handle failed: " .. tostring(uerr),
+        { pipeline = p.id })
+      return nil, "recording the job handle " .. handle .. " failed: " .. tostring(uerr)
+    end
+    log.info("build submitted: job " .. handle, { pipeline = p.id })
+    return true
+  end
+
+  function external.status(p, row)
+    local a, aerr = app_of(policy, p.app or (p.namespace .. "/" .. p.application))
+    if not a then return nil, aerr end
+    if row.state == "succeeded" or row.state == "failed" or row.state == "missing" then return row.state end
+    if row.state == "stopped" then return "failed" end
+    if row.state == "submitting" then
+      if state.submitting[p.id] then return "pending" end
+      if (row.age_ms or 0) < timeout_of(a, "submit") + 5000 then return "pending" end
+      log.warn("build submission interrupted (its server stopped while submit ran): reading the job as missing",
+        { pipeline = p.id })
+      local moved, merr = job_move(p.id, "submitting", "missing")
+      if moved == nil then return nil, merr end
+      return "missing"
+    end
+    if not (a.build and a.build.external) then
+      return nil, "the build was submitted as an external job, but the policy no longer declares build.status"
+    end
+    local run, why = ext_run(p, a, "status", row.handle)
+    if not run then return nil, why end
+    local r = run.result
+    local verdict
+    if r and r.signal == 0 and not r.timed_out then
+      verdict = ({ [0] = "succeeded", [1] = "running", [2] = "missing", [3] = "failed" })[r.status]
+    end
+    -- Log a change only: a build polled every scan for hours stays small.
+    local seen = verdict or "error"
+    if state.status_seen[p.id] ~= seen then log_run(p.id, "build", run) end
+    state.status_seen[p.id] = seen
+    if not verdict then
+      if not r then return nil, "build status command did not start: " .. tostring(run.err) end
+      return nil, describe("build status", r, run.timeout_ms)
+    end
+    if verdict == "running" then return "running" end
+    state.status_seen[p.id] = nil
+    local moved, merr = job_move(p.id, "running", verdict, r.status)
+    if moved == nil then return nil, merr end
+    log.info("build " .. verdict .. " (job " .. tostring(row.handle) .. ")", { pipeline = p.id })
+    return verdict
+  end
+
+  function external.stop(p, row)
+    if row.state ~= "running" or row.cancel_state then return true end -- nothing to cancel
+    local me = oops.server_name()
+    local claim, err = oops.db.exec(
+      "UPDATE exec_job SET cancel_state = 'cancelling', cancel_server = ?, cancels = cancels + 1 " ..
+      "WHERE pipeline_id = ? AND kind = 'build' AND mode = 'external' AND state = 'running' " ..
+      "AND cancel_state IS NULL", me, p.id)
+    if not claim then return nil, err end
+    if claim.affected ~= 1 then return true end -- another server cancels it
+    local a = app_of(policy, p.app or (p.namespace .. "/" .. p.application))
+    local run, why
+    if a and a.build and a.build.external then
+      run, why = ext_run(p, a, "cancel", row.handle)
+    else
+      why = "the policy no longer declares build.cancel for " .. tostring(p.namespace) .. "/" ..
+        tostring(p.application)
+    end
+    if run then log_run(p.id, "build", run) end
+    local ok = run and run.result and run.result.ok
+    oops.db.exec(
+      "UPDATE exec_job SET cancel_state = ?, cancelled_at = NOW(6), " ..
+      "state = CASE WHEN ? THEN 'stopped' ELSE state END, finished_at = COALESCE(finished_at, NOW(6)) " ..
+      "WHERE pipeline_id = ? AND kind = 'build' AND cancel_server = ?",
+      ok and "cancelled" or "failed", ok and true or false, p.id, me)
+    if ok then
+      log.info("build cancelled: job " .. tostring(row.handle), { pipeline = p.id })
+    else
+      local reason = why or (run.result and describe("build cancel", run.result, run.timeout_ms)) or
+        ("build cancel command did not start: " .. tostring(run.err))
+      -- Recorded and logged; not called again (one cancel per build).
+      log.error("cancelling job " .. tostring(row.handle) .. " failed (not retried): " .. reason,
+        { pipeline = p.id })
+    end
+    return true
+  end
+
+  -- Finished pipelines (STOPPED, ERROR) whose external build was never
+  -- cancelled: their driver died before it could. The rollout scan takes
+  -- each one's lock and calls build_stop; at most `limit` rows.
+  function gw.build_orphans(limit)
+    local rows, err = oops.db.exec(
+      "SELECT j.pipeline_id AS id FROM exec_job j JOIN pipeline p ON p.id = j.pipeline_id " ..
+      "WHERE j.kind = 'build' AND j.mode = 'external' AND j.state = 'running' " ..
+      "AND j.cancel_state IS NULL AND p.status IN ('STOPPED', 'ERROR') ORDER BY j.pipeline_id LIMIT ?",
+      limit or 100)
+    if not rows then return nil, err end
+    local ids = {}
+    for i, r in ipairs(rows) do ids[i] = r.id end
+    return ids
   end
 
   ---------------------------------------------------- deploys and health

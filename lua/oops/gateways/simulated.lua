@@ -79,6 +79,20 @@ function M.new(cfg)
     return true
   end
 
+  -- Builds still running for a STOPPED or ERROR pipeline (their driver died
+  -- before stopping them): the rollout scan stops them (scans/rollout.lua).
+  function gw.build_orphans(limit)
+    local rows, err = oops.db.exec(
+      "SELECT j.pipeline_id AS id FROM sim_job j JOIN pipeline p ON p.id = j.pipeline_id " ..
+      "WHERE j.kind = 'build' AND p.status IN ('STOPPED', 'ERROR') " ..
+      "AND (j.outcome = 'pending' OR (j.outcome IS NULL AND NOW(6) < j.ready_at)) " ..
+      "ORDER BY j.pipeline_id LIMIT ?", limit or 100)
+    if not rows then return nil, err end
+    local ids = {}
+    for i, r in ipairs(rows) do ids[i] = r.id end
+    return ids
+  end
+
   function gw.deploy(p)
     local ok, err = record(p.id, target(p), "deploy")
     if not ok then return nil, err end

@@ -1,5 +1,6 @@
 -- The build scan (DESIGN.md "The engine"; REFERENCE.md sections 3, 4, 9, 12):
--- INITIALIZED → claim RUNNING, then submit the build (claim, then act);
+-- INITIALIZED → claim RUNNING, then submit the build (claim, then act), or,
+-- for a rollback, deploy at once;
 -- RUNNING → ask the build's status; BUILD_SUCCEEDED with a deploy request →
 -- deploy. Every step first takes the pipeline's lock (batched for the scan).
 local oops = require("oops")
@@ -35,6 +36,12 @@ function M.deploy(p, from, gw)
 end
 
 local function initialized(p, gw)
+  if p.trigger == "rollback" then
+    -- A rollback redeploys an artifact an earlier pipeline built and shipped
+    -- (REFERENCE 9): INITIALIZED → DEPLOYING → ROLLING_OUT, no build.
+    M.deploy(p, "INITIALIZED", gw)
+    return
+  end
   if not t(p, "INITIALIZED", "RUNNING", msg.build_started) then return end
   local ok, err = gw.build_submit(p)
   if not ok then
@@ -62,6 +69,13 @@ local function running(p, gw, pol)
   elseif st == "missing" then
     -- The seed: a missing job fails the build at once; it never comes back.
     if hooks.call("on_build_lost", p) == "resubmit" then
+      -- Submitting is not fenced by a transition: the database must agree
+      -- the lock is ours right now, or the next tick (or driver) decides.
+      if not P.verified(p) then
+        log.warn("build job missing: not resubmitting, the lock is not verifiably ours",
+          { scan = SCAN, pipeline = p.id })
+        return
+      end
       log.warn("build job missing: resubmitting (on_build_lost)", { scan = SCAN, pipeline = p.id })
       local ok, serr = gw.build_submit(p)
       if ok then return end

@@ -25,8 +25,18 @@ local function sweep(held, active, gw)
   for _, name in ipairs(held) do
     local id = P.lock_id(name)
     if id and not live[id] then
-      local p = oops.store.get(id)
+      local p, gerr = oops.store.get(id)
       local release = true
+      if p == nil then
+        -- Cannot read it: keep the lock (its build may need stopping), try
+        -- again next tick.
+        log.warn("reading a finished pipeline failed, lock kept: " .. tostring(gerr), { scan = SCAN, pipeline = id })
+        release = false
+      elseif p and p.status ~= "STOPPED" and gw.release then
+        -- ERROR or SUCCEEDED: a deploy or health command still running for it
+        -- (a timeout failed it) is stopped before the lock goes.
+        gw.release(p)
+      end
       if p and p.status == "STOPPED" then
         local ok, err = gw.build_stop(p)
         if not ok then
@@ -39,6 +49,43 @@ local function sweep(held, active, gw)
         end
       end
       if release then oops.locks.release(name) end
+    end
+  end
+end
+
+-- Builds still running for a finished pipeline whose driver died before it
+-- stopped them (a STOPPED pipeline's driver SIGKILLed, a timed-out build's
+-- driver cut off): take the pipeline's free lock, read the pipeline again
+-- under it, stop its build, release. One server gets the lock; the gateway's
+-- own claim makes the stop happen once.
+local function stop_orphans(gw)
+  if not gw.build_orphans then return end
+  local ids, err = gw.build_orphans(100)
+  if not ids then
+    log.warn("listing builds of finished pipelines failed: " .. tostring(err), { scan = SCAN })
+    return
+  end
+  local names = {}
+  for _, id in ipairs(ids) do
+    if not oops.locks.holds(P.lock_name(id)) then names[#names + 1] = P.lock_name(id) end
+  end
+  if #names == 0 then return end
+  local got = oops.locks.acquire_many(names)
+  if not got then return end
+  for _, name in ipairs(names) do
+    if got[name] then
+      local id = P.lock_id(name)
+      local p = oops.store.get(id)
+      if p and (p.status == "STOPPED" or p.status == "ERROR") then
+        local ok, serr = gw.build_stop(p)
+        if ok then
+          log.info("stopped the build its dead driver left running", { scan = SCAN, pipeline = id })
+        else
+          log.warn("stopping a finished pipeline's build failed (next tick): " .. tostring(serr),
+            { scan = SCAN, pipeline = id })
+        end
+      end
+      oops.locks.release(name)
     end
   end
 end
@@ -66,11 +113,15 @@ local function rolling_out(p, pol, gw)
     return
   end
   -- Not ready (or the gateway did not answer): bounded by the rollout
-  -- timeout; exactly the timeout counts (REFERENCE 5).
+  -- timeout; exactly the timeout counts (REFERENCE 5). A gateway that says
+  -- how long it has been not ready restarts that count when readiness flaps;
+  -- rollout.max bounds the whole stay in ROLLING_OUT on the database's clock.
   local age = p.status_age
   if h and h.not_ready_for then age = h.not_ready_for end
   if age * 1000 >= pol.rollout.timeout_ms then
     t(p, "ROLLING_OUT", "ERROR", msg.rollout_timed_out)
+  elseif p.status_age * 1000 >= (pol.rollout.max_ms or math.huge) then
+    t(p, "ROLLING_OUT", "ERROR", msg.rollout_max)
   end
 end
 
@@ -83,6 +134,7 @@ function M.run(pol, gw)
     return
   end
   sweep(held, active, gw)
+  stop_orphans(gw)
   local candidates = {}
   for _, p in ipairs(active) do
     if p.status == "DEPLOYING" or p.status == "ROLLING_OUT" then candidates[#candidates + 1] = p end

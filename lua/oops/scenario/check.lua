@@ -4,11 +4,13 @@
 -- servers say about themselves.
 --
 --   * no pipeline left a status twice, and no side effect happened twice:
---     build submit, deploy (sim_call per pipeline), restart (sim_call per
+--     build submit, deploy (sim_call per pipeline), an external build's
+--     submit and cancel (exec_job), restart (sim_call per
 --     target against the occurrences fired), alert announcement (one FIRING
 --     and one RESOLVED per episode), and the alert state agrees with them;
 --   * every notification was delivered at least once (outbox, receiver);
---   * every pipeline finished, every restart claim has its outcome;
+--   * every pipeline finished, every restart claim has its outcome, and no
+--     build runs on for a STOPPED or ERROR pipeline;
 --   * after a fault on a server (kill, freeze, cut, partition), that server
 --     made no transition on a pipeline another server had taken over since.
 --     Transitions the conditional update refused are not in pipeline_event,
@@ -54,6 +56,31 @@ local function checks(ctx)
       GROUP BY pipeline_id, action HAVING COUNT(*) > 1]]),
     function(bad) return list(bad, function(r)
       return ("%s: %s %d times"):format(r.pipeline_id, r.action, n(r.times)) end) end)
+
+  -- External builds (exec gateway): exec_job counts every submit and every
+  -- cancel claim of a pipeline's build. None of the scenarios resubmits a
+  -- lost external build (on_build_lost), so more than one submit is a fault.
+  check("no external build was submitted twice or cancelled twice", sql([[
+      SELECT pipeline_id, submits, cancels FROM exec_job
+      WHERE kind = 'build' AND mode = 'external' AND (submits > 1 OR cancels > 1)]]),
+    function(bad) return list(bad, function(r)
+      return ("%s: %d submits, %d cancels"):format(r.pipeline_id, n(r.submits), n(r.cancels)) end) end)
+
+  -- Nothing keeps running for a finished pipeline: a STOPPED or ERROR
+  -- pipeline's build was stopped (simulated: its job marked stopped;
+  -- external: cancelled), whoever drove it and whatever died.
+  check("no build left running for a stopped or failed pipeline", sql([[
+      SELECT p.id, p.status, 'external job ' AS what, j.handle AS job FROM exec_job j
+        JOIN pipeline p ON p.id = j.pipeline_id
+      WHERE j.kind = 'build' AND j.mode = 'external' AND j.state = 'running' AND j.cancel_state IS NULL
+        AND p.status IN ('STOPPED', 'ERROR')
+      UNION ALL
+      SELECT p.id, p.status, 'simulated job' AS what, j.pipeline_id AS job FROM sim_job j
+        JOIN pipeline p ON p.id = j.pipeline_id
+      WHERE j.kind = 'build' AND p.status IN ('STOPPED', 'ERROR')
+        AND (j.outcome = 'pending' OR (j.outcome IS NULL AND NOW(6) < j.ready_at))]]),
+    function(bad) return list(bad, function(r)
+      return ("%s (%s): %s%s still running"):format(r.id, r.status, r.what, tostring(r.job)) end) end)
 
   -- Restarts: calls per target never exceed the occurrences fired (an
   -- "unknown" one may or may not have reached the gateway).

@@ -379,8 +379,20 @@ local function create(opts)
   local args = { "create", "--app", (assert(opts.app, "create{}: app")), "--env", (assert(opts.env, "create{}: env")) }
   if opts.manual then args[#args + 1] = "--manual" end
   if opts.artifact then args[#args + 1] = "--artifact"; args[#args + 1] = opts.artifact end
+  if opts.source then args[#args + 1] = "--source"; args[#args + 1] = opts.source end
   local status, out, err = oopsctl(table.unpack(args))
   if status ~= 0 then error("create " .. opts.app .. ": " .. err, 2) end
+  return setmetatable({ id = out:match("%S+"), app = opts.app, env = opts.env }, Pipeline)
+end
+
+-- oopsctl rollback --app APP --env ENV [--to ID]: the new pipeline, or
+-- nil, exit status, stderr.
+local function rollback(opts)
+  local args = { "rollback", "--app", (assert(opts.app, "rollback{}: app")),
+    "--env", (assert(opts.env, "rollback{}: env")) }
+  if opts.to then args[#args + 1] = "--to"; args[#args + 1] = opts.to end
+  local status, out, err = oopsctl(table.unpack(args))
+  if status ~= 0 then return nil, status, err end
   return setmetatable({ id = out:match("%S+"), app = opts.app, env = opts.env }, Pipeline)
 end
 
@@ -557,11 +569,19 @@ end
 local function environment()
   local env = {
     servers = servers, server = function(n) return run.servers[n] end,
-    create = create, wait_until = wait_until, expect = ok, sql = sql,
+    create = create, rollback = rollback, wait_until = wait_until, expect = ok, sql = sql,
     fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl,
     fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
     settle = function(seconds) run.settle = seconds end,
     oops = oops, skip = skip,
+    -- where this run keeps its files (servers' policies and logs), and the
+    -- absolute path of a file next to the scenario
+    workdir = function() return run.dir end,
+    here = function(rel)
+      local base = run.base
+      if base:sub(1, 1) ~= "/" then base = require("lfs").currentdir() .. "/" .. base end
+      return base .. "/" .. rel
+    end,
   }
   env.restart_database = restart_database -- database restarts (own database only)
   return setmetatable(env, { __index = _G })
