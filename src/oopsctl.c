@@ -490,6 +490,9 @@ static int cmd_rollback(ctl *c, int argc, char **argv)
         return fail(EXIT_INPUT, "rollback: %s", err);
     if (rc != 0)
         return db_fail(c, "rollback", err);
+    /* The new pipeline says what it rolls back to (its CREATED event too). */
+    char msg[128];
+    snprintf(msg, sizeof msg, "Rollback to %s.", t.id);
     pipeline_new n = {
         .namespace = ns,
         .application = name,
@@ -498,6 +501,7 @@ static int cmd_rollback(ctl *c, int argc, char **argv)
         .source = t.source,
         .trigger = "rollback",
         .actor = c->actor,
+        .message = msg,
     };
     char id[25];
     rc = pipeline_store_create(c->db, &n, id, err, sizeof err);

@@ -136,6 +136,7 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
         return PSTORE_BAD;
     }
     const char *trigger = n->trigger ? n->trigger : "release";
+    const char *message = n->message ? n->message : "Pipeline created.";
     if (strcmp(trigger, "release") && strcmp(trigger, "rollback")) {
         snprintf(err, errlen, "trigger \"%s\" is not release or rollback", trigger);
         return PSTORE_BAD;
@@ -152,7 +153,7 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
                     db_text(n->artifact),
                     db_text(n->source),
                     db_text(trigger),
-                    db_text("Pipeline created.")};
+                    db_text(message)};
     unsigned rc = db_exec(c,
                           "INSERT INTO pipeline (id, namespace, application, environment, status, "
                           "deploy_mode, artifact, source, trigger_type, message, created_at, "
@@ -160,8 +161,7 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
                           "NOW(6), NOW(6))",
                           p, 9, NULL, e, sizeof e);
     if (rc == 0)
-        rc = insert_event(c, out_id, NULL, PS_INITIALIZED, "Pipeline created.", n->actor, 0, e,
-                          sizeof e);
+        rc = insert_event(c, out_id, NULL, PS_INITIALIZED, message, n->actor, 0, e, sizeof e);
     if (rc == 0)
         rc = db_commit(c, e, sizeof e);
     if (rc == 0)

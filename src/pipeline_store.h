@@ -51,6 +51,8 @@ typedef struct pipeline_new {
     const char *source;   /* JSON text, may be NULL */
     const char *trigger;  /* NULL = "release" */
     const char *actor;    /* recorded as the CREATED event's server */
+    const char *message;  /* the pipeline's and its CREATED event's message;
+                             NULL = "Pipeline created." */
 } pipeline_new;
 
 void pipeline_clear(pipeline *p); /* frees the fields, not p */

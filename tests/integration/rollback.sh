@@ -110,6 +110,8 @@ is "$(sql "SELECT status, trigger_type, deploy_mode, artifact, source = (SELECT 
   "$(printf 'INITIALIZED\trollback\tauto\tregistry/shop/api:1\t1')" "the new pipeline: INITIALIZED, trigger rollback, the target's artifact and source"
 like "$(sql "SELECT event_type, server FROM pipeline_event WHERE pipeline_id = '$rb'")" "^CREATED	oopsctl@" \
   "... with one CREATED event by oopsctl@HOST"
+is "$(sql "SELECT p.message, e.message FROM pipeline p JOIN pipeline_event e ON e.pipeline_id = p.id WHERE p.id = '$rb'")" \
+  "$(printf 'Rollback to %s.\tRollback to %s.' "$r1" "$r1")" "... both saying what it rolls back to"
 is "$(sql "SELECT COUNT(*) FROM outbox o JOIN pipeline_event e ON e.id = o.ref_id WHERE o.kind = 'pipeline' AND e.pipeline_id = '$rb'")" 1 \
   "... and its notification"
 
