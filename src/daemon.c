@@ -5,12 +5,17 @@
 #include <lualib.h>
 #include <mysql.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
+#if OOPS_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "buf.h"
 #include "ctx.h"
@@ -34,6 +39,8 @@ typedef struct server_state {
     uv_signal_t sighup, sigterm, sigint, sigquit;
     uv_signal_t ignored[8]; /* IGNORED_SIGNALS: logged, nothing else */
     uv_timer_t tick, drain;
+    uv_timer_t watchdog;  /* WATCHDOG=1 at half systemd's WatchdogSec, while it is asked for */
+    char policy_hash[40]; /* the running policy's version_hash (FNV-1a 64, hex) */
     uint64_t last_heartbeat, drain_deadline;
     bool draining;
     int exit_code;
@@ -116,6 +123,93 @@ static int load_engine(server_state *d)
     return 0;
 }
 
+/* ---- systemd: the notify protocol and the watchdog ---------------------- */
+
+/* sd_notify(3): one datagram to $NOTIFY_SOCKET; nothing at all without it. */
+__attribute__((format(printf, 1, 2))) static void notify(const char *fmt, ...)
+{
+#if OOPS_HAVE_SYSTEMD
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sd_notify(0, msg);
+#else
+    (void)fmt;
+#endif
+}
+
+/* s as one line of at most n - 1 bytes for STATUS=: its first line, control
+ * characters as '?' (a policy error may quote anything of a value). */
+static const char *one_line(char *out, size_t n, const char *s)
+{
+    size_t k = 0;
+    for (; s && *s && *s != '\n' && k + 1 < n; s++)
+        out[k++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+    out[k] = '\0';
+    return out;
+}
+
+/* Remember engine.policy().version_hash, what STATUS= and /status name. */
+static void read_policy_hash(server_state *d)
+{
+    lua_State *L = runtime_state(d->ctx.rt);
+    snprintf(d->policy_hash, sizeof d->policy_hash, "?");
+    if (!engine_fn(d, "policy") || runtime_call(L, 0, 1, "engine.policy", NULL, 0) != 0)
+        return;
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "version_hash");
+        if (lua_type(L, -1) == LUA_TSTRING)
+            one_line(d->policy_hash, sizeof d->policy_hash, lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
+/* STATUS=: which policy runs, and why the last reload was refused (its first
+ * error only; every error is in the log and /healthz). */
+static void notify_status(server_state *d, const char *prefix)
+{
+    char dir[256], why[256] = "";
+    one_line(dir, sizeof dir, d->o.policies);
+    if (d->ctx.policy_error)
+        one_line(why, sizeof why, d->ctx.policy_error);
+    bool more = d->ctx.policy_error && strchr(d->ctx.policy_error, '\n');
+    if (d->ctx.policy_error)
+        notify("%sSTATUS=reload refused, running policy %s (load %d) from %s: %s%s", prefix,
+               d->policy_hash, d->ctx.policy_version, dir, why, more ? " (more in the log)" : "");
+    else
+        notify("%sSTATUS=running policy %s (load %d) from %s", prefix, d->policy_hash,
+               d->ctx.policy_version, dir);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    notify("WATCHDOG=1");
+}
+
+/* When systemd asks for pings (WATCHDOG_USEC, WATCHDOG_PID naming us or
+ * unset), a loop timer sends them at half the interval: a loop that stops
+ * turning stops them, and systemd restarts the service. The variables are
+ * removed from the environment (no child inherits them). */
+static void start_watchdog(server_state *d)
+{
+    uint64_t usec = 0;
+#if OOPS_HAVE_SYSTEMD
+    if (sd_watchdog_enabled(1, &usec) <= 0)
+        usec = 0;
+#endif
+    uv_timer_init(&d->loop, &d->watchdog);
+    d->watchdog.data = d;
+    if (!usec)
+        return;
+    uint64_t every = usec / 2000 ? usec / 2000 : 1;
+    uv_timer_start(&d->watchdog, on_watchdog, every, every);
+    log_msg(LOG_INFO, "systemd watchdog: a ping every %llu ms", (unsigned long long)every);
+}
+
 /* ---- server registration ----------------------------------------------- */
 
 static void register_server(server_state *d)
@@ -195,6 +289,7 @@ static void begin_shutdown(server_state *d, const char *why)
         return;
     d->draining = true;
     d->ctx.stopping = true;
+    notify("STOPPING=1\nSTATUS=stopping (%s): letting in-flight steps finish", why);
     log_msg(LOG_INFO, "%s: starting no new tick, letting in-flight steps finish", why);
     engine_call0(d, "stop");
     runtime_wake_sleepers(d->ctx.rt);
@@ -210,11 +305,16 @@ static void on_sighup(uv_signal_t *s, int sig)
     server_state *d = s->data;
     if (d->draining)
         return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading the policies",
+           (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
     char *errs = engine_load(d, d->o.policies, true);
     if (!errs) {
         d->ctx.policy_version++;
         free(d->ctx.policy_error);
         d->ctx.policy_error = NULL;
+        read_policy_hash(d);
         metrics_add(d->ctx.metrics, "oops_policy_reloads_total", "result=\"ok\"", 1);
         log_msg(LOG_INFO, "policy reloaded from %s (version %d)", d->o.policies,
                 d->ctx.policy_version);
@@ -225,6 +325,7 @@ static void on_sighup(uv_signal_t *s, int sig)
         const char *kv[] = {"errors", errs, NULL};
         log_event(LOG_ERROR, "policy reload failed: keeping the running policy", kv);
     }
+    notify_status(d, "READY=1\n");
 }
 
 static void on_stop_signal(uv_signal_t *s, int sig)
@@ -261,6 +362,7 @@ static void on_tick(uv_timer_t *t)
     if (ev & LOCK_EV_LOST) {
         log_msg(LOG_ERROR,
                 "lock session lost: every lock is gone; driving nothing until reconnected");
+        notify("STATUS=lock session lost: driving nothing until reconnected");
         metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
     }
     if (ev & LOCK_EV_RECONNECTED) {
@@ -268,6 +370,7 @@ static void on_tick(uv_timer_t *t)
                 (unsigned long long)lock_registry_connection_id(d->ctx.locks));
         take_name_lock(d);
         heartbeat(d);
+        notify_status(d, "");
     }
     if (now - d->last_heartbeat >= HEARTBEAT_MS) {
         d->last_heartbeat = now;
@@ -347,6 +450,7 @@ static void status(server_state *d, http_response *out)
                 &first);
     json_kv_bool(&b, "lock_session_up", lock_registry_is_up(d->ctx.locks), &first);
     json_kv_int(&b, "policy_version", d->ctx.policy_version, &first);
+    json_kv_str(&b, "policy_hash", d->policy_hash, &first);
     json_kv_str(&b, "policy_dir", d->o.policies, &first);
     json_kv_str(&b, "policy_error", d->ctx.policy_error, &first);
     char **names;
@@ -609,6 +713,7 @@ int daemon_run(const daemon_options *o)
     }
     d->ctx.policy_loaded = true;
     d->ctx.policy_version = 1;
+    read_policy_hash(d);
     if (strcmp(d->o.listen, "off") != 0) {
         d->http = http_server_start(&d->loop, d->o.listen, on_http, d, err, sizeof err);
         if (!d->http) {
@@ -644,6 +749,9 @@ int daemon_run(const daemon_options *o)
     log_msg(LOG_INFO, "started: lock session %llu, policies from %s, listening on %s",
             (unsigned long long)lock_registry_connection_id(d->ctx.locks), o->policies, where);
     engine_call0(d, "start");
+    /* systemd (Type=notify): the lock session is up and the policy loaded. */
+    notify_status(d, "READY=1\n");
+    start_watchdog(d);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = d->exit_code;
 out:

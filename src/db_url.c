@@ -2,6 +2,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -56,8 +59,8 @@ void db_config_free(db_config *cfg)
 {
     if (!cfg)
         return;
-    if (cfg->password) /* do not leave it lying around in freed memory */
-        memset(cfg->password, 0, strlen(cfg->password));
+    if (cfg->password) /* do not leave it lying around in freed memory (never elided) */
+        explicit_bzero(cfg->password, strlen(cfg->password));
     free(cfg->user);
     free(cfg->password);
     free(cfg->host);
@@ -348,10 +351,95 @@ fail:
     return -1;
 }
 
+#define DB_PASSWORD_FILE_MAX 4096
+#define DB_PASSWORD_FILE_MAX_TEXT "4096"
+#define DB_PASSWORD_CREDENTIAL "db-password"
+
+/*
+ * Read a password file (a systemd credential, OOPS_DB_PASSWORD_FILE): a
+ * regular file (opened O_NONBLOCK, so a FIFO cannot block us; checked on the
+ * opened fd) of at most DB_PASSWORD_FILE_MAX bytes, without NUL bytes; one
+ * trailing newline is stripped. *out gets a new string, or NULL when the file
+ * is empty. Returns 0; 1 when absent_ok and the file does not exist; or -1
+ * with a one-line message naming the file (never its content). Every copy of
+ * the text but *out is wiped.
+ */
+static int read_password_file(const char *path, const char *what, bool absent_ok, char **out,
+                              char *err, size_t errlen)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && absent_ok && errno == ENOENT)
+        return 1;
+    struct stat st;
+    const char *why = NULL;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+        why = "not a regular file";
+    char text[DB_PASSWORD_FILE_MAX + 1];
+    size_t len = 0;
+    while (!why && len < sizeof text) {
+        ssize_t n = read(fd, text + len, sizeof text - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            why = strerror(errno);
+        else if (n == 0)
+            break;
+        else
+            len += (size_t)n;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (!why && len > DB_PASSWORD_FILE_MAX)
+        why = "larger than " DB_PASSWORD_FILE_MAX_TEXT " bytes";
+    if (!why && memchr(text, '\0', len))
+        why = "holds a NUL byte";
+    if (!why && len > 0 && text[len - 1] == '\n')
+        len--;
+    if (!why && len > 0) {
+        *out = dup_range(text, len);
+        if (!*out)
+            why = "out of memory";
+    }
+    explicit_bzero(text, sizeof text);
+    if (!why)
+        return 0;
+    snprintf(err, errlen, "cannot read the database password %s %.512s: %s", what, path, why);
+    return -1;
+}
+
 int db_config_resolve(db_config *cfg, const char *url_flag, char *err, size_t errlen)
 {
     const char *url = url_flag ? url_flag : getenv("OOPS_DB");
-    return db_config_parse(cfg, url, getenv("OOPS_DB_PASSWORD"), err, errlen);
+    if (db_config_parse(cfg, url, NULL, err, errlen) != 0)
+        return -1;
+    if (cfg->password) /* the URL's own wins */
+        return 0;
+    /* A systemd credential (LoadCredential=db-password:...), when the unit gives one. */
+    const char *cred_dir = getenv("CREDENTIALS_DIRECTORY");
+    int rc = 1;
+    if (cred_dir && *cred_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/" DB_PASSWORD_CREDENTIAL, cred_dir);
+        rc = read_password_file(path, "credential", true, &cfg->password, err, errlen);
+    }
+    const char *file = getenv("OOPS_DB_PASSWORD_FILE");
+    if (rc == 1 && file && *file)
+        rc = read_password_file(file, "file (OOPS_DB_PASSWORD_FILE)", false, &cfg->password, err,
+                                errlen);
+    if (rc < 0) {
+        db_config_free(cfg);
+        return -1;
+    }
+    const char *env = getenv("OOPS_DB_PASSWORD");
+    if (rc == 1 && env && *env && !(cfg->password = strdup(env))) {
+        snprintf(err, errlen, "out of memory");
+        db_config_free(cfg);
+        return -1;
+    }
+    return 0;
 }
 
 const char *db_config_where(const db_config *cfg, char *buf, size_t n)

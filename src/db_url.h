@@ -1,6 +1,7 @@
 /*
  * db_url — database connection settings: the mysql:// URL (percent-encoding,
- * IPv6 literals, ?options), the environment (OOPS_DB, OOPS_DB_PASSWORD), and
+ * IPv6 literals, ?options), the environment (OOPS_DB, OOPS_DB_PASSWORD, password
+ * files: OOPS_DB_PASSWORD_FILE, a systemd credential), and
  * the password kept out of messages and argv. Pure: nothing here connects
  * (db.h opens connections from a db_config).
  */
@@ -37,8 +38,13 @@ typedef struct db_config {
 int db_config_parse(db_config *cfg, const char *url, const char *env_password, char *err,
                     size_t errlen);
 /*
- * The URL from --db when given, else $OOPS_DB; the password from the URL,
- * else $OOPS_DB_PASSWORD. Same return as db_config_parse.
+ * The URL from --db when given, else $OOPS_DB. The password, first found of:
+ * the URL's; the systemd credential $CREDENTIALS_DIRECTORY/db-password (when
+ * that file exists); the file named by $OOPS_DB_PASSWORD_FILE; $OOPS_DB_PASSWORD.
+ * A password file is a regular file of at most 4096 bytes without NUL bytes,
+ * one trailing newline stripped (empty: no password); one that cannot be read
+ * is an error naming the file, never quoting it. The copies read are wiped.
+ * Same return as db_config_parse.
  */
 int db_config_resolve(db_config *cfg, const char *url_flag, char *err, size_t errlen);
 int db_config_copy(db_config *dst, const db_config *src);

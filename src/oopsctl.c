@@ -129,7 +129,8 @@ static void usage(FILE *f)
         "at most 63 characters. Status names are read in any case (running = RUNNING).\n"
         "Each flag may be given once; --name=value and --name value are the same.\n"
         "The database URL is mysql://user[:password]@host[:port]/database[?socket=PATH],\n"
-        "from --db or $OOPS_DB; the password may also come from $OOPS_DB_PASSWORD.\n"
+        "from --db or $OOPS_DB; the password may also come from the systemd credential\n"
+        "db-password, the file $OOPS_DB_PASSWORD_FILE names, or $OOPS_DB_PASSWORD.\n"
         "exit codes: 0 ok, 1 bad input, 2 database unreachable, 3 state changed concurrently\n",
         f);
 }
