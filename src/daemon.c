@@ -22,6 +22,7 @@
 #include "http_server.h"
 #include "lock_names.h"
 #include "log.h"
+#include "oops_version.h"
 #include "runtime.h"
 #include "schema.h"
 
@@ -446,6 +447,8 @@ static void status(server_state *d, http_response *out)
     bool first = true;
     buf_puts(&b, "{");
     json_kv_str(&b, "server", d->ctx.server_name, &first);
+    json_kv_str(&b, "version", OOPS_VERSION, &first);
+    json_kv_str(&b, "commit", OOPS_COMMIT, &first);
     json_kv_int(&b, "lock_connection_id", (long long)lock_registry_connection_id(d->ctx.locks),
                 &first);
     json_kv_bool(&b, "lock_session_up", lock_registry_is_up(d->ctx.locks), &first);
@@ -543,6 +546,13 @@ static void describe_metrics(metrics *m)
         "HTTP connections by what the limits did: accepted, evicted (closed at the cap to make "
         "room), "
         "refused (closed at once, the cap full of requests), timed_out (a deadline passed)");
+    metrics_describe(m, "oops_build_info", METRIC_GAUGE,
+                     "1, labelled with this oopsd's version and commit (git describe)");
+    const char *const build_labels[] = {"version", OOPS_VERSION, "commit", OOPS_COMMIT, NULL};
+    buf build = {0};
+    metrics_labels(&build, build_labels);
+    metrics_set(m, "oops_build_info", build.p ? build.p : "", 1);
+    buf_free(&build);
     metrics_add(m, "oops_policy_reloads_total", "result=\"ok\"", 0);
     metrics_add(m, "oops_policy_reloads_total", "result=\"failed\"", 0);
 }
@@ -746,7 +756,9 @@ int daemon_run(const daemon_options *o)
         int hl = colon ? (int)(colon - d->o.listen) : (int)strlen(d->o.listen);
         snprintf(where, sizeof where, "%.*s:%d", hl, d->o.listen, http_server_port(d->http));
     }
-    log_msg(LOG_INFO, "started: lock session %llu, policies from %s, listening on %s",
+    log_msg(LOG_INFO,
+            "started: oopsd %s (commit %s), lock session %llu, policies from %s, listening on %s",
+            OOPS_VERSION, OOPS_COMMIT,
             (unsigned long long)lock_registry_connection_id(d->ctx.locks), o->policies, where);
     engine_call0(d, "start");
     /* systemd (Type=notify): the lock session is up and the policy loaded. */

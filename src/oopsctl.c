@@ -29,6 +29,7 @@
 #include "db.h"
 #include "lock_names.h"
 #include "metrics.h"
+#include "oops_version.h"
 #include "pipeline_store.h"
 #include "runtime.h"
 #include "schema.h"
@@ -36,7 +37,7 @@
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_DB = 2, EXIT_STALE = 3, EXIT_HELP = 100 };
 
 /* Global flags: anywhere on the line, each at most once. */
-enum { G_DB, G_JSON, G_HELP, G_H, NGLOBAL };
+enum { G_DB, G_JSON, G_HELP, G_H, G_VERSION, NGLOBAL };
 
 typedef struct ctl {
     const char *db_url; /* a copy: argv's is masked */
@@ -100,10 +101,13 @@ static void tty_free(void)
         buf_free(&tty_ring[i]);
 }
 
+static void print_version(void) { printf("oopsctl %s (commit %s)\n", OOPS_VERSION, OOPS_COMMIT); }
+
 static void usage(FILE *f)
 {
     fputs(
         "usage: oopsctl [--db URL] [--json] COMMAND [ARGS]\n"
+        "       oopsctl --version\n"
         "\n"
         "commands:\n"
         "  migrate                              apply the schema migrations\n"
@@ -198,6 +202,10 @@ static int parse(ctl *c, int argc, char **argv, ctl_flag *flags, size_t nflags, 
         return fail(EXIT_INPUT, "%s: %s", argv[0], err);
     if (c->globals[G_HELP].given || c->globals[G_H].given) {
         usage(stdout);
+        return EXIT_HELP;
+    }
+    if (c->globals[G_VERSION].given) {
+        print_version();
         return EXIT_HELP;
     }
     return EXIT_OK;
@@ -963,7 +971,8 @@ static int run_scenario(ctl *c, int argc, char **argv)
     if (slash)
         *slash = '\0';
     snprintf(oopsd, sizeof oopsd, "%s/oopsd", dir);
-    const char *lua_dir = getenv("OOPS_LUA_DIR") ? getenv("OOPS_LUA_DIR") : OOPS_LUA_DIR;
+    char lua_dir[4096]; /* the one oopsd next to us resolves too: both are installed together */
+    runtime_lua_dir(lua_dir, sizeof lua_dir);
     snprintf(script, sizeof script, "%s/oops/scenario/cli.lua", lua_dir);
     if (url && *url)
         setenv("OOPS_DB", url, 1);
@@ -997,6 +1006,7 @@ static int run(ctl *c, int argc, char **argv)
     c->globals[G_JSON] = (ctl_flag){"--json", false, false, NULL};
     c->globals[G_HELP] = (ctl_flag){"--help", false, false, NULL};
     c->globals[G_H] = (ctl_flag){"-h", false, false, NULL};
+    c->globals[G_VERSION] = (ctl_flag){"--version", false, false, NULL};
     int used = 0;
     char err[1024];
     int rc = ctl_parse_flags(argc - 1, argv + 1, c->globals, NGLOBAL, true, NULL, 0, NULL, &used,
@@ -1005,6 +1015,10 @@ static int run(ctl *c, int argc, char **argv)
     if (rc != 0)
         return fail(EXIT_INPUT, "%s (see oopsctl --help)", err);
     int at = 1 + used;
+    if (c->globals[G_VERSION].given) {
+        print_version();
+        return EXIT_OK;
+    }
     if (at >= argc) {
         if (c->globals[G_HELP].given || c->globals[G_H].given) {
             usage(stdout);

@@ -3,6 +3,7 @@
  *   oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--check]
  *   oopsd --check --policies DIR        validate the policies and exit (like nginx -t)
  *   oopsd lua SCRIPT [ARGS...]          run a Lua script with the oops module
+ *   oopsd --version                     "oopsd VERSION (commit GIT-DESCRIBE)"
  * Exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit.
  */
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "daemon.h"
 #include "db.h"
 #include "log.h"
+#include "oops_version.h"
 
 static void usage(FILE *f)
 {
@@ -21,6 +23,7 @@ static void usage(FILE *f)
         "[--log-level L]\n"
         "       oopsd --check --policies DIR\n"
         "       oopsd lua SCRIPT [ARGS...]\n"
+        "       oopsd --version\n"
         "\n"
         "  --db URL        mysql://user[:password]@host[:port]/database[?socket=PATH] (default "
         "$OOPS_DB;\n"
@@ -42,7 +45,7 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "lua") == 0)
         return daemon_lua(argc - 2, argv + 2);
-    enum { F_DB, F_NAME, F_POLICIES, F_LISTEN, F_CHECK, F_DRAIN, F_LOG_LEVEL, F_HELP };
+    enum { F_DB, F_NAME, F_POLICIES, F_LISTEN, F_CHECK, F_DRAIN, F_LOG_LEVEL, F_HELP, F_VERSION };
     ctl_flag f[] = {
         [F_DB] = {"--db", true, false, NULL},
         [F_NAME] = {"--name", true, false, NULL},
@@ -52,6 +55,7 @@ int main(int argc, char **argv)
         [F_DRAIN] = {"--drain", true, false, NULL},
         [F_LOG_LEVEL] = {"--log-level", true, false, NULL},
         [F_HELP] = {"--help", false, false, NULL},
+        [F_VERSION] = {"--version", false, false, NULL},
     };
     char err[1024];
     int rc = ctl_parse_flags(argc - 1, argv + 1, f, sizeof f / sizeof f[0], false, NULL, 0, NULL,
@@ -68,6 +72,11 @@ int main(int argc, char **argv)
     }
     if (f[F_HELP].given) {
         usage(stdout);
+        free(db_copy);
+        return OOPSD_OK;
+    }
+    if (f[F_VERSION].given) {
+        printf("oopsd %s (commit %s)\n", OOPS_VERSION, OOPS_COMMIT);
         free(db_copy);
         return OOPSD_OK;
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "paths.h"
 
 #ifndef OOPS_LUA_DIR
 #define OOPS_LUA_DIR "lua"
@@ -279,11 +280,17 @@ static int luaopen_oops(lua_State *L)
     return 1;
 }
 
+void runtime_lua_dir(char *out, size_t outlen)
+{
+    char exe[4096];
+    paths_self_exe(exe, sizeof exe);
+    paths_lua_dir(getenv("OOPS_LUA_DIR"), exe, OOPS_LUA_DIR, out, outlen);
+}
+
 static void set_path(lua_State *L)
 {
-    const char *dir = getenv("OOPS_LUA_DIR");
-    if (!dir || !*dir)
-        dir = OOPS_LUA_DIR;
+    char dir[4096];
+    runtime_lua_dir(dir, sizeof dir);
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "path");
     lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));

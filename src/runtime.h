@@ -38,9 +38,13 @@ typedef struct runtime_sandbox {
 
 runtime_sandbox *runtime_sandbox_of(runtime *rt);
 
-/* A new state with the standard libraries, lua/ on package.path (the
- * directory $OOPS_LUA_DIR, else the one compiled in) and the `oops` module
- * preloaded. NULL on allocation failure. */
+/* The Lua engine's directory for this process (paths_lua_dir, src/paths.h):
+ * $OOPS_LUA_DIR, else PREFIX/share/oopsd/lua beside an installed binary
+ * (PREFIX/bin/oopsd), else the source tree's lua/ compiled in. */
+void runtime_lua_dir(char *out, size_t outlen);
+
+/* A new state with the standard libraries, runtime_lua_dir() on package.path
+ * and the `oops` module preloaded. NULL on allocation failure. */
 runtime *runtime_new(oops_ctx *ctx);
 void runtime_free(runtime *rt);
 lua_State *runtime_state(runtime *rt);
