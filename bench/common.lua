@@ -161,9 +161,9 @@ end
 function C.scan_buckets(m, scan, bounds)
   local out = {}
   for _, le in ipairs(bounds) do
-    out[#out + 1] = { le, C.sum(m, "oops_scan_ticks_within_seconds_total", { scan = scan, le = ("%g"):format(le) }) }
+    out[#out + 1] = { le, C.sum(m, "oops_scan_duration_seconds_bucket", { scan = scan, le = ("%g"):format(le) }) }
   end
-  out[#out + 1] = { math.huge, C.sum(m, "oops_scan_ticks_within_seconds_total", { scan = scan, le = "+Inf" }) }
+  out[#out + 1] = { math.huge, C.sum(m, "oops_scan_duration_seconds_bucket", { scan = scan, le = "+Inf" }) }
   return out
 end
 

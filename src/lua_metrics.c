@@ -63,10 +63,27 @@ static int l_get(lua_State *L)
     return 1;
 }
 
+/* describe(name, kind, help): a metric's kind ("counter", "gauge", "summary",
+ * "histogram") and HELP text, for metrics only Lua code updates. */
+static int l_describe(lua_State *L)
+{
+    static const char *const kinds[] = {"counter", "gauge", "summary", "histogram", NULL};
+    static const metric_kind values[] = {METRIC_COUNTER, METRIC_GAUGE, METRIC_SUMMARY,
+                                         METRIC_HISTOGRAM};
+    const char *name = luaL_checkstring(L, 1);
+    int kind = luaL_checkoption(L, 2, NULL, kinds);
+    const char *help = luaL_checkstring(L, 3);
+    if (strchr(help, '\n'))
+        return luaL_error(L, "oops.metrics.describe: the help text is one line");
+    metrics_describe(runtime_ctx(L)->metrics, name, values[kind], help);
+    return 0;
+}
+
 void lua_register_metrics(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"inc", l_inc}, {"set", l_set}, {"observe", l_observe}, {"get", l_get}, {NULL, NULL},
+        {"inc", l_inc}, {"set", l_set},           {"observe", l_observe},
+        {"get", l_get}, {"describe", l_describe}, {NULL, NULL},
     };
     lua_setfuncs_in(L, "metrics", fns);
 }

@@ -1,5 +1,6 @@
 #include "metrics.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,7 +122,9 @@ double metrics_get(const metrics *m, const char *name, const char *labels)
     labels = labels ? labels : "";
     for (size_t i = 0; i < m->n; i++)
         if (strcmp(m->s[i].name, name) == 0 && strcmp(m->s[i].labels, labels) == 0)
-            return m->s[i].kind == METRIC_SUMMARY ? (double)m->s[i].count : m->s[i].value;
+            return m->s[i].kind == METRIC_SUMMARY || m->s[i].kind == METRIC_HISTOGRAM
+                       ? (double)m->s[i].count
+                       : m->s[i].value;
     return 0;
 }
 
@@ -140,6 +143,21 @@ static void sample(buf *out, const char *name, const char *suffix, const char *l
     buf_printf(out, " %.17g\n", v);
 }
 
+/* The histogram whose bucket series NAME is (NAME_bucket, NAME described as a
+ * histogram), or NULL. */
+static const meta *bucket_of(const metrics *m, const char *name)
+{
+    static const char suffix[] = "_bucket";
+    size_t n = strlen(name), k = sizeof suffix - 1;
+    if (n <= k || strcmp(name + n - k, suffix) != 0)
+        return NULL;
+    for (size_t i = 0; i < m->nm; i++)
+        if (m->m[i].kind == METRIC_HISTOGRAM && strlen(m->m[i].name) == n - k &&
+            strncmp(m->m[i].name, name, n - k) == 0)
+            return &m->m[i];
+    return NULL;
+}
+
 void metrics_render(const metrics *m, buf *out)
 {
     if (!m->n) /* nothing recorded (and m->s still NULL: no memcpy from it) */
@@ -149,15 +167,19 @@ void metrics_render(const metrics *m, buf *out)
         return;
     memcpy(v, m->s, m->n * sizeof *v);
     qsort(v, m->n, sizeof *v, by_name);
-    static const char *const kinds[] = {"counter", "gauge", "summary"};
+    static const char *const kinds[] = {"counter", "gauge", "summary", "histogram"};
     for (size_t i = 0; i < m->n; i++) {
-        if (i == 0 || strcmp(v[i - 1].name, v[i].name) != 0) {
+        /* Buckets sort right after their histogram's _sum/_count series. */
+        bool header = i == 0 || strcmp(v[i - 1].name, v[i].name) != 0;
+        if (header && bucket_of(m, v[i].name))
+            header = false;
+        if (header) {
             meta *x = find_meta(m, v[i].name);
             if (x && x->help)
                 buf_printf(out, "# HELP %s %s\n", v[i].name, x->help);
             buf_printf(out, "# TYPE %s %s\n", v[i].name, kinds[v[i].kind]);
         }
-        if (v[i].kind == METRIC_SUMMARY) {
+        if (v[i].kind == METRIC_SUMMARY || v[i].kind == METRIC_HISTOGRAM) {
             sample(out, v[i].name, "_sum", v[i].labels, v[i].sum);
             sample(out, v[i].name, "_count", v[i].labels, (double)v[i].count);
         } else {

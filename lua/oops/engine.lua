@@ -20,7 +20,8 @@ local running = false
 -- Scans: name → module with run(policy, gateway) and the interval it wants.
 -- The restart scan ticks at the start of every minute, or of every second when
 -- a schedule has a seconds field; the alert scan at the start of every minute;
--- the notifier every second (its retries are scheduled in the outbox).
+-- the notifier every second (its retries are scheduled in the outbox); the
+-- gauges of shared state (stats) every 15 s.
 local leader = require("oops.leader")
 M.scans = {
   { mod = "oops.scans.build", rate = true, interval = function(p) return p.scan.interval_ms end },
@@ -33,6 +34,7 @@ M.scans = {
       return every == 60000 and leader.until_next(60000) or every
     end },
   { mod = "oops.scans.notify", interval = function() return 1000 end },
+  { mod = "oops.scans.stats", interval = function() return require("oops.scans.stats").INTERVAL_MS end },
 }
 
 function M.policy() return current and current.policy end
@@ -55,12 +57,12 @@ end
 
 local function labels(name) return { scan = name } end
 
--- Tick durations as a histogram as well, so a median or a p99 can be read
--- from /metrics (bench/run does): oops_scan_ticks_within_seconds_total{scan,
--- le} counts the ticks that took at most `le` seconds (cumulative, like a
--- Prometheus histogram's buckets; le="+Inf" counts them all). The summary
--- oops_scan_duration_seconds keeps the sum and the count.
+-- Tick durations as a Prometheus histogram, so a median or a p99 can be read
+-- from /metrics (bench/run does): oops_scan_duration_seconds_bucket{scan, le}
+-- counts the ticks that took at most `le` seconds (cumulative; le="+Inf"
+-- counts them all); oops_scan_duration_seconds_sum and _count the rest.
 M.DURATION_BUCKETS = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60 }
+oops.metrics.describe("oops_scan_duration_seconds", "histogram", "scan tick durations")
 local bucket_labels = {} -- scan name → label tables, one per bucket and +Inf (made once)
 
 function M.observe_duration(name, seconds)
@@ -70,12 +72,13 @@ function M.observe_duration(name, seconds)
     for i, le in ipairs(M.DURATION_BUCKETS) do ls[i] = { scan = name, le = ("%g"):format(le) } end
     ls[#ls + 1] = { scan = name, le = "+Inf" }
     bucket_labels[name] = ls
+    for _, l in ipairs(ls) do oops.metrics.inc("oops_scan_duration_seconds_bucket", l, 0) end -- every bucket shown
   end
   oops.metrics.observe("oops_scan_duration_seconds", labels(name), seconds)
   for i = #ls, 1, -1 do
     local le = M.DURATION_BUCKETS[i]
     if le and seconds > le then break end
-    oops.metrics.inc("oops_scan_ticks_within_seconds_total", ls[i])
+    oops.metrics.inc("oops_scan_duration_seconds_bucket", ls[i])
   end
 end
 
@@ -96,6 +99,7 @@ end
 local function loop(def)
   local scan = require(def.mod)
   local name = scan.name
+  oops.metrics.inc("oops_scan_errors_total", labels(name), 0) -- shown from the start, so rate() sees the first
   while running do
     local cur = current
     local t0 = oops.now_ms()

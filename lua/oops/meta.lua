@@ -649,18 +649,28 @@ function oops.metrics.inc(name, labels, v) end
 ---@param v? number
 function oops.metrics.set(name, labels, v) end
 
---- Add one observation v (default 0) to a summary (_sum += v, _count += 1).
+--- Add one observation v (default 0) to a summary or histogram (_sum += v,
+--- _count += 1). A histogram's buckets are the caller's counters NAME_bucket
+--- with an `le` label.
 ---@param name string
 ---@param labels? table<string, any>
 ---@param v? number
 function oops.metrics.observe(name, labels, v) end
 
---- The value of a series: a counter's or gauge's value, a summary's count;
+--- The value of a series: a counter's or gauge's value, a summary's or
+--- histogram's count;
 --- 0 for a series never updated.
 ---@param name string
 ---@param labels? table<string, any>
 ---@return number
 function oops.metrics.get(name, labels) end
+
+--- Declare a metric's kind and its HELP line (kept across reloads; the last
+--- declaration wins). For metrics only Lua updates; the C core declares its own.
+---@param name string
+---@param kind "counter"|"gauge"|"summary"|"histogram"
+---@param help string one line
+function oops.metrics.describe(name, kind, help) end
 
 -- The userdata types, by the metatable name the binary registers them under,
 -- so the specs can compare their methods too. Not part of the API.

@@ -384,28 +384,78 @@ function Decl:sub(t, key, known)
   return v
 end
 
+-- The keys each declaration's table accepts (Decl:only refuses any other), by
+-- where they are written: "alert.cpu" is the table under alert's `cpu`. The
+-- builders below read them from here; M.keys() lists them.
+local APP_KEYS = { "build", "deploy", "env", "environments", "health", "limits", "restart", "restart_command",
+  "timeouts" }
+local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
+local ALERT_METRIC_KEYS = { "percent", "sustained" }
+local KEYS = {
+  scan = { "interval" },
+  build = { "timeout" },
+  deploy = { "timeout" },
+  rollout = { "max", "timeout" },
+  locks = { "session_timeout", "validate_every" },
+  restarts = { "grace", "timezone" },
+  alert = { "cpu", "enabled", "every", "interval", "memory", "probe" },
+  ["alert.cpu"] = ALERT_METRIC_KEYS,
+  ["alert.memory"] = ALERT_METRIC_KEYS,
+  ["alert.probe"] = { "prometheus", "scrape_interval", "token" },
+  notify = { "command", "log", "retry", "webhook" },
+  ["notify.retry"] = { "initial", "max" },
+  application = APP_KEYS,
+  ["application.build"] = { "cancel", "status", "submit" },
+  ["application.limits"] = { "cpu", "memory" },
+  ["application.timeouts"] = { "build", "cancel", "deploy", "health", "restart", "status", "submit" },
+}
+
+-- Every key of the policy language, for documentation checks
+-- (tests/integration/manuals.sh): a fresh list of { block, key } where block
+-- is a declaration ("scan", 'gateway "exec"') and key a dotted path in it
+-- ("cpu.percent"), plus the hooks ({ "hook", name }) and placeholders
+-- ({ "placeholder", "{source.KEY}" }).
+function M.keys()
+  local out = {}
+  for path, keys in pairs(KEYS) do
+    local block, prefix = path:match("^([^.]*)%.?(.*)$")
+    for _, k in ipairs(keys) do
+      out[#out + 1] = { block, prefix == "" and k or (prefix .. "." .. k) }
+    end
+  end
+  for kind, keys in pairs(GATEWAY_KEYS) do
+    for _, k in ipairs(keys) do out[#out + 1] = { 'gateway "' .. kind .. '"', k } end
+  end
+  for _, h in ipairs(M.HOOKS) do out[#out + 1] = { "hook", h } end
+  for _, p in ipairs(JOB_PLACEHOLDERS) do
+    out[#out + 1] = { "placeholder", "{" .. p:gsub("%.%*", ".KEY") .. "}" }
+  end
+  table.sort(out, function(a, b) return a[1] .. " " .. a[2] < b[1] .. " " .. b[2] end)
+  return out
+end
+
 -- Each builder checks one declaration's body and returns what the policy
 -- stores for it.
 local build = {}
 
 function build.scan(d, t)
-  d:only(nil, t, { "interval" })
+  d:only(nil, t, KEYS.scan)
   -- Below 100ms every server would hammer the database for nothing.
   return { interval_ms = d:field(t, "interval", dur(100), D.scan_interval) }
 end
 
 function build.build(d, t)
-  d:only(nil, t, { "timeout" })
+  d:only(nil, t, KEYS.build)
   return { timeout_ms = d:field(t, "timeout", dur(1), D.build_timeout) }
 end
 
 function build.deploy(d, t)
-  d:only(nil, t, { "timeout" })
+  d:only(nil, t, KEYS.deploy)
   return { timeout_ms = d:field(t, "timeout", dur(1), D.deploy_timeout) }
 end
 
 function build.rollout(d, t)
-  d:only(nil, t, { "max", "timeout" })
+  d:only(nil, t, KEYS.rollout)
   local r = { timeout_ms = d:field(t, "timeout", dur(1), D.rollout_timeout) }
   r.max_ms = d:field(t, "max", dur(1), math.max(D.rollout_max, r.timeout_ms))
   if t.max ~= nil and r.max_ms < r.timeout_ms then
@@ -435,17 +485,15 @@ local function session_timeout(every_ms)
 end
 
 function build.locks(d, t)
-  d:only(nil, t, { "session_timeout", "validate_every" })
+  d:only(nil, t, KEYS.locks)
   local every = d:field(t, "validate_every", dur(1000), D.validate_every)
   return { validate_every_ms = every, session_timeout = d:field(t, "session_timeout", session_timeout(every), nil) }
 end
 
 function build.restarts(d, t)
-  d:only(nil, t, { "grace", "timezone" })
+  d:only(nil, t, KEYS.restarts)
   return { timezone = d:field(t, "timezone", timezone, nil), grace_ms = d:field(t, "grace", dur(0), D.grace) }
 end
-
-local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
 
 function build.gateway(d, t, kind)
   if kind == "kubernetes" then
@@ -472,7 +520,7 @@ function build.gateway(d, t, kind)
 end
 
 local function alert_metric(d, t, name, default)
-  local m = d:sub(t, name, { "percent", "sustained" })
+  local m = d:sub(t, name, KEYS["alert." .. name])
   return {
     percent = d:field(m, "percent", percent, default.percent, name .. ".percent"),
     sustained_ms = d:field(m, "sustained", dur(0), default.sustained_ms, name .. ".sustained"),
@@ -486,7 +534,7 @@ local function alert_probe(d, v)
     d:fail("probe", show(v) .. ': must be "simulated" or { prometheus = "http://..." }')
     return probe
   end
-  d:only("probe", v, { "prometheus", "scrape_interval", "token" })
+  d:only("probe", v, KEYS["alert.probe"])
   if v.prometheus == nil then
     d:fail("probe.prometheus", "required (the Prometheus base URL)")
   end
@@ -498,7 +546,7 @@ local function alert_probe(d, v)
 end
 
 function build.alert(d, t)
-  d:only(nil, t, { "cpu", "enabled", "every", "interval", "memory", "probe" })
+  d:only(nil, t, KEYS.alert)
   local a = M.defaults().alert
   -- Writing an alert block means wanting alerts, unless it says enabled = false.
   a.enabled = d:field(t, "enabled", boolean, true)
@@ -513,7 +561,7 @@ function build.alert(d, t)
 end
 
 local function notify_retry(d, t)
-  local r = d:sub(t, "retry", { "initial", "max" })
+  local r = d:sub(t, "retry", KEYS["notify.retry"])
   local out = {
     initial_ms = d:field(r, "initial", dur(1), D.retry_initial, "retry.initial"),
     max_ms = d:field(r, "max", dur(1), D.retry_max, "retry.max"),
@@ -528,7 +576,7 @@ end
 -- Routes in a fixed order (webhook, command, log), and the retry if set
 -- (once in the whole policy).
 function build.notify(d, t, _, st)
-  d:only(nil, t, { "command", "log", "retry", "webhook" })
+  d:only(nil, t, KEYS.notify)
   local n = { routes = {}, names_routes = false }
   if t.webhook ~= nil then
     n.routes[#n.routes + 1] = { kind = "webhook", url = d:field(t, "webhook", url, nil) }
@@ -550,9 +598,6 @@ function build.notify(d, t, _, st)
   end
   return n
 end
-
-local APP_KEYS = { "build", "deploy", "env", "environments", "health", "limits", "restart", "restart_command",
-  "timeouts" }
 
 -- env = { KUBECONFIG = "/etc/oopsd/kube" }: added to the allow-listed
 -- environment of the application's commands. OOPS_* names are the engine's
@@ -610,7 +655,7 @@ local function app_restart(d, v, envs, cron_parse)
 end
 
 local function app_limits(d, t)
-  local l = d:sub(t, "limits", { "cpu", "memory" })
+  local l = d:sub(t, "limits", KEYS["application.limits"])
   return {
     cpu_millicores = d:field(l, "cpu", positive(quantity.cpu), nil, "limits.cpu"),
     memory_bytes = d:field(l, "memory", positive(quantity.memory), nil, "limits.memory"),
@@ -618,7 +663,7 @@ local function app_limits(d, t)
 end
 
 local function app_timeouts(d, t)
-  local names = { "build", "cancel", "deploy", "health", "restart", "status", "submit" }
+  local names = KEYS["application.timeouts"]
   local tt = d:sub(t, "timeouts", names)
   local out = {}
   for _, name in ipairs(names) do
@@ -634,7 +679,7 @@ local function app_build(d, t)
   local v = t.build
   if v == nil then return nil end
   if type(v) == "table" and not is_list(v) then
-    local b = d:sub(t, "build", { "cancel", "status", "submit" })
+    local b = d:sub(t, "build", KEYS["application.build"])
     local out = { external = true }
     for _, cmd in ipairs({ "submit", "status", "cancel" }) do
       if b[cmd] == nil then

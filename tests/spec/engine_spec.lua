@@ -271,7 +271,7 @@ end)
 describe("scan tick durations", function()
   local engine = require("oops.engine")
   local function within(scan, le)
-    return oops.metrics.get("oops_scan_ticks_within_seconds_total", { scan = scan, le = le })
+    return oops.metrics.get("oops_scan_duration_seconds_bucket", { scan = scan, le = le })
   end
 
   it("count each tick in every bucket at or above its duration, and in +Inf", function()

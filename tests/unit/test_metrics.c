@@ -81,6 +81,38 @@ static void summaries_keep_sum_and_count(void **state)
     metrics_free(m);
 }
 
+/* A histogram: _sum and _count from metrics_observe, its buckets the caller's
+ * NAME_bucket counters, all in one family under one header. */
+static void histograms_render_as_one_family(void **state)
+{
+    (void)state;
+    metrics *m = metrics_new();
+    metrics_describe(m, "oops_scan_duration_seconds", METRIC_HISTOGRAM, "scan tick durations");
+    metrics_observe(m, "oops_scan_duration_seconds", "scan=\"build\"", 0.25);
+    metrics_add(m, "oops_scan_duration_seconds_bucket", "le=\"0.5\",scan=\"build\"", 1);
+    metrics_add(m, "oops_scan_duration_seconds_bucket", "le=\"+Inf\",scan=\"build\"", 1);
+    metrics_add(m, "oops_scan_zzz_total", "", 1);
+    assert_true(metrics_get(m, "oops_scan_duration_seconds", "scan=\"build\"") == 1);
+    char *t = render(m);
+    assert_string_equal(t, "# HELP oops_scan_duration_seconds scan tick durations\n"
+                           "# TYPE oops_scan_duration_seconds histogram\n"
+                           "oops_scan_duration_seconds_sum{scan=\"build\"} 0.25\n"
+                           "oops_scan_duration_seconds_count{scan=\"build\"} 1\n"
+                           "oops_scan_duration_seconds_bucket{le=\"+Inf\",scan=\"build\"} 1\n"
+                           "oops_scan_duration_seconds_bucket{le=\"0.5\",scan=\"build\"} 1\n"
+                           "# TYPE oops_scan_zzz_total counter\n"
+                           "oops_scan_zzz_total 1\n");
+    free(t);
+    /* Without the histogram declared, NAME_bucket is a counter of its own. */
+    metrics_free(m);
+    m = metrics_new();
+    metrics_add(m, "oops_x_bucket", "", 2);
+    t = render(m);
+    assert_string_equal(t, "# TYPE oops_x_bucket counter\noops_x_bucket 2\n");
+    free(t);
+    metrics_free(m);
+}
+
 /* The whole exposition: HELP and TYPE once per metric before its samples,
  * metrics by name and series by label string, a declared kind winning over
  * the kind of first use. */
@@ -248,6 +280,7 @@ int main(void)
         cmocka_unit_test(counters_add_up),
         cmocka_unit_test(gauges_take_the_last_value),
         cmocka_unit_test(summaries_keep_sum_and_count),
+        cmocka_unit_test(histograms_render_as_one_family),
         cmocka_unit_test(render_is_prometheus_text),
         cmocka_unit_test(every_line_parses),
         cmocka_unit_test(label_strings_escape_values),
