@@ -46,6 +46,10 @@ typedef struct server_state {
     bool draining;
     int exit_code;
     char name_lock[96];
+    /* The database's schema is older than this oopsd's and this account may
+     * not migrate it: nothing is driven until `oopsctl migrate` (schema_poll). */
+    bool schema_waiting;
+    uint64_t schema_checked, schema_logged;
 } server_state;
 
 /* ---- calling the Lua engine -------------------------------------------- */
@@ -348,6 +352,79 @@ static void on_ignored_signal(uv_signal_t *s, int sig)
             sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", sig);
 }
 
+/* ---- the schema (README "Rolling upgrade of a fleet") -------------------- */
+
+#define SCHEMA_POLL_MS 2000
+#define SCHEMA_LOG_MS 60000
+
+/*
+ * At start: a schema newer than this oopsd knows is refused (exit 1); an
+ * older one is migrated when this account may (CREATE, ALTER: one account for
+ * everything, as tests and the demo run), else the server starts but drives
+ * nothing (schema_waiting) until someone runs `oopsctl migrate`.
+ */
+static int check_schema(server_state *d)
+{
+    char err[1024];
+    int cur = schema_current(d->ctx.work, err, sizeof err);
+    if (cur < 0) {
+        fprintf(stderr, "oopsd: reading the schema version: %s\n", err);
+        return OOPSD_DB;
+    }
+    if (cur > schema_latest()) {
+        fprintf(stderr, "oopsd: database schema %d is newer than this oopsd (%d): upgrade oopsd\n",
+                cur, schema_latest());
+        return OOPSD_BAD_INPUT;
+    }
+    if (cur == schema_latest())
+        return OOPSD_OK;
+    unsigned rc = schema_migrate(d->ctx.work, NULL, err, sizeof err);
+    if (rc && !db_errno_is_denied(rc)) {
+        fprintf(stderr, "oopsd: migrating the schema: %s\n", err);
+        return OOPSD_DB;
+    }
+    if (rc) {
+        d->schema_waiting = true;
+        d->schema_checked = d->schema_logged = uv_now(&d->loop);
+        log_msg(LOG_WARN,
+                "waiting for `oopsctl migrate`: database schema %d is older than this oopsd (%d) "
+                "and this account may not migrate it (%s); driving nothing until then",
+                cur, schema_latest(), err);
+    }
+    return OOPSD_OK;
+}
+
+/* While waiting: has the schema reached this oopsd's version? Then start
+ * driving. Newer (migrated by a newer oopsctl): refused as at start. */
+static void schema_poll(server_state *d, uint64_t now)
+{
+    char err[512];
+    d->schema_checked = now;
+    int cur = -1;
+    if (db_conn_ensure(d->ctx.work, err, sizeof err) == 0)
+        cur = schema_current(d->ctx.work, err, sizeof err);
+    if (cur > schema_latest()) {
+        log_msg(LOG_ERROR, "database schema %d is newer than this oopsd (%d): upgrade oopsd", cur,
+                schema_latest());
+        d->exit_code = OOPSD_BAD_INPUT;
+        begin_shutdown(d, "database schema newer than this oopsd");
+    } else if (cur == schema_latest()) {
+        d->schema_waiting = false;
+        log_msg(LOG_INFO, "database schema %d reached: driving", cur);
+        register_server(d);
+        engine_call0(d, "start");
+    } else if (now - d->schema_logged >= SCHEMA_LOG_MS) {
+        d->schema_logged = now;
+        if (cur < 0)
+            log_msg(LOG_WARN, "waiting for `oopsctl migrate`: reading the schema version: %s", err);
+        else
+            log_msg(LOG_WARN,
+                    "waiting for `oopsctl migrate`: database schema %d is older than this oopsd "
+                    "(%d); driving nothing",
+                    cur, schema_latest());
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     server_state *d = t->data;
@@ -377,6 +454,8 @@ static void on_tick(uv_timer_t *t)
         d->last_heartbeat = now;
         heartbeat(d);
     }
+    if (d->schema_waiting && !d->draining && now - d->schema_checked >= SCHEMA_POLL_MS)
+        schema_poll(d, now);
 }
 
 /* ---- HTTP: /healthz /metrics /status ----------------------------------- */
@@ -389,6 +468,8 @@ static void healthz(server_state *d, http_response *out)
         reason = "lock session down";
     else if (!d->ctx.policy_loaded)
         reason = "no policy loaded";
+    else if (d->schema_waiting)
+        reason = "waiting for `oopsctl migrate`: the database schema is older than this oopsd";
     else if (d->ctx.policy_error)
         reason = "policy stale since a failed reload";
     else if (d->draining)
@@ -573,12 +654,11 @@ static int connect_all(server_state *d)
         fprintf(stderr, "oopsd: %s\n", err);
         return OOPSD_DB;
     }
-    if (schema_migrate(d->ctx.work, NULL, err, sizeof err)) {
-        fprintf(stderr, "oopsd: migrating the schema: %s\n", err);
-        return OOPSD_DB;
-    }
+    int rc = check_schema(d);
+    if (rc != OOPSD_OK)
+        return rc;
     d->ctx.locks = lock_registry_new(&d->ctx.dbcfg, NULL);
-    int rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
+    rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
     if (rc != 0) {
         fprintf(stderr, "oopsd: %s\n", err);
         return OOPSD_DB;
@@ -588,7 +668,8 @@ static int connect_all(server_state *d)
                 d->ctx.server_name, d->name_lock);
         return OOPSD_BAD_INPUT;
     }
-    register_server(d);
+    if (!d->schema_waiting) /* else once the schema is there (schema_poll) */
+        register_server(d);
     return OOPSD_OK;
 }
 
@@ -760,7 +841,8 @@ int daemon_run(const daemon_options *o)
             "started: oopsd %s (commit %s), lock session %llu, policies from %s, listening on %s",
             OOPS_VERSION, OOPS_COMMIT,
             (unsigned long long)lock_registry_connection_id(d->ctx.locks), o->policies, where);
-    engine_call0(d, "start");
+    if (!d->schema_waiting) /* else schema_poll starts it */
+        engine_call0(d, "start");
     /* systemd (Type=notify): the lock session is up and the policy loaded. */
     notify_status(d, "READY=1\n");
     start_watchdog(d);

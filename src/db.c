@@ -1,11 +1,13 @@
 #include "db.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <mysql.h>
 #include <errmsg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error_names.h"
 
@@ -54,6 +56,14 @@ bool db_errno_is_connection(unsigned code)
            code == 4031 /* ER_CLIENT_INTERACTION_TIMEOUT */;
 }
 
+bool db_errno_is_denied(unsigned code)
+{
+    return code == 1044 /* ER_DBACCESS_DENIED_ERROR */ ||
+           code == 1142 /* ER_TABLEACCESS_DENIED_ERROR */ ||
+           code == 1143 /* ER_COLUMNACCESS_DENIED_ERROR */ ||
+           code == 1227 /* ER_SPECIFIC_ACCESS_DENIED_ERROR */;
+}
+
 const char *db_error_name(unsigned code)
 {
     switch (code) {
@@ -81,9 +91,61 @@ static void cache_clear(db_conn *c)
     }
 }
 
+/*
+ * TLS as ssl-mode says (db_url.h). Connector/C verifies the chain whenever a
+ * CA is given and, with MYSQL_OPT_SSL_VERIFY_SERVER_CERT, also the host name;
+ * ENFORCE refuses a server without TLS. 0, or -1 with why in err: a
+ * certificate file that cannot be read is named before connecting (the
+ * library's own message would be an OpenSSL error code).
+ */
+static int apply_tls(MYSQL *m, const db_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->ssl_mode == DB_SSL_DEFAULT)
+        return 0; /* the library's own default (Connector/C 3.3: no TLS) */
+    const char *opt[] = {"ssl-ca", "ssl-cert", "ssl-key"};
+    const char *path[] = {cfg->ssl_ca, cfg->ssl_cert, cfg->ssl_key};
+    for (int i = 0; i < 3; i++) {
+        if (path[i] && access(path[i], R_OK) != 0) {
+            snprintf(err, errlen, "%s %s: %s", opt[i], path[i], strerror(errno));
+            return -1;
+        }
+    }
+    my_bool enforce = cfg->ssl_mode != DB_SSL_DISABLED;
+    my_bool identity = cfg->ssl_mode == DB_SSL_VERIFY_IDENTITY;
+    if (mysql_optionsv(m, MYSQL_OPT_SSL_ENFORCE, &enforce) ||
+        mysql_optionsv(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &identity) ||
+        (cfg->ssl_ca && mysql_optionsv(m, MYSQL_OPT_SSL_CA, cfg->ssl_ca)) ||
+        (cfg->ssl_cert && mysql_optionsv(m, MYSQL_OPT_SSL_CERT, cfg->ssl_cert)) ||
+        (cfg->ssl_key && mysql_optionsv(m, MYSQL_OPT_SSL_KEY, cfg->ssl_key))) {
+        snprintf(err, errlen, "the client library refused a TLS option: %s", mysql_error(m));
+        return -1;
+    }
+    return 0;
+}
+
+/* What the TLS settings add to a refused connection's message. */
+static const char *tls_hint(const db_config *cfg, unsigned code, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    if (code == 2026 /* CR_SSL_CONNECTION_ERROR */ && cfg->ssl_mode == DB_SSL_VERIFY_CA)
+        snprintf(buf, n, " (ssl-mode=VERIFY_CA: the server's certificate must chain to ssl-ca %s)",
+                 cfg->ssl_ca);
+    else if (code == 2026 && cfg->ssl_mode == DB_SSL_VERIFY_IDENTITY)
+        snprintf(buf, n,
+                 " (ssl-mode=VERIFY_IDENTITY: the server's certificate must chain to ssl-ca %s and "
+                 "name the host %s)",
+                 cfg->ssl_ca, cfg->host ? cfg->host : "?");
+    else if (code == 2026)
+        snprintf(buf, n, " (ssl-mode=%s)", db_ssl_mode_name(cfg->ssl_mode));
+    else if (code == 1045 /* ER_ACCESS_DENIED_ERROR */ && cfg->ssl_mode == DB_SSL_DISABLED)
+        snprintf(buf, n,
+                 " (ssl-mode=DISABLED: an account that requires TLS is refused without it)");
+    return buf;
+}
+
 static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
 {
-    char where[300];
+    char where[300], why[1500];
     MYSQL *m = mysql_init(NULL);
     if (!m) {
         snprintf(err, errlen, "cannot connect to database: out of memory");
@@ -103,10 +165,29 @@ static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
         unsigned proto = MYSQL_PROTOCOL_SOCKET;
         mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
     }
+    if (apply_tls(m, cfg, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot connect to database at %s: %s",
+                 db_config_where(cfg, where, sizeof where), why);
+        mysql_close(m);
+        return NULL;
+    }
     if (!mysql_real_connect(m, cfg->host, cfg->user, cfg->password ? cfg->password : "",
                             cfg->database, cfg->port, cfg->socket, 0)) {
-        snprintf(err, errlen, "cannot connect to database at %s: %s",
-                 db_config_where(cfg, where, sizeof where), mysql_error(m));
+        char hint[1200];
+        snprintf(err, errlen, "cannot connect to database at %s: %s%s",
+                 db_config_where(cfg, where, sizeof where), mysql_error(m),
+                 tls_hint(cfg, mysql_errno(m), hint, sizeof hint));
+        mysql_close(m);
+        return NULL;
+    }
+    /* Connector/C 3.3 makes TLS a condition before authenticating only with
+     * VERIFY_SERVER_CERT (VERIFY_IDENTITY); with ENFORCE alone a server that
+     * offers no TLS gets a session in the clear. Such a session is never used. */
+    if (cfg->ssl_mode >= DB_SSL_REQUIRED && !mysql_get_ssl_cipher(m)) {
+        snprintf(err, errlen,
+                 "cannot connect to database at %s: the server offers no TLS, and ssl-mode=%s "
+                 "requires it",
+                 db_config_where(cfg, where, sizeof where), db_ssl_mode_name(cfg->ssl_mode));
         mysql_close(m);
         return NULL;
     }

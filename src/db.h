@@ -57,6 +57,9 @@ uint64_t db_statement_count(const db_conn *c);
 uint64_t db_round_trips(const db_conn *c);
 /* True when this MySQL/MariaDB error number means "connection lost or unreachable". */
 bool db_errno_is_connection(unsigned code);
+/* True when it means "this account lacks a privilege for that statement"
+ * (1044 database, 1142 table, 1143 column, 1227 a global privilege). */
+bool db_errno_is_denied(unsigned code);
 /*
  * The stable name of an error number, as the Lua bindings return it
  * (nil, msg, name; error_names.h): "exists", "not_found", "deadlock",

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static char *dup_range(const char *s, size_t n)
 {
@@ -66,6 +67,9 @@ void db_config_free(db_config *cfg)
     free(cfg->host);
     free(cfg->database);
     free(cfg->socket);
+    free(cfg->ssl_ca);
+    free(cfg->ssl_cert);
+    free(cfg->ssl_key);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -79,6 +83,9 @@ int db_config_copy(db_config *dst, const db_config *src)
     dst->host = xstrdup(src->host);
     dst->database = xstrdup(src->database);
     dst->socket = xstrdup(src->socket);
+    dst->ssl_ca = xstrdup(src->ssl_ca);
+    dst->ssl_cert = xstrdup(src->ssl_cert);
+    dst->ssl_key = xstrdup(src->ssl_key);
     return 0;
 }
 
@@ -101,29 +108,60 @@ static char *pct_decode_text(const char *s, size_t n)
     return d;
 }
 
+/* A path option's value: absolute, at most 1024 bytes, no control
+ * character (a percent-encoded one included). */
+#define PATH_OPTION_MAX 1024
+
+static bool plain_path(const char *v)
+{
+    size_t n = strnlen(v, PATH_OPTION_MAX + 1);
+    if (v[0] != '/' || n > PATH_OPTION_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
+            return false;
+    return true;
+}
+
+const char *db_ssl_mode_name(db_ssl_mode m)
+{
+    switch (m) {
+    case DB_SSL_DISABLED: return "DISABLED";
+    case DB_SSL_REQUIRED: return "REQUIRED";
+    case DB_SSL_VERIFY_CA: return "VERIFY_CA";
+    case DB_SSL_VERIFY_IDENTITY: return "VERIFY_IDENTITY";
+    default: return "";
+    }
+}
+
+enum { OPT_SOCKET, OPT_CONNECT_TIMEOUT, OPT_SSL_MODE, OPT_SSL_CA, OPT_SSL_CERT, OPT_SSL_KEY, NOPT };
+static const char *const option_names[NOPT] = {"socket", "connect_timeout", "ssl-mode",
+                                               "ssl-ca", "ssl-cert",        "ssl-key"};
+
 /* One ?option, its value validated whole. Messages quote at most the
  * option's name (never its value, never anything from the userinfo). */
 static int parse_option(db_config *cfg, const char *key, size_t kn, const char *val, unsigned *seen,
                         char *err, size_t errlen)
 {
-    static const char *const names[] = {"socket", "connect_timeout"};
     int which = -1;
-    for (int i = 0; i < 2; i++)
-        if (kn == strlen(names[i]) && !strncmp(key, names[i], kn))
+    for (int i = 0; i < NOPT; i++)
+        if (kn == strlen(option_names[i]) && !strncmp(key, option_names[i], kn))
             which = i;
     if (which < 0) {
         snprintf(err, errlen,
-                 "database URL: unknown option \"%.*s\" (known: socket, connect_timeout)",
+                 "database URL: unknown option \"%.*s\" (known: socket, connect_timeout, ssl-mode, "
+                 "ssl-ca, ssl-cert, ssl-key)",
                  (int)(kn > 32 ? 32 : kn), key);
         return -1;
     }
     if (*seen & (1u << which)) {
-        snprintf(err, errlen, "database URL: option %s is given twice", names[which]);
+        snprintf(err, errlen, "database URL: option %s is given twice", option_names[which]);
         return -1;
     }
     *seen |= 1u << which;
-    if (which == 0) {
-        if (val[0] != '/') {
+    switch (which) {
+    case OPT_SOCKET:
+        if (!plain_path(val)) {
             snprintf(err, errlen,
                      "database URL: option socket must be an absolute path, like "
                      "socket=/run/mysqld/mysqld.sock");
@@ -132,6 +170,36 @@ static int parse_option(db_config *cfg, const char *key, size_t kn, const char *
         free(cfg->socket);
         cfg->socket = strdup(val);
         return cfg->socket ? 0 : -1;
+    case OPT_SSL_MODE:
+        for (db_ssl_mode m = DB_SSL_DISABLED; m <= DB_SSL_VERIFY_IDENTITY; m++)
+            if (!strcasecmp(val, db_ssl_mode_name(m)))
+                cfg->ssl_mode = m;
+        if (cfg->ssl_mode == DB_SSL_DEFAULT) {
+            snprintf(err, errlen,
+                     "database URL: option ssl-mode must be DISABLED, REQUIRED, VERIFY_CA or "
+                     "VERIFY_IDENTITY");
+            return -1;
+        }
+        return 0;
+    case OPT_SSL_CA:
+    case OPT_SSL_CERT:
+    case OPT_SSL_KEY: {
+        if (!plain_path(val)) {
+            snprintf(err, errlen,
+                     "database URL: option %s must be an absolute path (at most %d bytes), like "
+                     "%s=/etc/oopsd/tls/%s.pem",
+                     option_names[which], PATH_OPTION_MAX, option_names[which],
+                     option_names[which] + 4);
+            return -1;
+        }
+        char **slot = which == OPT_SSL_CA     ? &cfg->ssl_ca
+                      : which == OPT_SSL_CERT ? &cfg->ssl_cert
+                                              : &cfg->ssl_key;
+        free(*slot);
+        *slot = strdup(val);
+        return *slot ? 0 : -1;
+    }
+    default: break;
     }
     char *end;
     errno = 0;
@@ -144,6 +212,37 @@ static int parse_option(db_config *cfg, const char *key, size_t kn, const char *
     }
     cfg->connect_timeout_s = (unsigned)v;
     return 0;
+}
+
+/* The ssl- options together: each combination means one thing or is refused. */
+static int check_tls(const db_config *cfg, char *err, size_t errlen)
+{
+    const char *given = cfg->ssl_ca     ? "ssl-ca"
+                        : cfg->ssl_cert ? "ssl-cert"
+                        : cfg->ssl_key  ? "ssl-key"
+                                        : NULL;
+    if (given && cfg->ssl_mode == DB_SSL_DEFAULT)
+        snprintf(err, errlen,
+                 "database URL: option %s needs ssl-mode (REQUIRED, VERIFY_CA or VERIFY_IDENTITY)",
+                 given);
+    else if (given && cfg->ssl_mode == DB_SSL_DISABLED)
+        snprintf(err, errlen, "database URL: option %s contradicts ssl-mode=DISABLED", given);
+    else if (cfg->ssl_ca && cfg->ssl_mode == DB_SSL_REQUIRED)
+        snprintf(err, errlen,
+                 "database URL: option ssl-ca is for verifying the server: say ssl-mode=VERIFY_CA "
+                 "or VERIFY_IDENTITY (REQUIRED verifies nothing)");
+    else if (!cfg->ssl_ca && cfg->ssl_mode >= DB_SSL_VERIFY_CA)
+        snprintf(err, errlen,
+                 "database URL: option ssl-mode=%s needs ssl-ca (the CA certificate the server's "
+                 "certificate must chain to)",
+                 db_ssl_mode_name(cfg->ssl_mode));
+    else if (!cfg->ssl_cert != !cfg->ssl_key)
+        snprintf(err, errlen,
+                 "database URL: option %s needs %s too (a client certificate and its key)",
+                 cfg->ssl_cert ? "ssl-cert" : "ssl-key", cfg->ssl_cert ? "ssl-key" : "ssl-cert");
+    else
+        return 0;
+    return -1;
 }
 
 static int parse_query(db_config *cfg, const char *q, char *err, size_t errlen)
@@ -342,6 +441,8 @@ int db_config_parse(db_config *cfg, const char *url, const char *env_password, c
         goto fail;
     }
     if (query && parse_query(cfg, query + 1, err, errlen) != 0)
+        goto fail;
+    if (check_tls(cfg, err, errlen) != 0)
         goto fail;
     if (!cfg->password && env_password && *env_password)
         cfg->password = strdup(env_password);

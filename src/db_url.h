@@ -10,6 +10,24 @@
 
 #include <stddef.h>
 
+/*
+ * ssl-mode: DEFAULT (not given: the client library's own default; Debian 12's
+ * Connector/C 3.3 then uses no TLS), DISABLED (never TLS), REQUIRED (TLS, the
+ * server's certificate not verified), VERIFY_CA (TLS, the certificate chains
+ * to ssl-ca), VERIFY_IDENTITY (VERIFY_CA, and the certificate names the host
+ * of the URL). VERIFY_* need ssl-ca; DISABLED takes no other ssl- option.
+ */
+typedef enum {
+    DB_SSL_DEFAULT = 0,
+    DB_SSL_DISABLED,
+    DB_SSL_REQUIRED,
+    DB_SSL_VERIFY_CA,
+    DB_SSL_VERIFY_IDENTITY,
+} db_ssl_mode;
+
+/* The option's spelling, upper case ("VERIFY_CA"); "" for DB_SSL_DEFAULT. */
+const char *db_ssl_mode_name(db_ssl_mode m);
+
 /* Connection settings. Strings are owned by the struct (db_config_free). */
 typedef struct db_config {
     char *user;
@@ -27,10 +45,17 @@ typedef struct db_config {
      * a row lock before failing (instead of blocking the caller). */
     unsigned session_wait_timeout_s;
     unsigned row_lock_wait_s;
+    /* TLS (?ssl-mode=...&ssl-ca=...&ssl-cert=...&ssl-key=..., absolute paths). */
+    db_ssl_mode ssl_mode;
+    char *ssl_ca;   /* the CA certificate(s) the server's certificate must chain to */
+    char *ssl_cert; /* this client's certificate and key (an account that REQUIREs X509) */
+    char *ssl_key;
 } db_config;
 
 /*
- * Parse mysql://user[:password]@host[:port]/database[?socket=PATH].
+ * Parse mysql://user[:password]@host[:port]/database[?OPTIONS], options
+ * socket=PATH, connect_timeout=S, ssl-mode=MODE, ssl-ca=PATH, ssl-cert=PATH,
+ * ssl-key=PATH (each at most once; paths absolute).
  * User and password may be percent-encoded. When the URL carries no password
  * and env_password is non-NULL, it is used (OOPS_DB_PASSWORD). Returns 0, or
  * -1 with a one-line message in err that never contains the password.

@@ -151,16 +151,39 @@ static int db_fail(ctl *c, const char *what, const char *err)
     return fail(EXIT_INPUT, "%s: %s", what, err);
 }
 
-static int open_db(ctl *c)
+static int connect_db(ctl *c)
 {
     db_config cfg;
-    char err[512];
+    char err[1024];
     if (db_config_resolve(&cfg, c->db_url, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "%s", err);
     c->db = db_open(&cfg, err, sizeof err);
     db_config_free(&cfg);
     if (!c->db)
         return fail(EXIT_DB, "%s", err);
+    return EXIT_OK;
+}
+
+/* Every command but migrate: connected, to a schema of exactly this
+ * oopsctl's version (README "Rolling upgrade of a fleet"). */
+static int open_db(ctl *c)
+{
+    int rc = connect_db(c);
+    if (rc != EXIT_OK)
+        return rc;
+    char err[512];
+    int cur = schema_current(c->db, err, sizeof err);
+    if (cur < 0)
+        return db_fail(c, "reading the schema version", err);
+    if (cur > schema_latest())
+        return fail(EXIT_INPUT,
+                    "database schema %d is newer than this oopsctl (%d): upgrade oopsctl", cur,
+                    schema_latest());
+    if (cur < schema_latest())
+        return fail(EXIT_INPUT,
+                    "database schema %d is older than this oopsctl (%d) (run `oopsctl migrate` "
+                    "first)",
+                    cur, schema_latest());
     return EXIT_OK;
 }
 
@@ -282,7 +305,7 @@ static int cmd_migrate(ctl *c, int argc, char **argv)
     int rc = parse(c, argc, argv, NULL, 0, NULL, 0, &npos);
     if (rc != EXIT_OK)
         return rc;
-    if ((rc = open_db(c)) != EXIT_OK)
+    if ((rc = connect_db(c)) != EXIT_OK)
         return rc;
     char err[512];
     int applied = 0;

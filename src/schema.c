@@ -363,13 +363,16 @@ static const char create_version_table[] =
     " applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
 
+/* Reads only (SELECT): the run-time account, which may not create tables,
+ * can ask too. No version table yet is an empty database: 0. */
 int schema_current(db_conn *c, char *err, size_t errlen)
 {
     db_result *r = NULL;
-    if (db_exec(c, create_version_table, NULL, 0, NULL, err, errlen))
-        return -1;
-    if (db_exec(c, "SELECT COALESCE(MAX(version), 0) FROM schema_version", NULL, 0, &r, err,
-                errlen))
+    unsigned rc = db_exec(c, "SELECT COALESCE(MAX(version), 0) FROM schema_version", NULL, 0, &r,
+                          err, errlen);
+    if (rc == DB_ER_NO_SUCH_TABLE)
+        return 0;
+    if (rc)
         return -1;
     int v = (int)db_get_int(r, 0, 0, 0);
     db_result_free(r);
@@ -415,10 +418,16 @@ unsigned schema_migrate(db_conn *c, int *applied, char *err, size_t errlen)
                  "another runner held the migrate lock (" OOPS_LOCK_MIGRATE ") for 60s");
         return 1205; /* ER_LOCK_WAIT_TIMEOUT */
     }
+    /* The error number goes back as it is: an account that may not create
+     * tables (the run-time grants) is told from one that cannot reach them. */
+    if ((rc = db_exec(c, create_version_table, NULL, 0, NULL, e, sizeof e))) {
+        snprintf(err, errlen, "creating schema_version: %s", e);
+        goto out;
+    }
     int cur = schema_current(c, e, sizeof e);
     if (cur < 0) {
         snprintf(err, errlen, "reading schema_version: %s", e);
-        rc = 1;
+        rc = db_last_error(c) ? db_last_error(c) : 1;
         goto out;
     }
     if (cur > schema_latest()) {

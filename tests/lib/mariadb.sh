@@ -5,6 +5,14 @@
 #   mariadb_new_db NAME → creates database NAME, prints its URL
 # The server listens on a free loopback port and a private socket; nothing is
 # shared with a system MariaDB.
+#
+# TLS, opt-in: MDB_TLS=1 before mariadb_start makes a certificate authority
+# with openssl in DIR/tls (nothing leaves DIR), a server certificate for
+# 127.0.0.1 and localhost signed by it, and a client certificate; the server
+# then offers TLS (ssl-ca/ssl-cert/ssl-key) and also listens on 127.0.0.2, an
+# address its certificate does not name. Exported: MDB_TLS_CA, MDB_TLS_CERT,
+# MDB_TLS_KEY (the client's), MDB_TLS_OTHER_HOST=127.0.0.2. Without MDB_TLS
+# nothing changes.
 
 MDB_DIR=""
 MDB_PID=""
@@ -24,6 +32,13 @@ mariadb_start() {
   local bind=127.0.0.1
   MDB_IPV6=""
   if grep -qE '^0{31}1 .* lo$' /proc/net/if_inet6 2>/dev/null; then bind=127.0.0.1,::1; MDB_IPV6=1; fi
+  local tls_args=()
+  if [[ ${MDB_TLS:-} == 1 ]]; then
+    _mariadb_make_tls "$MDB_DIR/tls" || return 1
+    tls_args=(--ssl-ca="$MDB_DIR/tls/ca.pem" --ssl-cert="$MDB_DIR/tls/server.pem"
+      --ssl-key="$MDB_DIR/tls/server.key")
+    bind="$bind,127.0.0.2"
+  fi
   local try
   for try in 1 2 3; do
     MDB_PORT=$(_free_port)
@@ -32,7 +47,7 @@ mariadb_start() {
       --pid-file="$MDB_DIR/mysqld.pid" --log-error="$MDB_DIR/error.log" \
       --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --skip-log-bin \
       --max-connections=500 --innodb-flush-log-at-trx-commit=2 --skip-name-resolve \
-      --innodb-fast-shutdown=2 >/dev/null 2>&1 &
+      --innodb-fast-shutdown=2 "${tls_args[@]}" >/dev/null 2>&1 &
     MDB_PID=$!
     disown "$MDB_PID" 2>/dev/null # no "Killed" job report from the shell when it is stopped
     for _ in $(seq 300); do
@@ -57,6 +72,32 @@ mariadb_start() {
   MDB_URL="mysql://oops:$MDB_PASSWORD@127.0.0.1:$MDB_PORT/oops"
   MDB_ADMIN=(--no-defaults -h127.0.0.1 -P"$MDB_PORT" -uoops -p"$MDB_PASSWORD")
   export MDB_PORT MDB_SOCKET MDB_URL MDB_PASSWORD MDB_IPV6
+}
+
+# A CA, a server certificate (127.0.0.1, localhost) and a client certificate
+# in $1, made with openssl on the spot (short-lived keys, never reused).
+_mariadb_make_tls() {
+  local d=$1
+  mkdir -p "$d" && chmod 700 "$d" || return 1
+  {
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=oops test CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      -keyout "$d/ca.key" -out "$d/ca.pem" &&
+    openssl req -new -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+      -keyout "$d/server.key" -out "$d/server.csr" &&
+    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+      -days 2 -out "$d/server.pem" -extfile <(printf '%s\n' "basicConstraints=CA:FALSE" \
+        "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
+        "subjectAltName=IP:127.0.0.1,DNS:localhost") &&
+    openssl req -new -newkey rsa:2048 -nodes -subj "/CN=oops test client" \
+      -keyout "$d/client.key" -out "$d/client.csr" &&
+    openssl x509 -req -in "$d/client.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+      -days 2 -out "$d/client.pem" -extfile <(printf '%s\n' "basicConstraints=CA:FALSE" \
+        "extendedKeyUsage=clientAuth")
+  } >"$d/openssl.log" 2>&1 || { echo "openssl failed:" >&2; tail -20 "$d/openssl.log" >&2; return 1; }
+  MDB_TLS_CA=$d/ca.pem MDB_TLS_CERT=$d/client.pem MDB_TLS_KEY=$d/client.key
+  MDB_TLS_OTHER_HOST=127.0.0.2
+  export MDB_TLS_CA MDB_TLS_CERT MDB_TLS_KEY MDB_TLS_OTHER_HOST
 }
 
 mariadb_new_db() {

@@ -118,6 +118,7 @@ static void no_part_of_any_password_reaches_a_message(void **state)
         /* right */
         "mysql://oops:%s@db.example:3306/oops",
         "mysql://oops:%s@[::1]:3306/oops?connect_timeout=3",
+        "mysql://oops:%s@db.example/oops?ssl-mode=VERIFY_CA&ssl-ca=/etc/oopsd/ca.pem",
         /* wrong elsewhere */
         "mysql://oops:%s@db.example:33x6/oops",
         "mysql://oops:%s@db.example:99999/oops",
@@ -126,6 +127,10 @@ static void no_part_of_any_password_reaches_a_message(void **state)
         "mysql://oops:%s@[::1/oops",
         "mysql://oops:%s@db.example/oops?connect_timeout=abc",
         "mysql://oops:%s@db.example/oops?nope=1",
+        "mysql://oops:%s@db.example/oops?ssl-mode=maybe",
+        "mysql://oops:%s@db.example/oops?ssl-mode=VERIFY_CA",
+        "mysql://oops:%s@db.example/oops?ssl-mode=DISABLED&ssl-key=/k",
+        "mysql://oops:%s@db.example/oops?ssl-mode=REQUIRED&ssl-cert=rel",
         "mysql://oops:%s@/oops",
         "mysql://oops:%s",
         "mysql://oops:%sdb.example:3306/oops",
@@ -148,7 +153,7 @@ static void no_part_of_any_password_reaches_a_message(void **state)
             snprintf(url, sizeof url, shapes[j], pw);
             db_config c;
             int rc = db_config_parse(&c, url, NULL, err, sizeof err);
-            if (j < 2) {
+            if (j < 3) {
                 if (rc != 0)
                     fail_msg("%s: refused: %s", url, err);
                 assert_string_equal(c.password, decoded);
@@ -192,9 +197,168 @@ static void the_password_is_masked_in_place(void **state)
     char slashed[] = "mysql://oops:a/b@c@h:1/d";
     db_mask_url_password(slashed);
     assert_string_equal(slashed, "mysql://oops:xxxxx@h:1/d");
+    /* Options after the host are left alone (an '@' in them is written %40). */
+    char tls[] = "mysql://oops:pw@h/d?ssl-mode=VERIFY_CA&ssl-ca=/etc/a%40b/ca.pem";
+    db_mask_url_password(tls);
+    assert_string_equal(tls, "mysql://oops:xx@h/d?ssl-mode=VERIFY_CA&ssl-ca=/etc/a%40b/ca.pem");
     char nopw[] = "mysql://oops@h/d";
     db_mask_url_password(nopw);
     assert_string_equal(nopw, "mysql://oops@h/d");
+}
+
+static void tls_options_are_parsed(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *query;
+        db_ssl_mode mode;
+        const char *ca, *cert, *key;
+    } cases[] = {
+        {"", DB_SSL_DEFAULT, NULL, NULL, NULL},
+        {"?ssl-mode=DISABLED", DB_SSL_DISABLED, NULL, NULL, NULL},
+        {"?ssl-mode=disabled", DB_SSL_DISABLED, NULL, NULL, NULL},
+        {"?ssl-mode=Required", DB_SSL_REQUIRED, NULL, NULL, NULL},
+        {"?ssl-mode=required&ssl-cert=/c/me.pem&ssl-key=/c/me.key", DB_SSL_REQUIRED, NULL,
+         "/c/me.pem", "/c/me.key"},
+        {"?ssl-mode=verify_ca&ssl-ca=/etc/oopsd/ca.pem", DB_SSL_VERIFY_CA, "/etc/oopsd/ca.pem",
+         NULL, NULL},
+        {"?ssl-ca=/a%20b/ca.pem&ssl-mode=VERIFY_IDENTITY&connect_timeout=3", DB_SSL_VERIFY_IDENTITY,
+         "/a b/ca.pem", NULL, NULL},
+        {"?ssl-key=/k%40x.key&ssl-cert=/c.pem&ssl-ca=/ca.pem&ssl-mode=VERIFY_CA", DB_SSL_VERIFY_CA,
+         "/ca.pem", "/c.pem", "/k@x.key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char url[300], err[256];
+        snprintf(url, sizeof url, "mysql://oops:s3cret@db.example/oops%s", cases[i].query);
+        db_config c, copy;
+        if (db_config_parse(&c, url, NULL, err, sizeof err) != 0)
+            fail_msg("%s: refused: %s", url, err);
+        db_config_copy(&copy, &c);
+        db_config_free(&c); /* the copy owns strings of its own */
+        assert_int_equal(copy.ssl_mode, cases[i].mode);
+        const char *want[] = {cases[i].ca, cases[i].cert, cases[i].key};
+        const char *got[] = {copy.ssl_ca, copy.ssl_cert, copy.ssl_key};
+        for (int k = 0; k < 3; k++) {
+            if (!want[k])
+                assert_null(got[k]);
+            else
+                assert_string_equal(got[k], want[k]);
+        }
+        assert_string_equal(copy.password, "s3cret");
+        db_config_free(&copy);
+    }
+    assert_string_equal(db_ssl_mode_name(DB_SSL_VERIFY_IDENTITY), "VERIFY_IDENTITY");
+    assert_string_equal(db_ssl_mode_name(DB_SSL_DEFAULT), "");
+}
+
+/* Every wrong TLS option or combination is refused, one line naming the
+ * option, never quoting its value or the password. */
+static void bad_tls_options_are_refused_naming_the_option(void **state)
+{
+    (void)state;
+    char longpath[1100] = "/";
+    memset(longpath + 1, 'p', 1024);
+    static const struct {
+        const char *query, *msg;
+    } cases[] = {
+        {"ssl-mode=PREFERRED",
+         "option ssl-mode must be DISABLED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"},
+        {"ssl-mode=VERIFY", "option ssl-mode must be"},
+        {"ssl-mode=REQUIRED%20", "option ssl-mode must be"},
+        {"ssl-mode=", "option ssl-mode has an empty value"},
+        {"ssl-mode=REQUIRED&ssl-mode=DISABLED", "option ssl-mode is given twice"},
+        {"sslmode=REQUIRED",
+         "unknown option \"sslmode\" (known: socket, connect_timeout, ssl-mode, "
+         "ssl-ca, ssl-cert, ssl-key)"},
+        {"ssl_ca=/ca.pem&ssl-mode=VERIFY_CA", "unknown option \"ssl_ca\""},
+        {"ssl-mode=VERIFY_CA&ssl-ca=ca.pem", "option ssl-ca must be an absolute path"},
+        {"ssl-mode=VERIFY_CA&ssl-ca=/ca.pem&ssl-ca=/ca.pem", "option ssl-ca is given twice"},
+        {"ssl-mode=VERIFY_CA&ssl-ca=/ca%0A.pem", "option ssl-ca must be an absolute path"},
+        {"ssl-mode=VERIFY_CA&ssl-ca=/ca%00.pem", "option ssl-ca has a bad percent-escape"},
+        {"ssl-mode=REQUIRED&ssl-cert=~/c.pem&ssl-key=/k",
+         "option ssl-cert must be an absolute path"},
+        {"ssl-mode=REQUIRED&ssl-cert=/c&ssl-key=./k", "option ssl-key must be an absolute path"},
+        {"ssl-ca=/ca.pem", "option ssl-ca needs ssl-mode (REQUIRED, VERIFY_CA or VERIFY_IDENTITY)"},
+        {"ssl-cert=/c.pem&ssl-key=/k.pem", "option ssl-cert needs ssl-mode"},
+        {"ssl-mode=DISABLED&ssl-ca=/ca.pem", "option ssl-ca contradicts ssl-mode=DISABLED"},
+        {"ssl-mode=disabled&ssl-key=/k", "option ssl-key contradicts ssl-mode=DISABLED"},
+        {"ssl-mode=REQUIRED&ssl-ca=/ca.pem",
+         "option ssl-ca is for verifying the server: say ssl-mode=VERIFY_CA or VERIFY_IDENTITY"},
+        {"ssl-mode=VERIFY_CA", "option ssl-mode=VERIFY_CA needs ssl-ca"},
+        {"ssl-mode=verify_identity&ssl-cert=/c&ssl-key=/k",
+         "option ssl-mode=VERIFY_IDENTITY needs ssl-ca"},
+        {"ssl-mode=VERIFY_CA&ssl-ca=/ca&ssl-cert=/c.pem", "option ssl-cert needs ssl-key too"},
+        {"ssl-mode=REQUIRED&ssl-key=/k.pem", "option ssl-key needs ssl-cert too"},
+        {NULL, "option ssl-ca must be an absolute path (at most 1024 bytes)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char url[1400], err[512];
+        if (cases[i].query)
+            snprintf(url, sizeof url, "mysql://oops:SECRET@db.example/oops?%s", cases[i].query);
+        else
+            snprintf(url, sizeof url,
+                     "mysql://oops:SECRET@db.example/oops?ssl-mode=VERIFY_CA&ssl-ca=%s", longpath);
+        db_config c;
+        if (db_config_parse(&c, url, NULL, err, sizeof err) != -1)
+            fail_msg("accepted: %s", url);
+        if (!strstr(err, cases[i].msg))
+            fail_msg("%s: got \"%s\", want \"%s\"", url, err, cases[i].msg);
+        assert_non_null(strstr(err, "database URL"));
+        assert_null(strchr(err, '\n'));
+        assert_null(strstr(err, "SECRET"));
+    }
+    /* At the bound: 1024 bytes is accepted. */
+    longpath[1024] = '\0';
+    char url[1400], err[512];
+    snprintf(url, sizeof url, "mysql://u@h/d?ssl-mode=VERIFY_CA&ssl-ca=%s", longpath);
+    db_config c;
+    assert_int_equal(db_config_parse(&c, url, NULL, err, sizeof err), 0);
+    assert_int_equal(strlen(c.ssl_ca), 1024);
+    db_config_free(&c);
+}
+
+/* The test server has no TLS (tests/lib/mariadb.sh without MDB_TLS):
+ * REQUIRED is refused there, saying so; DISABLED connects in the clear; a
+ * certificate file that cannot be read is named before connecting.
+ * tests/integration/tls.sh covers a server with TLS. */
+static void tls_against_a_server_without_it(void **state)
+{
+    (void)state;
+    db_config base;
+    testdb_config(&base);
+    char url[700], err[1024];
+    const char *fmt = "mysql://%s:%s@127.0.0.1:%u/%s?%s";
+    snprintf(url, sizeof url, fmt, base.user, base.password, base.port, base.database,
+             "ssl-mode=REQUIRED");
+    db_config c;
+    assert_int_equal(db_config_parse(&c, url, NULL, err, sizeof err), 0);
+    db_conn *conn = db_open(&c, err, sizeof err);
+    if (conn)
+        fail_msg("ssl-mode=REQUIRED connected to a server without TLS");
+    assert_non_null(strstr(err, "cannot connect to database at 127.0.0.1:"));
+    assert_non_null(strstr(err, "the server offers no TLS, and ssl-mode=REQUIRED requires it"));
+    assert_null(strstr(err, base.password));
+    db_config_free(&c);
+
+    snprintf(url, sizeof url, fmt, base.user, base.password, base.port, base.database,
+             "ssl-mode=disabled");
+    assert_int_equal(db_config_parse(&c, url, NULL, err, sizeof err), 0);
+    conn = db_open(&c, err, sizeof err);
+    if (!conn)
+        fail_msg("ssl-mode=DISABLED: %s", err);
+    db_result *r = testdb_q(conn, "SHOW SESSION STATUS LIKE 'Ssl_cipher'", NULL, 0);
+    assert_string_equal(db_get(r, 0, 1), "");
+    db_result_free(r);
+    db_close(conn);
+    db_config_free(&c);
+
+    snprintf(url, sizeof url, fmt, base.user, base.password, base.port, base.database,
+             "ssl-mode=VERIFY_CA&ssl-ca=/nonexistent/oops-ca.pem");
+    assert_int_equal(db_config_parse(&c, url, NULL, err, sizeof err), 0);
+    assert_null(db_open(&c, err, sizeof err));
+    assert_non_null(strstr(err, "ssl-ca /nonexistent/oops-ca.pem: No such file or directory"));
+    db_config_free(&c);
+    db_config_free(&base);
 }
 
 static void exec_binds_parameters_and_returns_typed_text_cells(void **state)
@@ -316,6 +480,9 @@ int main(void)
         cmocka_unit_test(no_part_of_any_password_reaches_a_message),
         cmocka_unit_test(ipv6_literals_and_bare_hosts),
         cmocka_unit_test(the_password_is_masked_in_place),
+        cmocka_unit_test(tls_options_are_parsed),
+        cmocka_unit_test(bad_tls_options_are_refused_naming_the_option),
+        cmocka_unit_test(tls_against_a_server_without_it),
         cmocka_unit_test(exec_binds_parameters_and_returns_typed_text_cells),
         cmocka_unit_test(a_wrong_password_is_refused_naming_the_host_not_the_password),
         cmocka_unit_test(a_killed_work_connection_is_reopened_on_demand),

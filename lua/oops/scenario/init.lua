@@ -9,7 +9,9 @@
 --
 -- The scenario file is plain Lua with these functions in scope:
 --   servers { count = 3, policy = [[ ... ]] | policies = "dir" [, overrides = { ["f.lua"] = [[...]] }],
---             names = {...}, netns = true }   each server runs a copy of its own
+--             names = {...}, netns = true,    each server runs a copy of its own
+--             db = URL }                      (db: the account its servers connect as; default
+--                                             the scenario's own)
 --                                   → list of servers (s.name, s:kill(sig), s:stop(),
 --                                     s:start(), s:alive(), s:log())
 --   server(name)                    → one of them
@@ -353,7 +355,7 @@ local function servers(opts)
       assert(not file:find("/", 1, true), "servers{}: overrides are file names in the policy directory")
       if text then write_file(own .. "/" .. file, text) else os.remove(own .. "/" .. file) end
     end
-    local s = setmetatable({ name = name, policies = own,
+    local s = setmetatable({ name = name, policies = own, db_url = opts.db,
       log_path = run.dir .. "/" .. name .. ".log" }, Server)
     run.servers[name] = s
     run.order[#run.order + 1] = s

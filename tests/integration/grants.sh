@@ -1,0 +1,201 @@
+# Least privilege and schema versions. The SQL of README "Database grants" is
+# run as written (only the client host and the passwords replaced) on a
+# MariaDB of this test's own with TLS (its accounts REQUIRE SSL): oopsctl
+# migrate works as `oopsd_migrate`; real servers connected as `oopsd` (rows
+# only) wait for that migration, then drive pipelines, restarts, alerts,
+# notifications and a takeover (a scenario) and the exec gateway. Then the
+# schema checks (README "Rolling upgrade of a fleet"): a newer schema is
+# refused at start (oopsd, oopsctl), an older one is never driven.
+set -u
+source "$OOPS_ROOT/tests/lib/tap.sh"
+source "$OOPS_ROOT/tests/lib/oopsd.sh"
+source "$OOPS_ROOT/tests/lib/mariadb.sh" # replaces MDB_* in this process only
+work=$(mktemp -d "$OOPS_TEST_WORK/grants.XXXXXX")
+declare -A own # servers started here without start_server: name -> pid
+cleanup() {
+  local n
+  for n in "${!own[@]}"; do kill -KILL "${own[$n]}" 2>/dev/null; wait "${own[$n]}" 2>/dev/null; done
+  for f in "$work"/exec/*.build.pid; do [[ -s $f ]] && kill -KILL -- "-$(cat "$f")" 2>/dev/null; done
+  stop_servers
+  mariadb_stop
+}
+trap cleanup EXIT
+MDB_TLS=1 mariadb_start "$work/mariadb" || { echo "not ok 1 - a MariaDB with TLS starts"; exit 1; }
+oopsd="$OOPS_BUILD/oopsd" ctl="$OOPS_BUILD/oopsctl"
+root() { mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot "$@"; }
+latest=6 # schema_latest() of this build; checked below against `oopsctl migrate`
+
+# The README's statements, as written.
+grants=$(awk '/^## Database grants/ {on = 1; next} /^## / {on = 0} on' "$OOPS_ROOT/README.md" |
+  awk '/^```sql/ {on = 1; next} /^```/ {on = 0} on')
+is "$(grep -c '^GRANT ' <<<"$grants")" 2 "README \"Database grants\" holds two GRANT statements"
+run_pw="run-$RANDOM$RANDOM" mig_pw="mig-$RANDOM$RANDOM"
+sql_text=$(sed -e "s/'10\.0\.0\.%'/'127.0.0.1'/g" -e "s/'a long random password'/'$run_pw'/" \
+  -e "s/'another long random password'/'$mig_pw'/" <<<"$grants")
+out=$(root -e "$sql_text" 2>&1); is "$?:$out" "0:" "... and they run as written"
+global=$(root -e "SHOW GRANTS FOR 'oopsd'@'127.0.0.1'" | grep ' ON \*\.\* ')
+like "$global" '^GRANT USAGE ON \*\.\* TO `oopsd`@`127\.0\.0\.1`' "oopsd holds no global privilege (no SUPER, no PROCESS)"
+tls="ssl-mode=VERIFY_IDENTITY&ssl-ca=$MDB_TLS_CA"
+run_db="mysql://oopsd:$run_pw@127.0.0.1:$MDB_PORT/oops?$tls"
+mig_db="mysql://oopsd_migrate:$mig_pw@127.0.0.1:$MDB_PORT/oops?$tls"
+admin_db="$MDB_URL" # the test's own account (all privileges): the scenario runner, checks
+
+# --- an empty database: the run-time account cannot migrate, so it waits -----
+policies="$work/policies"; mkdir -p "$policies"
+cp "$OOPS_ROOT/tests/fixtures/policies/fast/oopsd.lua" "$policies/"
+OOPS_TEST_DB=$run_db start_server gw1 "$policies"
+check "a server holding the run-time grants starts on an empty database" kill -0 "${SRV_PID[gw1]}"
+is "$(http_code "$(url gw1 /healthz)")" 503 "... but it is not healthy"
+like "$(curl -s "$(url gw1 /healthz)")" '"reason":"waiting for `oopsctl migrate`: the database schema is older than this oopsd"' \
+  "... /healthz says it waits for oopsctl migrate"
+like "$(cat "${SRV_LOG[gw1]}")" "msg=\"waiting for \`oopsctl migrate\`: database schema 0 is older than this oopsd \($latest\) and this account may not migrate it \(creating schema_version: .*CREATE command denied to user 'oopsd'" \
+  "... and its log says why"
+unlike "$(cat "${SRV_LOG[gw1]}")" "$run_pw" "... never the password"
+out=$("$ctl" --db "$run_db" migrate 2>&1); rc=$?
+is "$rc" 1 "oopsctl migrate with the run-time grants is refused (exit 1)"
+like "$out" "CREATE command denied to user 'oopsd'" "... the database says why"
+out=$("$ctl" --db "$run_db" list 2>&1); rc=$?
+is "$rc:$out" "1:oopsctl: database schema 0 is older than this oopsctl ($latest) (run \`oopsctl migrate\` first)" \
+  "oopsctl list on an empty database: exit 1, run oopsctl migrate first"
+out=$("$ctl" --db "$mig_db" migrate 2>&1); rc=$?
+is "$rc:$out" "0:applied $latest migrations; schema is at version $latest" "oopsctl migrate with the migrate grants applies every migration"
+wait_for 20 "the waiting server sees the schema and drives (/healthz 200)" \
+  bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' '$(url gw1 /healthz)') == 200 ]]"
+like "$(cat "${SRV_LOG[gw1]}")" "msg=\"database schema $latest reached: driving\"" "... logging it"
+is "$(root oops -e "SELECT COUNT(*) FROM server WHERE name = 'gw1'")" 1 "... registered in the server table"
+kill -TERM "${SRV_PID[gw1]}"; wait "${SRV_PID[gw1]}"; is "$?" 0 "... and stops cleanly (SIGTERM, exit 0)"
+unset 'SRV_PID[gw1]'
+
+# --- a scenario: two servers with the run-time grants -----------------------
+cat >"$work/least_privilege.lua" <<'EOF'
+-- Servers connected with the run-time grants only (README "Database grants"):
+-- pipelines (auto, manual, stopped) through a driver's SIGKILL, scheduled
+-- restarts, an alert episode and webhook notifications. The runner itself
+-- uses the test's own account.
+local run_db = assert(os.getenv("OOPS_GRANTS_RUN_DB"), "OOPS_GRANTS_RUN_DB")
+local hook = receiver()
+local all = servers { count = 2, db = run_db, policy = ([[
+scan     { interval = "300ms" }
+locks    { validate_every = "1s" }
+restarts { timezone = "UTC", grace = "10s" }
+gateway  "simulated" { build = "1500ms", deploy = "0s", rollout = "300ms" }
+alert    { interval = "1s", cpu = { percent = 50, sustained = "0s" }, every = "2s", probe = "simulated" }
+notify   { webhook = "%s", retry = { initial = "200ms", max = "1s" } }
+application "shop/api" {
+  environments = { "prod" }, limits = { cpu = "1" }, restart = { prod = "*/2 * * * * *" },
+}
+application "shop/web" { environments = { "prod", "staging" } }
+]]):format(hook.url) }
+
+expect(sql("SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE USER = 'oopsd'")[1].n >= 4,
+  "both servers' work and lock sessions are the run-time account's")
+local ps = {
+  create { app = "shop/api", env = "prod", artifact = "registry/api:1" },
+  create { app = "shop/web", env = "prod", artifact = "registry/web:1" },
+}
+local manual = create { app = "shop/web", env = "staging", artifact = "registry/web:2", manual = true }
+for _, p in ipairs(ps) do expect(p:wait("RUNNING", 20), p.app .. " runs") end
+local victim = ps[1]:driver()
+expect(victim ~= nil, "the first pipeline has a driver", tostring(victim))
+server(victim):kill("KILL")
+for _, p in ipairs(ps) do expect(p:wait("SUCCEEDED", 40), p.app .. "/" .. p.env .. " succeeds") end
+server(victim):start()
+expect(manual:wait("BUILD_SUCCEEDED", 30), "the manual pipeline's build succeeds")
+manual:deploy()
+expect(manual:wait("SUCCEEDED", 30), "... and, released, it succeeds")
+local stopped = create { app = "shop/api", env = "prod", artifact = "registry/api:2" }
+expect(stopped:wait("RUNNING", 20), "another pipeline runs")
+stopped:stop()
+expect(stopped:wait("STOPPED", 20), "... and is stopped")
+
+local function usage(value)
+  sql("INSERT INTO sim_metric (namespace, application, environment, metric, pod, value) " ..
+    "VALUES ('shop', 'api', 'prod', 'cpu', 'api-0', ?) ON DUPLICATE KEY UPDATE value = VALUES(value)", value)
+end
+local function edges(edge)
+  return sql("SELECT COUNT(*) AS n FROM outbox WHERE kind = 'alert' AND payload LIKE ?", '%"' .. edge .. '"%')[1].n
+end
+usage(900)
+wait_until("a CPU alert fires", function() return edges("FIRING") == 1 end, 30)
+usage(100)
+wait_until("... and resolves", function() return edges("RESOLVED") == 1 end, 30)
+wait_until("scheduled restarts fire", function()
+  return sql("SELECT COUNT(*) AS n FROM restart_run WHERE outcome = 'ok'")[1].n >= 2
+end, 30)
+-- A scan that failed on a privilege would be logged and retried, not fatal: look.
+for _, s in ipairs(all) do
+  local line = s:log():match("[^\n]*denied[^\n]*")
+  expect(line == nil, s.name .. " was never denied a statement", line)
+end
+EOF
+out=$(OOPS_GRANTS_RUN_DB=$run_db "$ctl" --db "$admin_db" scenario "$work/least_privilege.lua" 2>&1); rc=$?
+checks=$(grep -c '^ok ' <<<"$out")
+is "$rc" 0 "the scenario passes with both servers on the run-time grants ($checks checks, end checks included)"
+((rc == 0)) || printf '%s\n' "$out" | grep -E '^not ok|^#' | head -60 | sed 's/^/#   /'
+unlike "$out" "$run_pw" "... no password in its output"
+
+# --- the exec gateway and every oopsctl command, on the run-time grants -----
+mkdir -p "$work/exec"
+export EXEC_STATE=$work/exec EXEC_ARGS_FILE=$work/exec/args
+OOPS_TEST_DB=$run_db start_server gx1 "$OOPS_ROOT/tests/exec/policies"
+OOPS_TEST_DB=$run_db start_server gx2 "$OOPS_ROOT/tests/exec/policies"
+rctl() { "$ctl" --db "$run_db" "$@"; }
+id=$(rctl create --app t/web --env prod --artifact registry/t/web:1 2>/dev/null); is "$?" 0 "oopsctl create (run-time grants)"
+wait_for 40 "the exec gateway drives it to SUCCEEDED (build, deploy, health)" \
+  bash -c "[[ \$('$ctl' --db '$run_db' --json show '$id') == *'\"status\":\"SUCCEEDED\"'* ]]"
+like "$(rctl logs "$id")" "build\.sh" "oopsctl logs shows the commands it ran"
+is "$(root oops -e "SELECT state FROM exec_job WHERE pipeline_id = '$id' AND kind = 'build'")" "succeeded" \
+  "... its exec_job row written by a server"
+man=$(rctl create --app t/args --env prod --manual --artifact registry/t/args:1 2>/dev/null)
+wait_for 30 "a manual pipeline reaches BUILD_SUCCEEDED" \
+  bash -c "[[ \$('$ctl' --db '$run_db' --json show '$man') == *'\"status\":\"BUILD_SUCCEEDED\"'* ]]"
+check "oopsctl deploy (run-time grants)" rctl deploy "$man"
+wait_for 30 "... and it succeeds" \
+  bash -c "[[ \$('$ctl' --db '$run_db' --json show '$man') == *'\"status\":\"SUCCEEDED\"'* ]]"
+hold=$(rctl create --app t/web --env hold1 --artifact registry/t/web:2 2>/dev/null)
+wait_for 30 "a pipeline whose build never ends runs" \
+  bash -c "[[ \$('$ctl' --db '$run_db' --json show '$hold') == *'\"status\":\"RUNNING\"'* ]]"
+check "oopsctl stop (run-time grants)" rctl stop "$hold"
+check "oopsctl list, locks, show (run-time grants)" bash -c "'$ctl' --db '$run_db' list && '$ctl' --db '$run_db' locks && '$ctl' --db '$run_db' show '$id'"
+for n in gx1 gx2; do
+  unlike "$(cat "${SRV_LOG[$n]}")" "denied" "$n was never denied a statement (its log)"
+done
+like "$(curl -s "$(url gx1 /metrics)")" 'oops_scan_runs_total\{scan="build"\} [1-9]' "... its scans ran"
+out=$(rctl rollback --app t/web --env prod 2>&1); rc=$?
+is "$rc" 1 "oopsctl rollback runs its queries (nothing earlier to roll back to: exit 1)"
+like "$out" "has no earlier SUCCEEDED release to roll back to" "... saying so"
+
+# --- schema versions ---------------------------------------------------------
+newer=$((latest + 1))
+root oops -e "INSERT INTO schema_version (version, description) VALUES ($newer, 'from a newer oopsd')"
+out=$("$oopsd" --db "$run_db" --name gn1 --policies "$policies" --listen off 2>&1); rc=$?
+is "$rc:$out" "1:oopsd: database schema $newer is newer than this oopsd ($latest): upgrade oopsd" \
+  "a server refuses to start against a newer schema (exit 1)"
+out=$("$oopsd" --db "$admin_db" --name gn1 --policies "$policies" --listen off 2>&1); rc=$?
+is "$rc:$out" "1:oopsd: database schema $newer is newer than this oopsd ($latest): upgrade oopsd" \
+  "... also with an account that could migrate"
+out=$(rctl list 2>&1); rc=$?
+is "$rc:$out" "1:oopsctl: database schema $newer is newer than this oopsctl ($latest): upgrade oopsctl" \
+  "oopsctl refuses it too (exit 1)"
+out=$("$ctl" --db "$mig_db" migrate 2>&1); is "$?" 1 "oopsctl migrate refuses it, changing nothing"
+like "$out" "newer than this binary knows \($latest\): upgrade" "... saying so"
+sleep 1
+is "$(http_code "$(url gx1 /healthz)"):$(http_code "$(url gx2 /healthz)")" "200:200" \
+  "servers already running carry on (the refusal is at start only)"
+root oops -e "DELETE FROM schema_version WHERE version >= $latest"
+# Schema latest-1 (its tables are all there: only the record says older).
+OOPS_TEST_DB=$run_db start_server gw2 "$policies"
+is "$(http_code "$(url gw2 /healthz)")" 503 "on an older schema a server with the run-time grants starts but drives nothing"
+like "$(cat "${SRV_LOG[gw2]}")" "database schema $((latest - 1)) is older than this oopsd \($latest\)" "... saying which"
+out=$(rctl list 2>&1); rc=$?
+is "$rc:$out" "1:oopsctl: database schema $((latest - 1)) is older than this oopsctl ($latest) (run \`oopsctl migrate\` first)" \
+  "oopsctl refuses an older schema (exit 1)"
+root oops -e "INSERT INTO schema_version (version, description) VALUES ($latest, 'x'), ($newer, 'from a newer oopsd')"
+wait_for 20 "a waiting server that finds a newer schema stops" bash -c "! kill -0 ${SRV_PID[gw2]} 2>/dev/null"
+wait "${SRV_PID[gw2]}"; is "$?" 1 "... exit 1"
+like "$(cat "${SRV_LOG[gw2]}")" "database schema $newer is newer than this oopsd \($latest\): upgrade oopsd" "... saying so"
+unset 'SRV_PID[gw2]'
+root oops -e "DELETE FROM schema_version WHERE version = $newer"
+out=$("$ctl" --db "$mig_db" migrate 2>&1)
+is "$out" "schema is up to date (version $latest)" "back at version $latest"
+done_testing
