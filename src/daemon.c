@@ -596,7 +596,7 @@ static void describe_metrics(metrics *m)
     metrics_describe(m, "oops_scan_runs_total", METRIC_COUNTER, "scan ticks run");
     metrics_describe(m, "oops_scan_errors_total", METRIC_COUNTER,
                      "scan ticks that raised an error");
-    metrics_describe(m, "oops_scan_duration_seconds", METRIC_SUMMARY, "scan tick durations");
+    metrics_describe(m, "oops_scan_duration_seconds", METRIC_HISTOGRAM, "scan tick durations");
     metrics_describe(m, "oops_transitions_total", METRIC_COUNTER,
                      "pipeline transitions made, by target status");
     metrics_describe(m, "oops_policy_reloads_total", METRIC_COUNTER, "policy reloads by result");
