@@ -2,32 +2,66 @@
 # README's test command: install what is missing, build, and run every suite
 # twice — once normally, once under AddressSanitizer + UBSan — each against
 # its own throwaway MariaDB, after the style checks (clang-format, luacheck);
-# then the fuzz suite once (each libFuzzer harness
-# of fuzz/ for 30 s, build-fuzz/). Ends with one line: "N passed, N failed".
+# then the fuzz suite once (each libFuzzer harness of fuzz/ for 10 s — a smoke
+# run plus its regressions — in build-fuzz/). Ends with one line:
+# "N passed, N failed".
 #   scripts/test.sh              both passes and the fuzz suite
 #   scripts/test.sh --quick      the normal pass only
+#   OOPS_SERIAL=1 scripts/test.sh   the two passes one after the other
+# The two passes run side by side (each its own MariaDB, work directory,
+# databases, ports and namespaces): their suites mostly wait on servers and
+# timers, so together they take little longer than one. Each pass's output is
+# printed whole when it ends.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 quick=0; [[ "${1:-}" == "--quick" ]] && { quick=1; shift; }
 if ((quick)); then bash scripts/setup.sh || exit 1; else bash scripts/setup.sh --asan --fuzz || exit 1; fi
 
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 total_p=0 total_f=0
-pass() { # label, build dir, suites... (none: tests/run.sh's default ones)
-  echo "=== $1"
-  local out rc
-  out=$(mktemp)
-  bash tests/run.sh "$2" "${@:3}" 2>&1 | tee "$out"
-  local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)
-  rm -f "$out"
+count() { # label, output file: add its result line to the totals
+  local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$2" | tail -n 1)
   if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
     total_p=$((total_p + BASH_REMATCH[1])); total_f=$((total_f + BASH_REMATCH[2]))
   else
     echo "($1: the run ended without a result line)"; total_f=$((total_f + 1))
   fi
 }
+pass() { # label, build dir, suites... (none: tests/run.sh's default ones): in the foreground
+  echo "=== $1"
+  bash tests/run.sh "$2" "${@:3}" 2>&1 | tee "$logs/fg"
+  count "$1" "$logs/fg"
+}
+started=() # labels of passes running in the background, in order
+start() { # n, label, build dir, suites...: in the background, output to $logs/n
+  local n=$1; shift
+  started+=("$n:$1")
+  bash tests/run.sh "$2" "${@:3}" >"$logs/$n" 2>&1 &
+}
+finish() { # wait for every background pass, print each, count it
+  wait
+  local s
+  for s in "${started[@]}"; do
+    echo "=== ${s#*:}"
+    cat "$logs/${s%%:*}"
+    count "${s#*:}" "$logs/${s%%:*}"
+  done
+  started=()
+}
+
 pass "style: clang-format and luacheck" build style
-pass "normal build" build
-((quick)) || pass "AddressSanitizer + UBSan build" build-asan
-((quick)) || pass "fuzz: each harness 30 s (ASan + UBSan)" build-fuzz fuzz
+if ((quick)); then
+  pass "normal build" build
+elif [[ -n ${OOPS_SERIAL:-} ]]; then
+  pass "normal build" build
+  pass "AddressSanitizer + UBSan build" build-asan
+else
+  echo "=== normal build and AddressSanitizer + UBSan build, side by side (printed when both end)"
+  start 1 "normal build" build
+  start 2 "AddressSanitizer + UBSan build" build-asan
+  finish
+fi
+((quick)) || pass "fuzz: each harness 10 s (ASan + UBSan)" build-fuzz fuzz
 echo "$total_p passed, $total_f failed"
 ((total_f == 0))

@@ -15,6 +15,7 @@
 set -u
 source "$OOPS_ROOT/tests/lib/tap.sh"
 source "$OOPS_ROOT/tests/lib/ports.sh"
+not_under_sanitizers "shell scripts and kubectl; oopsd only checks the policy"
 ex=$OOPS_ROOT/examples/kubernetes
 fx=$OOPS_ROOT/tests/fixtures/kubernetes
 work=$OOPS_TEST_WORK/kubernetes.$$

@@ -1,9 +1,11 @@
+-- needs: own database
 -- External builds outlive their servers (exec gateway, build = { submit,
 -- status, cancel }): the build runs in a pretend CI system of the tests'
 -- own (tests/exec/ci.sh, jobs kept in a directory), any server can poll it.
 --   1. The driver of a build is SIGKILLed mid-build, then every server is
---      restarted in turn (SIGTERM, start): each pipeline still finishes with
---      exactly one submit and no cancel; SIGTERM never cancels.
+--      restarted in turn (SIGTERM, start), a driver's lock session is cut and
+--      the database restarts: each pipeline still finishes with exactly one
+--      submit and no cancel; SIGTERM never cancels.
 --   2. A pipeline stopped while its driver is dead: exactly one server calls
 --      cancel, once, and records it.
 --   3. The pipeline's source reaches submit ({source.repo}, {source.ref});
@@ -22,7 +24,7 @@ application "shop/api" {
   },
   deploy = { "true" },
   health = { "true" },
-  env = { CI_DIR = %q, CI_BUILD_SECONDS = "8" },
+  env = { CI_DIR = %q, CI_BUILD_SECONDS = "16" },
 }
 ]]):format(ci, ci, ci, dir)
 local all = servers { count = 3, policy = policy }
@@ -79,6 +81,15 @@ for _, s in ipairs(all) do
   s:start()
   sleep(0.5)
 end
+local cut
+expect(wait_until("the second pipeline has a driver again", function()
+  cut = ps[2]:driver()
+  return cut ~= nil
+end, 20), "driven after the restarts")
+server(cut):cut() -- its lock session killed: it drives nothing until it reconnects
+restart_database { down = 3 }
+local running = sql("SELECT COUNT(*) AS n FROM exec_job WHERE mode = 'external' AND state = 'running'")[1].n
+note(running .. " of 3 builds still running after the kill, the restarts, the cut and the database restart")
 for _, p in ipairs(ps) do
   expect(p:wait("SUCCEEDED", 60), p.env .. " succeeded through the kill and the restarts", p:message())
 end
