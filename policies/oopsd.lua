@@ -75,9 +75,10 @@ notify { log = true, retry = { initial = "1s", max = "1m" } }
 --   }
 
 -- Scheduled restarts (the schedules themselves are in apps.lua). Cron is
--- read in the server's time zone unless `timezone` says otherwise; `grace`
--- is how late a restart may still fire after its minute (e.g. while the
--- restart leader changes hands). Defaults: server time zone, 2m.
+-- read in `timezone`, the same on every server whatever its host's TZ (so
+-- a leader change never moves a restart); `grace` is how late a restart may
+-- still fire after its minute (e.g. while the restart leader changes hands).
+-- Whether one is due is judged on the database's clock. Defaults: UTC, 2m.
 --   restarts { timezone = "Europe/Paris", grace = "2m" }
 
 -- Hooks are plain functions the engine calls; known ones:

@@ -32,6 +32,7 @@ packages=(
   prometheus # promtool: contrib/prometheus/ rules and /metrics checked
   lintian dpkg-dev fakeroot # scripts/package.sh: the Debian package, checked
   openssl # the test MariaDB's TLS certificates
+  faketime tzdata # tests/scenarios/clocks.lua (skewed clocks), time_zones.lua (host zones)
   clang libclang-rt-14-dev llvm # fuzz/: clang-14, its libFuzzer runtime, llvm-symbolizer
 )
 

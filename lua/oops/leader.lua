@@ -29,10 +29,28 @@ function M.hold(name, scan)
   return got == true
 end
 
--- Milliseconds from now to the next multiple of period_ms on the wall clock
--- (plus a little, so a tick never lands just before the boundary).
+-- The database's clock minus this server's (seconds), as last measured by
+-- M.db_now. Schedules are judged on the database's clock; this lets a
+-- server whose own clock runs ahead or behind wake when the database's
+-- minute starts, not its own.
+M.offset_s = 0
+
+-- The database's time now (seconds, fractional), measuring the offset on
+-- the way (this server's clock read just before and after the query; the
+-- midpoint stands for the moment the database read its clock).
+function M.db_now()
+  local before = oops.time()
+  local now, err, name = oops.db.now()
+  if not now then return nil, err, name end
+  M.offset_s = now - (before + oops.time()) / 2
+  return now
+end
+
+-- Milliseconds from now to the next multiple of period_ms on the database's
+-- clock (this server's clock plus the measured offset), plus a little, so a
+-- tick never lands just before the boundary.
 function M.until_next(period_ms)
-  local now = oops.time() * 1000
+  local now = (oops.time() + M.offset_s) * 1000
   return math.floor(period_ms - (now % period_ms)) + 5
 end
 

@@ -87,7 +87,9 @@ M.DEFAULTS = {
   rollout = { timeout = "5m", max = "30m" },
   locks = { validate_every = "30s" },
   gateway = { simulated = { build = "2s", deploy = "0s", rollout = "1s" } },
-  restarts = { grace = "2m" },
+  -- Cron is read in this zone on every server, whatever the host's TZ, so a
+  -- fleet whose hosts' zones differ agrees on every occurrence.
+  restarts = { grace = "2m", timezone = "UTC" },
   alert = {
     cpu = { percent = 95, sustained = "10m" },
     memory = { percent = 90, sustained = "5m" },
@@ -150,7 +152,7 @@ function M.defaults()
     gateway = { kind = "simulated", build_ms = D.sim.build, deploy_ms = D.sim.deploy, rollout_ms = D.sim.rollout,
       options = {} },
     applications = {},
-    restarts = { timezone = nil, grace_ms = D.grace },
+    restarts = { timezone = M.DEFAULTS.restarts.timezone, grace_ms = D.grace },
     alert = {
       enabled = false,
       cpu = { percent = D.cpu.percent, sustained_ms = D.cpu.sustained_ms },
@@ -492,7 +494,8 @@ end
 
 function build.restarts(d, t)
   d:only(nil, t, KEYS.restarts)
-  return { timezone = d:field(t, "timezone", timezone, nil), grace_ms = d:field(t, "grace", dur(0), D.grace) }
+  return { timezone = d:field(t, "timezone", timezone, M.DEFAULTS.restarts.timezone),
+    grace_ms = d:field(t, "grace", dur(0), D.grace) }
 end
 
 function build.gateway(d, t, kind)

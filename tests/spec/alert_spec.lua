@@ -375,6 +375,7 @@ describe("the alert scan (needs OOPS_TEST_DB)", function()
   it("two leaders deciding from the same read announce one edge", function()
     local t = alert.targets(db_policy())[1]
     local now = sql("SELECT NOW(6) AS now")[1].now
+    assert.is_true(oops.locks.acquire(alert.LOCK)) -- announcing is fenced by the leader lock
     -- Both saw no state: the second INSERT meets the first's row.
     assert.are.equal("made", alert.announce("FIRING", t, nil, { "api-0" }, now))
     assert.are.equal("lost", alert.announce("FIRING", t, nil, { "api-0" }, now))
@@ -386,6 +387,21 @@ describe("the alert scan (needs OOPS_TEST_DB)", function()
     assert.are.same({ "FIRING", "RESOLVED" }, { list[1].edge, list[2].edge })
     assert.are.equal(2, #list)
     assert.are.same({ 0, 2 }, { state("api").firing, state("api").version })
+  end)
+
+  it("a leader whose lock the database gives to another session announces nothing", function()
+    local t = alert.targets(db_policy())[1]
+    local now = sql("SELECT NOW(6) AS now")[1].now
+    -- Our held set still says we lead, but the lock is another session's
+    -- (the work connection stands in for the new leader's lock session).
+    oops.locks.release(alert.LOCK)
+    assert.are.equal(1, sql("SELECT GET_LOCK(?, 0) AS g", alert.LOCK)[1].g)
+    local ok, res = pcall(alert.announce, "FIRING", t, nil, { "api-0" }, now)
+    sql("SELECT RELEASE_LOCK(?) AS r", alert.LOCK)
+    assert.is_true(ok, tostring(res))
+    assert.are.equal("lost", res)
+    assert.are.equal(0, #edges("api"))
+    assert.is_nil(state("api"))
   end)
 
   it("a probe error changes nothing", function()

@@ -289,7 +289,7 @@ describe("the shipped policies/", function()
     assert.are.same({ timeout_ms = 300000, max_ms = 1800000 }, p.rollout)
     assert.are.same({ validate_every_ms = 30000 }, p.locks)
     assert.are.same({ kind = "simulated", build_ms = 2000, deploy_ms = 0, rollout_ms = 1000, options = {} }, p.gateway)
-    assert.are.same({ grace_ms = 120000 }, p.restarts)
+    assert.are.same({ timezone = "UTC", grace_ms = 120000 }, p.restarts)
     assert.are.same({
       enabled = false,
       cpu = { percent = 95, sustained_ms = 600000 },
@@ -627,7 +627,7 @@ describe("the defaults, written once", function()
     local a = D.alert
     says(oopsd, "Resource alerts", ("Defaults: cpu %d%% for %s, memory %d%% for %s, every %s."):format(
       a.cpu.percent, a.cpu.sustained, a.memory.percent, a.memory.sustained, a.every))
-    says(oopsd, "Scheduled restarts", D.restarts.grace .. ".")
+    says(oopsd, "Scheduled restarts", ("Defaults: %s, %s."):format(D.restarts.timezone, D.restarts.grace))
     local at = D.application.timeouts
     says(apps, "timeouts  ", ("Defaults: build as build.timeout, deploy %s (at most deploy.timeout), health %s, " ..
       "restart %s; an external build's submit %s, status %s, cancel %s."):format(

@@ -202,6 +202,17 @@ function M.announce(edge, t, prior, pods, now)
   local body = payload_for(edge, t, prior, pods, now)
   local ok, err = oops.db.begin()
   if not ok then return nil, err end
+  -- Fenced by the lock session, not only by the held set in memory: a leader
+  -- frozen mid-tick (its session reaped, another server leading) that wakes
+  -- up still believes it leads until its validation runs; the database says
+  -- otherwise, and its stale probe decides nothing.
+  local mine = oops.db.exec("SELECT IS_USED_LOCK(?) AS owner", M.LOCK)
+  local me = oops.locks.connection_id()
+  if not (mine and mine[1] and me ~= 0 and mine[1].owner == me) then
+    oops.db.rollback()
+    if not mine then return nil, "reading the leader lock's owner failed" end
+    return "lost"
+  end
   local won, werr = write_state(edge, t, prior, pods, now)
   if not won then
     oops.db.rollback()
@@ -277,6 +288,7 @@ end
 function M.run(pol, _gw)
   local a = pol.alert
   if not (a and a.enabled) then return end
+  leader.db_now() -- keeps the offset fresh: this scan wakes at the database's minutes too
   if not leader.hold(M.LOCK, SCAN) then return end
   local targets = M.targets(pol)
   local results = probe_all(targets, probes.for_alert(a))

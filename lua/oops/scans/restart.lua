@@ -228,13 +228,15 @@ local function handle(s, from, now, p, gw)
 end
 
 function M.run(p, gw)
+  -- Every server measures the database's clock each tick, leader or not, so
+  -- it wakes at the database's minute and a new leader's first tick is on time.
+  local now_f, err = leader.db_now() -- the database's clock: every leader agrees on what is due
+  if not now_f then error("reading the database's time: " .. tostring(err)) end
   if not leader.hold(LOCK, SCAN) then
     last_checked = nil -- when we lead again, look back from what is recorded
     last_recovered = nil
     return
   end
-  local now_f, err = oops.db.now() -- the database's clock: every leader agrees on what is due
-  if not now_f then error("reading the database's time: " .. tostring(err)) end
   local now = math.floor(now_f)
   local from = last_checked and last_checked + 1
   if not from then

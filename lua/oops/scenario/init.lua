@@ -131,7 +131,7 @@ local function read_file(path) return files.read(path) or "" end
 function Server:start()
   assert(not self:alive(), self.name .. " is already running")
   local started, log = launcher.start(self, { oopsd = run.oopsd, name = self.name,
-    policies = self.policies, db = self.db_url or run.db, log_path = self.log_path,
+    policies = self.policies, db = self.db_url or run.db, log_path = self.log_path, env = self.env,
     wrap = self.ns and function(argv) return self.ns:argv(argv) end }) -- servers{netns = ...}
   if not started then
     error(("server %s did not start:\n%s"):format(self.name, log), 2)
@@ -355,7 +355,10 @@ local function servers(opts)
       assert(not file:find("/", 1, true), "servers{}: overrides are file names in the policy directory")
       if text then write_file(own .. "/" .. file, text) else os.remove(own .. "/" .. file) end
     end
+    -- env: a table for every server, or envs = { {...}, {...} } one per server
+    -- (TZ, a faketime offset...): added to the server's environment.
     local s = setmetatable({ name = name, policies = own, db_url = opts.db,
+      env = (opts.envs and opts.envs[i]) or opts.env,
       log_path = run.dir .. "/" .. name .. ".log" }, Server)
     run.servers[name] = s
     run.order[#run.order + 1] = s

@@ -10,6 +10,8 @@
 --     listen = "off",         -- default; "127.0.0.1:0" binds a free port
 --     wrap = function(argv) return argv end, -- optional: run it another way
 --                             -- (inside a network namespace: ns:argv)
+--     env = { TZ = "Asia/Kolkata" }, -- optional: added to its environment
+--                             -- (OOPS_DB cannot be set this way)
 --   })
 --   -- started: s, once it logged "started:"; or nil and its log when it
 --   -- exited first or did not start within 30 s (then it is left running:
@@ -39,9 +41,12 @@ function M.start(s, o)
     "--listen", o.listen or "off", "--drain", "3000" }
   if o.wrap then argv = o.wrap(argv) end
   s.started, s.port, s.exit = false, nil, nil
+  local env = {}
+  for k, v in pairs(o.env or {}) do env[k] = v end
+  env.OOPS_DB = o.db -- not in argv: ps must not show the password
   s.proc = assert(oops.proc.start {
     argv = argv,
-    env = { OOPS_DB = o.db }, -- not in argv: ps must not show the password
+    env = env,
     inherit_env = true, -- a tool: its servers get the caller's environment (sanitizer settings, ...)
     on_output = function(_, data)
       log:write(data)
