@@ -174,6 +174,54 @@ int ctl_parse_number(const char *flag, const char *s, unsigned long long min,
     return -1;
 }
 
+int ctl_parse_duration(const char *flag, const char *s, unsigned long long max_ms,
+                       unsigned long long *out_ms, char *err, size_t errlen)
+{
+    static const struct {
+        const char *name;
+        unsigned long long ms;
+    } units[] = {{"d", 86400000ULL}, {"h", 3600000ULL}, {"m", 60000ULL}, {"s", 1000ULL}, {"ms", 1}};
+    const size_t nunits = sizeof units / sizeof units[0];
+    unsigned long long total = 0;
+    size_t next_unit = 0; /* units are taken in order, each at most once */
+    bool ok = s && *s;
+    const char *p = s;
+    while (ok && *p) {
+        unsigned long long n = 0;
+        const char *d = p;
+        while (*p >= '0' && *p <= '9') {
+            if (n > max_ms / 10) { /* too large whatever the unit */
+                ok = false;
+                break;
+            }
+            n = n * 10 + (unsigned long long)(*p++ - '0');
+        }
+        const char *u = p;
+        while (*p >= 'a' && *p <= 'z')
+            p++;
+        size_t ulen = (size_t)(p - u), k = next_unit;
+        while (k < nunits && (strlen(units[k].name) != ulen || strncmp(units[k].name, u, ulen)))
+            k++;
+        if (!ok || p == d || u == d || k == nunits || n > (max_ms - total) / units[k].ms) {
+            ok = false;
+            break;
+        }
+        total += n * units[k].ms;
+        next_unit = k + 1;
+    }
+    if (ok && total > 0) {
+        *out_ms = total;
+        return 0;
+    }
+    char q[300];
+    QUOTE(q, s ? s : "");
+    snprintf(err, errlen,
+             "%s %s: not a duration from 1ms to %llud (use e.g. 30m, 2h, 7d, 1h30m; units d, h, m, "
+             "s, ms, largest first)",
+             flag, q, max_ms / 86400000ULL);
+    return -1;
+}
+
 int ctl_parse_app(const char *flag, const char *s, char *ns, char *app, char *err, size_t errlen)
 {
     char q[300], e[600];

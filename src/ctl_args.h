@@ -7,7 +7,7 @@
  * Every parser returns 0, or -1 with a one-line message in err that names
  * the flag and the bad value, the value quoted and escaped
  * (pipeline_quote), e.g. `--limit "-5": must be a whole number from 1 to
- * 1000000`.
+ * 10000`.
  *
  * Status names are case-insensitive (ASCII) wherever one is read — `list
  * --status`, `stop --expect` — and always printed in upper case, as stored.
@@ -58,8 +58,19 @@ int ctl_parse_number(const char *flag, const char *s, unsigned long long min,
                      unsigned long long max, const char *unit, unsigned long long *out, char *err,
                      size_t errlen);
 
-#define CTL_LIMIT_MAX 1000000ULL /* oopsctl list --limit: 1 .. this */
+#define CTL_LIMIT_MAX 10000ULL   /* oopsctl list/history --limit: 1 .. this */
 #define CTL_DRAIN_MAX 3600000ULL /* oopsd --drain: 1 .. this milliseconds (an hour) */
+
+/*
+ * A duration as oops.duration (lua/oops/duration.lua) reads one: one or more
+ * <whole number><unit> parts, units from largest to smallest, each at most
+ * once: d, h, m, s, ms ("7d", "1h30m", "500ms"). A bare number is refused
+ * ("5" could be seconds or minutes); so are 0 and anything past max_ms.
+ * *out_ms receives milliseconds.
+ */
+int ctl_parse_duration(const char *flag, const char *s, unsigned long long max_ms,
+                       unsigned long long *out_ms, char *err, size_t errlen);
+#define CTL_SINCE_MAX_MS (36600ULL * 86400000ULL) /* oopsctl list --since: 100 years */
 
 /* "NS/APP", each a lowercase DNS label (pipeline_label_valid): ns and app
  * receive the parts (each at least PIPELINE_LABEL_MAX + 1 bytes). */

@@ -120,7 +120,16 @@ static void usage(FILE *f)
         "                                       the artifact of an earlier SUCCEEDED pipeline of\n"
         "                                       that app and env: ID, else the last one before\n"
         "                                       the current release with another artifact\n"
-        "  list [--status S[,S...]] [--limit N] list pipelines, oldest first\n"
+        "  list [--all] [--status S[,S...]] [--app NS/APP] [--env ENV] [--since DURATION]\n"
+        "       [--limit N]                     list pipelines, newest first: every unfinished\n"
+        "                                       one and the 20 most recent finished ones, or\n"
+        "                                       with --all, --status or --since every match;\n"
+        "                                       at most N (default 100, up to 10000);\n"
+        "                                       DURATION like 30m, 2h, 7d, 1h30m\n"
+        "  history --app NS/APP --env ENV [--limit N]\n"
+        "                                       releases and rollbacks that went live, newest\n"
+        "                                       first (default 20), the live one marked, after\n"
+        "                                       the one in progress\n"
         "  show ID                              a pipeline and its event history\n"
         "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
         "  deploy ID                            request the deploy of a manual pipeline\n"
@@ -586,26 +595,70 @@ static int cmd_rollback(ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
+/* list: without --all, --status or --since, every unfinished pipeline and
+ * the LIST_RECENT most recent finished ones; always newest first and at
+ * most --limit rows (LIST_LIMIT by default). */
+enum { LIST_RECENT = 20, LIST_LIMIT = 100, HISTORY_LIMIT = 20 };
+
+/* --app NS/APP and --env ENV, each optional unless required. */
+static int app_env(const char *cmd, const ctl_flag *app, const ctl_flag *env, bool required,
+                   char *ns, char *name)
+{
+    char err[1024];
+    if (required && !app->given)
+        return fail(EXIT_INPUT, "%s: --app NS/APP is required", cmd);
+    if (app->given && ctl_parse_app("--app", app->value, ns, name, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "%s: %s", cmd, err);
+    if (required && !env->given)
+        return fail(EXIT_INPUT, "%s: --env ENV is required", cmd);
+    if (env->given && pipeline_label_check("--env", env->value, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "%s: %s", cmd, err);
+    return EXIT_OK;
+}
+
 static int cmd_list(ctl *c, int argc, char **argv)
 {
-    ctl_flag f[] = {{"--status", true, false, NULL}, {"--limit", true, false, NULL}};
+    enum { F_STATUS, F_LIMIT, F_ALL, F_APP, F_ENV, F_SINCE };
+    ctl_flag f[] = {
+        [F_STATUS] = {"--status", true, false, NULL}, [F_LIMIT] = {"--limit", true, false, NULL},
+        [F_ALL] = {"--all", false, false, NULL},      [F_APP] = {"--app", true, false, NULL},
+        [F_ENV] = {"--env", true, false, NULL},       [F_SINCE] = {"--since", true, false, NULL},
+    };
     size_t npos = 0;
     PARSE(c, argc, argv, f, NULL, 0, &npos);
-    unsigned mask = 0;
-    unsigned long long limit = 0;
-    char err[1024];
-    if (f[0].given && ctl_parse_statuses("--status", f[0].value, &mask, err, sizeof err) != 0)
+    pipeline_query q = {0};
+    unsigned long long limit = LIST_LIMIT;
+    char err[1024], ns[PIPELINE_LABEL_MAX + 2], name[PIPELINE_LABEL_MAX + 2];
+    if (f[F_STATUS].given &&
+        ctl_parse_statuses("--status", f[F_STATUS].value, &q.status_mask, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "list: %s", err);
-    if (f[1].given && ctl_parse_number("--limit", f[1].value, 1, CTL_LIMIT_MAX, NULL, &limit, err,
-                                       sizeof err) != 0)
+    if (f[F_LIMIT].given && ctl_parse_number("--limit", f[F_LIMIT].value, 1, CTL_LIMIT_MAX, NULL,
+                                             &limit, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "list: %s", err);
-    int rc = open_db(c);
+    if (f[F_SINCE].given && ctl_parse_duration("--since", f[F_SINCE].value, CTL_SINCE_MAX_MS,
+                                               &q.since_ms, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "list: %s", err);
+    int rc = app_env("list", &f[F_APP], &f[F_ENV], false, ns, name);
     if (rc != EXIT_OK)
+        return rc;
+    if (f[F_APP].given) {
+        q.namespace = ns;
+        q.application = name;
+    }
+    if (f[F_ENV].given)
+        q.environment = f[F_ENV].value;
+    if (!f[F_ALL].given && !f[F_STATUS].given && !f[F_SINCE].given)
+        q.recent = LIST_RECENT;
+    q.limit = (size_t)limit + 1; /* one more tells that the listing was cut */
+    if ((rc = open_db(c)) != EXIT_OK)
         return rc;
     pipeline *v = NULL;
     size_t n = 0;
-    if (pipeline_store_list(c->db, mask, 0, (size_t)limit, &v, &n, err, sizeof err) != 0)
-        return db_fail(c, "list", err);
+    if ((rc = pipeline_store_query(c->db, &q, &v, &n, err, sizeof err)) != 0)
+        return rc == PSTORE_BAD ? fail(EXIT_INPUT, "list: %s", err) : db_fail(c, "list", err);
+    bool cut = n > limit;
+    if (cut)
+        n = (size_t)limit;
     if (c->json) {
         buf b = {0};
         buf_puts(&b, "[");
@@ -628,6 +681,89 @@ static int cmd_list(ctl *c, int argc, char **argv)
                    tty(v[i].environment), pipeline_status_name(v[i].status),
                    v[i].manual ? "manual" : "auto", tty_or(v[i].driven_by, "-"), age);
         }
+    }
+    if (cut)
+        fail(EXIT_OK, "list: showing the newest %llu; more match (--limit N, up to %llu)", limit,
+             CTL_LIMIT_MAX);
+    pipeline_list_free(v, n + (cut ? 1 : 0));
+    return EXIT_OK;
+}
+
+/* history: the releases and rollbacks of one app and env that went live,
+ * the live one marked, after the one in progress (pipeline_store_history). */
+static int cmd_history(ctl *c, int argc, char **argv)
+{
+    enum { F_APP, F_ENV, F_LIMIT };
+    ctl_flag f[] = {
+        [F_APP] = {"--app", true, false, NULL},
+        [F_ENV] = {"--env", true, false, NULL},
+        [F_LIMIT] = {"--limit", true, false, NULL},
+    };
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, NULL, 0, &npos);
+    unsigned long long limit = HISTORY_LIMIT;
+    char err[1024], ns[PIPELINE_LABEL_MAX + 2], name[PIPELINE_LABEL_MAX + 2];
+    int rc = app_env("history", &f[F_APP], &f[F_ENV], true, ns, name);
+    if (rc != EXIT_OK)
+        return rc;
+    if (f[F_LIMIT].given && ctl_parse_number("--limit", f[F_LIMIT].value, 1, CTL_LIMIT_MAX, NULL,
+                                             &limit, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "history: %s", err);
+    if ((rc = open_db(c)) != EXIT_OK)
+        return rc;
+    const char *env = f[F_ENV].value;
+    pipeline *v = NULL;
+    size_t n = 0;
+    if ((rc = pipeline_store_history(c->db, ns, name, env, (size_t)limit, &v, &n, err,
+                                     sizeof err)) != 0)
+        return rc == PSTORE_BAD ? fail(EXIT_INPUT, "history: %s", err) : db_fail(c, "history", err);
+    /* The live one: the first SUCCEEDED row (the order makes it the newest). */
+    size_t live = n;
+    for (size_t i = 0; i < n && live == n; i++)
+        if (v[i].status == PS_SUCCEEDED)
+            live = i;
+    if (c->json) {
+        buf b = {0};
+        bool first = true;
+        buf_puts(&b, "{");
+        json_kv_str(&b, "namespace", ns, &first);
+        json_kv_str(&b, "application", name, &first);
+        json_kv_str(&b, "environment", env, &first);
+        json_kv_str(&b, "live", live < n ? v[live].id : NULL, &first);
+        json_key(&b, "releases", &first);
+        buf_puts(&b, "[");
+        for (size_t i = 0; i < n; i++) {
+            bool f1 = true;
+            buf_puts(&b, i ? ",{" : "{");
+            json_kv_str(&b, "id", v[i].id, &f1);
+            json_kv_str(&b, "trigger", v[i].trigger_type, &f1);
+            json_kv_str(&b, "status", pipeline_status_name(v[i].status), &f1);
+            json_kv_str(&b, "artifact", v[i].artifact, &f1);
+            json_kv_str(&b, "created_at", v[i].created_at, &f1);
+            json_kv_str(&b, "finished_at",
+                        v[i].status == PS_SUCCEEDED ? v[i].status_changed_at : NULL, &f1);
+            json_key(&b, "live", &f1);
+            buf_puts(&b, i == live ? "true" : "false");
+            buf_puts(&b, "}");
+        }
+        buf_puts(&b, "]}\n");
+        fputs(b.p, stdout);
+        buf_free(&b);
+    } else {
+        printf("%-4s  %-12s  %-8s  %-19s  %s\n", "LIVE", "ID", "TRIGGER", "FINISHED (UTC)",
+               "ARTIFACT");
+        for (size_t i = 0; i < n; i++) {
+            char t[32] = "", st[48] = "";
+            if (v[i].status == PS_SUCCEEDED)
+                secs(v[i].status_changed_at, t, sizeof t);
+            else
+                snprintf(st, sizeof st, "in progress (%s)", pipeline_status_name(v[i].status));
+            printf("%-4s  %-12s  %-8s  %-19s  %s\n", i == live ? "live" : "", tty(v[i].id),
+                   tty_or(v[i].trigger_type, "-"), v[i].status == PS_SUCCEEDED ? tty(t) : st,
+                   tty_or(v[i].artifact, "-"));
+        }
+        if (n == 0)
+            fail(EXIT_OK, "history: %s/%s %s has no release yet", ns, name, env);
     }
     pipeline_list_free(v, n);
     return EXIT_OK;
@@ -1015,10 +1151,10 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"migrate", cmd_migrate},   {"create", cmd_create}, {"rollback", cmd_rollback},
-    {"list", cmd_list},         {"show", cmd_show},     {"stop", cmd_stop},
-    {"deploy", cmd_deploy},     {"locks", cmd_locks},   {"logs", cmd_logs},
-    {"scenario", run_scenario},
+    {"migrate", cmd_migrate}, {"create", cmd_create},     {"rollback", cmd_rollback},
+    {"list", cmd_list},       {"show", cmd_show},         {"stop", cmd_stop},
+    {"deploy", cmd_deploy},   {"locks", cmd_locks},       {"logs", cmd_logs},
+    {"history", cmd_history}, {"scenario", run_scenario},
 };
 
 /* Global flags before the command, the command, then its own words (where

@@ -298,6 +298,124 @@ int pipeline_store_list_owned(db_conn *c, unsigned status_mask, pipeline **out, 
     return list(c, status_mask, 0, 0, true, out, n, err, errlen);
 }
 
+static int rows_to_list(db_result *r, pipeline **out, size_t *n)
+{
+    *n = r->nrows;
+    *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
+    for (size_t i = 0; i < r->nrows; i++)
+        row_to_pipeline(r, i, &(*out)[i]);
+    db_result_free(r);
+    return 0;
+}
+
+/* The filters of q as " AND ..." with their parameters appended to p; the
+ * same text is used twice by the default (recent) form. */
+static int query_filters(const pipeline_query *q, char *sql, size_t size, db_value *p, size_t *np)
+{
+    int len = 0;
+    sql[0] = '\0';
+    if (q->status_mask) {
+        len += snprintf(sql + len, size - (size_t)len, " AND status IN (");
+        bool first = true;
+        for (int s = 0; s < PS__COUNT; s++) {
+            if (!(q->status_mask & (1u << s)))
+                continue;
+            len += snprintf(sql + len, size - (size_t)len, first ? "?" : ", ?");
+            first = false;
+            p[(*np)++] = db_text(pipeline_status_name((pipeline_status)s));
+        }
+        len += snprintf(sql + len, size - (size_t)len, ")");
+    }
+    const char *col[] = {"namespace", "application", "environment"};
+    const char *val[] = {q->namespace, q->application, q->environment};
+    for (int i = 0; i < 3; i++) {
+        if (!val[i])
+            continue;
+        len += snprintf(sql + len, size - (size_t)len, " AND %s = ?", col[i]);
+        p[(*np)++] = db_text(val[i]);
+    }
+    if (q->since_ms) {
+        len += snprintf(sql + len, size - (size_t)len,
+                        " AND created_at >= NOW(6) - INTERVAL ? MICROSECOND");
+        p[(*np)++] = db_int((long long)(q->since_ms * 1000));
+    }
+    return len;
+}
+
+#define FINISHED_STATUSES "('SUCCEEDED', 'ERROR', 'STOPPED')"
+
+int pipeline_store_query(db_conn *c, const pipeline_query *q, pipeline **out, size_t *n, char *err,
+                         size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    if ((q->namespace && pipeline_label_check("namespace", q->namespace, err, errlen)) ||
+        (q->application && pipeline_label_check("application", q->application, err, errlen)) ||
+        (q->environment && pipeline_label_check("environment", q->environment, err, errlen)))
+        return PSTORE_BAD;
+    char filters[512], sql[4096];
+    db_value p[2 * (PS__COUNT + 4) + 2];
+    size_t np = 0;
+    query_filters(q, filters, sizeof filters, p, &np);
+    int len;
+    if (q->recent) {
+        /* Two index-served halves: the unfinished ones (ix_pipeline_status),
+         * and the newest finished ones (created_at order), each filtered. */
+        size_t nf = np;
+        for (size_t i = 0; i < nf; i++)
+            p[np++] = p[i];
+        len = snprintf(sql, sizeof sql,
+                       "(SELECT " PIPELINE_COLUMNS
+                       " FROM pipeline WHERE status NOT IN " FINISHED_STATUSES
+                       "%s) UNION ALL (SELECT " PIPELINE_COLUMNS
+                       " FROM pipeline WHERE status IN " FINISHED_STATUSES
+                       "%s ORDER BY created_at DESC, id DESC LIMIT ?)",
+                       filters, filters);
+        p[np++] = db_int((long long)q->recent);
+    } else {
+        len = snprintf(sql, sizeof sql, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE 1 = 1%s",
+                       filters);
+    }
+    len += snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at DESC, id DESC");
+    if (q->limit) {
+        snprintf(sql + len, sizeof sql - (size_t)len, " LIMIT ?");
+        p[np++] = db_int((long long)q->limit);
+    }
+    db_result *r = NULL;
+    if (db_exec(c, sql, p, np, &r, err, errlen))
+        return PSTORE_DB;
+    return rows_to_list(r, out, n);
+}
+
+int pipeline_store_history(db_conn *c, const char *namespace, const char *application,
+                           const char *environment, size_t limit, pipeline **out, size_t *n,
+                           char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    if (pipeline_label_check("namespace", namespace, err, errlen) ||
+        pipeline_label_check("application", application, err, errlen) ||
+        pipeline_label_check("environment", environment, err, errlen))
+        return PSTORE_BAD;
+    db_value p[] = {db_text(namespace), db_text(application), db_text(environment),
+                    db_int((long long)limit)};
+    /* Unfinished first (rank 0), then SUCCEEDED in the order that makes the
+     * first one the current release (pipeline_store_rollback_target). */
+    db_result *r = NULL;
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE namespace = ? AND "
+             "application = ? AND environment = ? AND "
+             "(status = 'SUCCEEDED' OR unfinished_key IS NOT NULL) "
+             "ORDER BY status = 'SUCCEEDED', "
+             "IF(status = 'SUCCEEDED', status_changed_at, created_at) DESC, created_at DESC, "
+             "id DESC%s",
+             limit ? " LIMIT ?" : "");
+    if (db_exec(c, sql, p, limit ? 4 : 3, &r, err, errlen))
+        return PSTORE_DB;
+    return rows_to_list(r, out, n);
+}
+
 int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,
                           char *err, size_t errlen)
 {

@@ -107,6 +107,40 @@ int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size
 int pipeline_store_list_owned(db_conn *c, unsigned status_mask, pipeline **out, size_t *n,
                               char *err, size_t errlen);
 
+/* What pipeline_store_query selects; zero-initialise, then set what matters. */
+typedef struct pipeline_query {
+    unsigned status_mask;                              /* bit per pipeline_status; 0 = any */
+    const char *namespace, *application, *environment; /* NULL = any (else a DNS label) */
+    unsigned long long since_ms; /* > 0: created within that many ms of NOW(6) */
+    size_t recent; /* > 0: only the unfinished ones (status not SUCCEEDED, ERROR or STOPPED:
+                      BUILD_SUCCEEDED counts as unfinished) plus the `recent` most recently
+                      created finished ones; 0 = every match */
+    size_t limit;  /* at most this many rows; 0 = no limit */
+} pipeline_query;
+
+/*
+ * The pipelines matching q, newest first (created_at DESC, id DESC), each
+ * filter applied in SQL (namespace/application/environment by equality,
+ * served by ix_pipeline_app). 0 with out and n set (pipeline_list_free),
+ * PSTORE_BAD when a name is not a DNS label (no SQL sent), or PSTORE_DB.
+ */
+int pipeline_store_query(db_conn *c, const pipeline_query *q, pipeline **out, size_t *n, char *err,
+                         size_t errlen);
+
+/*
+ * The releases and rollbacks of namespace/application/environment that went
+ * live — SUCCEEDED, newest first by status_changed_at, then created_at, then
+ * id: the first of them is the live one, the "current release" of
+ * pipeline_store_rollback_target — after the unfinished one, if any
+ * (INITIALIZED, RUNNING, DEPLOYING, ROLLING_OUT: at most one). ERROR and
+ * STOPPED pipelines never went live and are left out, and so is a manual
+ * pipeline waiting in BUILD_SUCCEEDED (pipeline_store_query lists those). At most `limit` rows (0 =
+ * all). 0 with out and n set, PSTORE_BAD for a name that is not a DNS label, PSTORE_DB.
+ */
+int pipeline_store_history(db_conn *c, const char *namespace, const char *application,
+                           const char *environment, size_t limit, pipeline **out, size_t *n,
+                           char *err, size_t errlen);
+
 /* The event trail of one pipeline, oldest first. */
 int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,
                           char *err, size_t errlen);

@@ -1007,6 +1007,223 @@ static void rollback_to_an_id_is_refused_unless_it_is_a_release_of_that_app_and_
     db_close(c);
 }
 
+/* ---- oopsctl list and history (issue 14) ---------------------------------- */
+
+static void durations_are_read_as_oops_duration_reads_them(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        unsigned long long ms;
+    } good[] = {{"7d", 604800000ULL}, {"2h", 7200000ULL}, {"1h30m", 5400000ULL},
+                {"90m", 5400000ULL},  {"500ms", 500},     {"1d2h3m4s5ms", 93784005ULL},
+                {"1s", 1000},         {"0h1m", 60000ULL}, {"36600d", CTL_SINCE_MAX_MS}};
+    char err[512];
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        unsigned long long ms = 0;
+        if (ctl_parse_duration("--since", good[i].s, CTL_SINCE_MAX_MS, &ms, err, sizeof err))
+            fail_msg("%s refused: %s", good[i].s, err);
+        assert_int_equal(ms, good[i].ms);
+    }
+    static const char *bad[] = {"",
+                                "5",
+                                "0s",
+                                "0d0h",
+                                "1m1h",
+                                "1h1h",
+                                "5x",
+                                "5M",
+                                "-1s",
+                                " 1s",
+                                "1s ",
+                                "1.5h",
+                                "h",
+                                "1h-",
+                                "1 h",
+                                "1hh",
+                                "1msm",
+                                "36601d",
+                                "99999999999999999999999d",
+                                "1sms"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        unsigned long long ms = 0;
+        if (ctl_parse_duration("--since", bad[i], CTL_SINCE_MAX_MS, &ms, err, sizeof err) == 0)
+            fail_msg("\"%s\" accepted as %llu ms", bad[i], ms);
+        assert_non_null(strstr(err, "--since \""));
+        assert_non_null(strstr(err, "not a duration"));
+        assert_null(strchr(err, '\n'));
+    }
+    unsigned long long ms = 0;
+    assert_int_equal(ctl_parse_duration("--x", "1s", 1000, &ms, err, sizeof err), 0);
+    assert_int_equal(ctl_parse_duration("--x", "1001ms", 1000, &ms, err, sizeof err), -1);
+    assert_int_equal(ctl_parse_duration("--x", NULL, 1000, &ms, err, sizeof err), -1);
+}
+
+static void created_minutes_ago(db_conn *c, const char *id, int minutes)
+{
+    db_value p[] = {db_int(minutes), db_text(id)};
+    db_result_free(testdb_q(
+        c, "UPDATE pipeline SET created_at = NOW(6) - INTERVAL ? MINUTE WHERE id = ?", p, 2));
+}
+
+static void assert_ids(pipeline *v, size_t n, const char *const *want, size_t nwant)
+{
+    char got[512] = "";
+    for (size_t i = 0; i < n; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s ", v[i].id);
+    if (n != nwant)
+        fail_msg("%zu rows, want %zu: %s", n, nwant, got);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].id, want[i]))
+            fail_msg("row %zu is %s, want %s (got %s)", i, v[i].id, want[i], got);
+}
+
+static void run_query(db_conn *c, const pipeline_query *q, const char *const *want, size_t nwant)
+{
+    pipeline *v = NULL;
+    size_t n = 0;
+    char err[512] = "";
+    int rc = pipeline_store_query(c, q, &v, &n, err, sizeof err);
+    if (rc != 0)
+        fail_msg("query: %d %s", rc, err);
+    assert_ids(v, n, want, nwant);
+    pipeline_list_free(v, n);
+}
+#define QUERY(c, q, ...)                                                                           \
+    do {                                                                                           \
+        const char *const want_[] = {__VA_ARGS__};                                                 \
+        run_query(c, q, want_, sizeof want_ / sizeof want_[0]);                                    \
+    } while (0)
+
+static void query_filters_and_the_default_view_newest_first(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char f[5][25], run[25], wait[25], other[25], err[512];
+    for (int i = 0; i < 5; i++) {
+        finished(c, "lq", "prod", "v1", i == 2 ? "ERROR" : "SUCCEEDED", i + 1, f[i]);
+        created_minutes_ago(c, f[i], i + 1); /* f[0] newest */
+    }
+    finished(c, "lq", "staging", "v1", "RUNNING", 0, run);
+    created_minutes_ago(c, run, 50);
+    finished(c, "lq2", "prod", "v1", "BUILD_SUCCEEDED", 0, wait);
+    created_minutes_ago(c, wait, 60);
+    finished(c, "lq3", "prod", "v1", "STOPPED", 0, other);
+    created_minutes_ago(c, other, 70);
+
+    /* Default view: every unfinished one (BUILD_SUCCEEDED counts) and the
+     * `recent` newest finished ones, newest first. */
+    pipeline_query q = {.namespace = "shop", .application = "lq", .recent = 2};
+    QUERY(c, &q, f[0], f[1], run);
+    q.application = "lq2";
+    QUERY(c, &q, wait);
+    q = (pipeline_query){.namespace = "shop", .application = "lq", .environment = "prod"};
+    QUERY(c, &q, f[0], f[1], f[2], f[3], f[4]);
+    q.limit = 3;
+    QUERY(c, &q, f[0], f[1], f[2]);
+    q = (pipeline_query){.application = "lq", .status_mask = 1u << PS_ERROR};
+    QUERY(c, &q, f[2]);
+    q = (pipeline_query){.application = "lq", .since_ms = 150000}; /* 2.5 minutes */
+    QUERY(c, &q, f[0], f[1]);
+    q = (pipeline_query){.environment = "staging", .application = "lq", .recent = 20};
+    QUERY(c, &q, run);
+    /* Equal creation times: the higher id first. */
+    db_value p[] = {db_text(f[1]), db_text(f[0])};
+    db_result_free(testdb_q(c,
+                            "UPDATE pipeline SET created_at = (SELECT t.c FROM (SELECT "
+                            "created_at AS c FROM pipeline WHERE id = ?) t) WHERE id = ?",
+                            p, 2));
+    q = (pipeline_query){.namespace = "shop", .application = "lq", .limit = 2};
+    if (strcmp(f[0], f[1]) > 0)
+        QUERY(c, &q, f[0], f[1]);
+    else
+        QUERY(c, &q, f[1], f[0]);
+    /* Names are checked before any SQL. */
+    pipeline *v = (pipeline *)1;
+    size_t n = 99;
+    q = (pipeline_query){.namespace = "Shop"};
+    assert_int_equal(pipeline_store_query(c, &q, &v, &n, err, sizeof err), PSTORE_BAD);
+    assert_null(v);
+    assert_int_equal(n, 0);
+    q = (pipeline_query){.environment = "a_b"};
+    assert_int_equal(pipeline_store_query(c, &q, &v, &n, err, sizeof err), PSTORE_BAD);
+    /* The old list is still oldest first, every status. */
+    assert_int_equal(
+        pipeline_store_list(c, 1u << PS_BUILD_SUCCEEDED, 0, 0, &v, &n, err, sizeof err), 0);
+    assert_true(n >= 1);
+    pipeline_list_free(v, n);
+    db_close(c);
+}
+
+static void set_trigger(db_conn *c, const char *id, const char *trigger)
+{
+    db_value p[] = {db_text(trigger), db_text(id)};
+    db_result_free(testdb_q(c, "UPDATE pipeline SET trigger_type = ? WHERE id = ?", p, 2));
+}
+
+static void history_is_what_went_live_newest_first_after_the_one_in_progress(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char h1[25], h2[25], h3[25], h4[25], h5[25], h6[25], u[25], o[25], err[512];
+    finished(c, "hist", "prod", "v1", "SUCCEEDED", 50, h1);
+    finished(c, "hist", "prod", "v2", "SUCCEEDED", 40, h2);
+    finished(c, "hist", "prod", "v3", "ERROR", 30, h3);
+    finished(c, "hist", "prod", "v4", "STOPPED", 25, h4);
+    finished(c, "hist", "prod", "v1", "SUCCEEDED", 20, h5);
+    set_trigger(c, h5, "rollback");
+    finished(c, "hist", "prod", "v5", "BUILD_SUCCEEDED", 15, h6); /* waiting, manual */
+    finished(c, "hist", "staging", "v9", "SUCCEEDED", 5, o);
+    pipeline *v = NULL;
+    size_t n = 0;
+    assert_int_equal(pipeline_store_history(c, "shop", "hist", "prod", 0, &v, &n, err, sizeof err),
+                     0);
+    {
+        const char *const want[] = {h5, h2, h1};
+        assert_ids(v, n, want, 3);
+    }
+    assert_string_equal(v[0].trigger_type, "rollback");
+    assert_string_equal(v[0].artifact, "v1");
+    pipeline_list_free(v, n);
+    /* The first SUCCEEDED is the rollback target's current release. */
+    pipeline t;
+    assert_int_equal(
+        pipeline_store_rollback_target(c, "shop", "hist", "prod", NULL, &t, err, sizeof err), 0);
+    assert_string_equal(t.id, h2); /* current h5 (v1): back to v2 */
+    pipeline_clear(&t);
+    /* One in progress comes first; it finishes and is the newest live one. */
+    finished(c, "hist", "prod", "v2", "ROLLING_OUT", 0, u);
+    assert_int_equal(pipeline_store_history(c, "shop", "hist", "prod", 2, &v, &n, err, sizeof err),
+                     0);
+    {
+        const char *const want[] = {u, h5};
+        assert_ids(v, n, want, 2);
+    }
+    pipeline_list_free(v, n);
+    db_value p[] = {db_text(u)};
+    db_result_free(testdb_q(
+        c, "UPDATE pipeline SET status = 'SUCCEEDED', status_changed_at = NOW(6) WHERE id = ?", p,
+        1));
+    assert_int_equal(pipeline_store_history(c, "shop", "hist", "prod", 0, &v, &n, err, sizeof err),
+                     0);
+    {
+        const char *const want[] = {u, h5, h2, h1};
+        assert_ids(v, n, want, 4);
+    }
+    pipeline_list_free(v, n);
+    assert_int_equal(
+        pipeline_store_history(c, "shop", "nohist", "prod", 0, &v, &n, err, sizeof err), 0);
+    assert_int_equal(n, 0);
+    pipeline_list_free(v, n);
+    assert_int_equal(pipeline_store_history(c, "shop", "hist", "Prod", 0, &v, &n, err, sizeof err),
+                     PSTORE_BAD);
+    assert_non_null(strstr(err, "environment"));
+    (void)h3;
+    (void)h4;
+    (void)h6;
+    db_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1029,6 +1246,9 @@ int main(void)
         cmocka_unit_test(the_default_rollback_target_is_the_last_other_artifact_that_succeeded),
         cmocka_unit_test(rollback_target_ties_are_broken_by_created_at_then_id),
         cmocka_unit_test(rollback_to_an_id_is_refused_unless_it_is_a_release_of_that_app_and_env),
+        cmocka_unit_test(durations_are_read_as_oops_duration_reads_them),
+        cmocka_unit_test(query_filters_and_the_default_view_newest_first),
+        cmocka_unit_test(history_is_what_went_live_newest_first_after_the_one_in_progress),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     mysql_library_end();
