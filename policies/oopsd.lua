@@ -81,6 +81,15 @@ notify { log = true, retry = { initial = "1s", max = "1m" } }
 -- Whether one is due is judged on the database's clock. Defaults: UTC, 2m.
 --   restarts { timezone = "Europe/Paris", grace = "2m" }
 
+-- History kept (durations, or "forever"): a finished pipeline with all of
+-- it after `pipelines`; finished pipelines' events and command logs after
+-- `events` and `logs`; delivered notifications after `outbox`; finished
+-- restart runs after `restarts`. One server deletes older rows every minute,
+-- in small batches; nothing of an unfinished pipeline, no undelivered
+-- notification, nor the live (newest SUCCEEDED) release is ever deleted.
+-- Defaults: pipelines 180d, events 180d, logs 30d, outbox 30d, restarts 90d.
+--   retention { pipelines = "365d", logs = "7d", outbox = "forever" }
+
 -- Hooks are plain functions the engine calls; known ones:
 --   on_build_lost(pipeline)  -- a RUNNING pipeline's build job has vanished
 --   on_transition(pipeline)  -- after each status change this server makes

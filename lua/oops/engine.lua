@@ -21,7 +21,8 @@ local running = false
 -- The restart scan ticks at the start of every minute, or of every second when
 -- a schedule has a seconds field; the alert scan at the start of every minute;
 -- the notifier every second (its retries are scheduled in the outbox); the
--- gauges of shared state (stats) every 15 s.
+-- gauges of shared state (stats) every 15 s; retention (deleting expired
+-- history, one leader) every minute.
 local leader = require("oops.leader")
 M.scans = {
   { mod = "oops.scans.build", rate = true, interval = function(p) return p.scan.interval_ms end },
@@ -35,6 +36,7 @@ M.scans = {
     end },
   { mod = "oops.scans.notify", interval = function() return 1000 end },
   { mod = "oops.scans.stats", interval = function() return require("oops.scans.stats").INTERVAL_MS end },
+  { mod = "oops.scans.retention", interval = function() return require("oops.scans.retention").INTERVAL_MS end },
 }
 
 function M.policy() return current and current.policy end

@@ -337,7 +337,8 @@ oops.locks = {}
 oops.locks.names = {
   pipeline_prefix = "oops:pipeline:", server_prefix = "oops:server:", leader_prefix = "oops:leader:",
   migrate = "oops:migrate",
-  leaders = { restart = "oops:leader:restart", alert = "oops:leader:alert", notify = "oops:leader:notify" },
+  leaders = { restart = "oops:leader:restart", alert = "oops:leader:alert", notify = "oops:leader:notify",
+    retention = "oops:leader:retention" },
 }
 
 --- Take the named lock on this server's lock session (GET_LOCK(name, 0), no

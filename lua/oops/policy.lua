@@ -62,6 +62,7 @@ local EXAMPLES = {
   locks = 'locks { validate_every = "30s" }',
   restarts = 'restarts { timezone = "Europe/Paris", grace = "2m" }',
   alert = 'alert { cpu = { percent = 95, sustained = "10m" } }',
+  retention = 'retention { pipelines = "180d", logs = "30d" }',
   notify = 'notify { webhook = "http://127.0.0.1:9000/hook" }',
   gateway = 'gateway "simulated" { build = "2s" }',
   application = 'application "shop/api" { environments = { "prod" } }',
@@ -99,6 +100,12 @@ M.DEFAULTS = {
     probe = { scrape_interval = "30s" },
   },
   notify = { retry = { initial = "1s", max = "1m" } },
+  -- How long finished history is kept (a duration, or "forever"), on the
+  -- database's clock: a finished pipeline (and all of it) after `pipelines`
+  -- in its final status; the events and the command logs of finished
+  -- pipelines after `events` and `logs`; delivered notifications after
+  -- `outbox`; finished restart runs after `restarts`.
+  retention = { pipelines = "180d", events = "180d", logs = "30d", outbox = "30d", restarts = "90d" },
   -- per-application command timeouts when `timeouts` leaves one out (a
   -- one-command build's default is build.timeout; submit, status and cancel
   -- are an external build's three commands)
@@ -130,8 +137,10 @@ local D = {
   retry_initial = ms(M.DEFAULTS.notify.retry.initial),
   retry_max = ms(M.DEFAULTS.notify.retry.max),
   app_timeouts = {},
+  retention = {},
 }
 for step, text in pairs(M.DEFAULTS.application.timeouts) do D.app_timeouts[step] = ms(text) end
+for kind, text in pairs(M.DEFAULTS.retention) do D.retention[kind .. "_ms"] = ms(text) end
 
 -- Per-application command timeouts (ms) when `timeouts` leaves one out.
 function M.app_timeout_default(step)
@@ -162,6 +171,8 @@ function M.defaults()
       probe = { kind = "simulated", scrape_interval_ms = D.scrape_interval },
     },
     notify = { routes = { { kind = "log" } }, retry = { initial_ms = D.retry_initial, max_ms = D.retry_max } },
+    retention = { pipelines_ms = D.retention.pipelines_ms, events_ms = D.retention.events_ms,
+      logs_ms = D.retention.logs_ms, outbox_ms = D.retention.outbox_ms, restarts_ms = D.retention.restarts_ms },
     hooks = {},
     sources = { applications = {}, hooks = {}, notify = {} },
   }
@@ -406,6 +417,7 @@ local KEYS = {
   ["alert.probe"] = { "prometheus", "scrape_interval", "token" },
   notify = { "command", "log", "retry", "webhook" },
   ["notify.retry"] = { "initial", "max" },
+  retention = { "events", "logs", "outbox", "pipelines", "restarts" },
   application = APP_KEYS,
   ["application.build"] = { "cancel", "status", "submit" },
   ["application.limits"] = { "cpu", "memory" },
@@ -496,6 +508,29 @@ function build.restarts(d, t)
   d:only(nil, t, KEYS.restarts)
   return { timezone = d:field(t, "timezone", timezone, M.DEFAULTS.restarts.timezone),
     grace_ms = d:field(t, "grace", dur(0), D.grace) }
+end
+
+-- retention: each kind a duration of at least an hour (less is surely a
+-- typo, and would delete what an operator is still looking at), or
+-- "forever" (stored as false: that kind is never deleted).
+local RETENTION_MIN_MS = 3600000
+local function keep_for(v)
+  if v == "forever" then return false end
+  local n, why = duration.parse(v)
+  if not n then return nil, why .. ' (or "forever")' end
+  if n < RETENTION_MIN_MS then
+    return nil, show(v) .. ": must be at least " .. duration.format(RETENTION_MIN_MS) .. ' (or "forever")'
+  end
+  return n
+end
+
+function build.retention(d, t)
+  d:only(nil, t, KEYS.retention)
+  local r = {}
+  for _, kind in ipairs(KEYS.retention) do
+    r[kind .. "_ms"] = d:field(t, kind, keep_for, D.retention[kind .. "_ms"])
+  end
+  return r
 end
 
 function build.gateway(d, t, kind)
@@ -731,7 +766,7 @@ end
 -- Declarations that may appear once in the whole policy, keyed by kind
 -- (applications are keyed by their name instead; notify may repeat).
 local SINGLE = { scan = true, build = true, deploy = true, rollout = true, locks = true, restarts = true,
-  alert = true, gateway = true }
+  alert = true, gateway = true, retention = true }
 
 -- Store a checked declaration into the policy being built.
 local function store(st, d, kind, name, value)
@@ -798,7 +833,8 @@ end
 -- The policy language a file sees, as closures bound to this file.
 function File:language()
   local lang = {}
-  for _, kind in ipairs({ "scan", "build", "deploy", "rollout", "locks", "restarts", "alert", "notify" }) do
+  for _, kind in ipairs({ "scan", "build", "deploy", "rollout", "locks", "restarts", "alert", "notify",
+    "retention" }) do
     lang[kind] = function(body)
       self:check_open(kind)
       declare(self.st, self:at(), kind, nil, body)

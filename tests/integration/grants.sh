@@ -134,6 +134,25 @@ is "$rc" 0 "the scenario passes with both servers on the run-time grants ($check
 ((rc == 0)) || printf '%s\n' "$out" | grep -E '^not ok|^#' | head -60 | sed 's/^/#   /'
 unlike "$out" "$run_pw" "... no password in its output"
 
+# --- retention (DELETE) as the run-time account ------------------------------
+# The scenario's servers are gone: one tick of the real retention scan, run
+# through `oopsd lua` connected as `oopsd`, on its history backdated by root.
+root oops -e "UPDATE pipeline SET status_changed_at = NOW(6) - INTERVAL 400 DAY WHERE status = 'STOPPED';
+  UPDATE outbox SET delivered_at = NOW(6) - INTERVAL 400 DAY WHERE delivered_at IS NOT NULL;
+  UPDATE restart_run SET finished_at = NOW(6) - INTERVAL 400 DAY WHERE finished_at IS NOT NULL"
+cat >"$work/retention.lua" <<'EOF'
+local oops = require("oops")
+assert(oops.connect { db = os.getenv("OOPS_GRANTS_RUN_DB"), name = "retention-check" })
+local scan = require("oops.scans.retention")
+oops.wait(scan.run, require("oops.policy").defaults())
+local t = assert(scan.last_tick, "the retention scan did not lead")
+print(("%d %d %d"):format(t.deleted.pipeline, t.deleted.outbox, t.deleted.restart_run))
+EOF
+out=$(OOPS_GRANTS_RUN_DB=$run_db "$oopsd" lua "$work/retention.lua" 2>&1); rc=$?
+like "$rc:$out" '^0:.*[1-9][0-9]* [1-9][0-9]* [1-9][0-9]*$' \
+  "the retention scan deletes expired pipelines, outbox rows and restart runs as oopsd (DELETE granted)"
+unlike "$out" "denied" "... never denied a statement"
+
 # --- the exec gateway and every oopsctl command, on the run-time grants -----
 mkdir -p "$work/exec"
 export EXEC_STATE=$work/exec EXEC_ARGS_FILE=$work/exec/args

@@ -633,6 +633,9 @@ describe("the defaults, written once", function()
       "restart %s; an external build's submit %s, status %s, cancel %s."):format(
       at.deploy, at.health, at.restart, at.submit, at.status, at.cancel))
     says(oopsd, "rollout {", "default " .. D.rollout.max .. " (at least the timeout).")
+    local r = D.retention
+    says(oopsd, "retention {", ("Defaults: pipelines %s, events %s, logs %s, outbox %s, restarts %s."):format(
+      r.pipelines, r.events, r.logs, r.outbox, r.restarts))
   end)
 end)
 
@@ -706,5 +709,56 @@ describe("rollout { max }", function()
     assert.is_nil(p)
     assert.are.same({ path .. ':1: rollout.max: "1m" is shorter than timeout 5m (max bounds the whole rollout, ' ..
       "timeout the time not ready)" }, errs)
+  end)
+end)
+
+describe("retention { ... }", function()
+  local path
+  local function load_text(text)
+    path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write(text)
+    f:close()
+    return policy.load_files({ path }, OPTS)
+  end
+  after_each(function() if path then os.remove(path) end end)
+  local DAY = 86400000
+
+  it("defaults to the documented durations", function()
+    local ms = function(s) return assert(require("oops.duration").parse(s)) end
+    local D = policy.DEFAULTS.retention
+    assert.are.same({ pipelines_ms = 180 * DAY, events_ms = 180 * DAY, logs_ms = 30 * DAY, outbox_ms = 30 * DAY,
+      restarts_ms = 90 * DAY }, assert(policy.load_files({}, OPTS)).retention)
+    assert.are.same({ pipelines_ms = ms(D.pipelines), events_ms = ms(D.events), logs_ms = ms(D.logs),
+      outbox_ms = ms(D.outbox), restarts_ms = ms(D.restarts) }, assert(load_text("")).retention)
+  end)
+
+  it('takes durations and "forever" (never deleted), and keeps the defaults of the kinds left out', function()
+    assert.are.same({ pipelines_ms = 365 * DAY, events_ms = 180 * DAY, logs_ms = 7 * DAY, outbox_ms = false,
+      restarts_ms = 90 * DAY },
+      assert(load_text('retention { pipelines = "365d", logs = "7d", outbox = "forever" }\n')).retention)
+    assert.are.same({ pipelines_ms = 3600000, events_ms = 180 * DAY, logs_ms = 30 * DAY, outbox_ms = 30 * DAY,
+      restarts_ms = false }, assert(load_text('retention { pipelines = "1h", restarts = "forever" }\n')).retention)
+  end)
+
+  it("refuses a bad value, a too short one, an unknown key, and a second block, naming each", function()
+    local p, errs = load_text('retention { pipelines = "6 months", logs = "10m", outbox = 30, tables = "1d" }\n' ..
+      'retention { events = "1d" }\n')
+    assert.is_nil(p)
+    assert.are.same({
+      path .. ':1: retention: unknown key "tables" (known: events, logs, outbox, pipelines, restarts)',
+      path .. ':1: retention.logs: "10m": must be at least 1h (or "forever")',
+      path .. ':1: retention.outbox: 30: not a duration (use e.g. 500ms, 5s, 10m, 2h) (or "forever")',
+      path .. ':1: retention.pipelines: "6 months": not a duration (use e.g. 500ms, 5s, 10m, 2h) (or "forever")',
+      path .. ":2: retention: already declared at " .. path .. ":1",
+    }, errs)
+  end)
+
+  it("is listed by policy.keys() (so oopsd.policy(5) must document it)", function()
+    local found = {}
+    for _, k in ipairs(policy.keys()) do
+      if k[1] == "retention" then found[#found + 1] = k[2] end
+    end
+    assert.are.same({ "events", "logs", "outbox", "pipelines", "restarts" }, found)
   end)
 end)
