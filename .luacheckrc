@@ -42,7 +42,7 @@ stds.policy = {
   read_globals = {
     -- File:language
     "scan", "build", "deploy", "rollout", "locks", "restarts", "alert", "notify",
-    "gateway", "application",
+    "gateway", "application", "retention",
     -- stdlib()
     string = { fields = {
       "byte", "char", "find", "format", "gmatch", "gsub", "len", "lower", "match",
@@ -88,6 +88,8 @@ stds.scenario = {
 files["tests/scenarios/*.lua"] = { std = "+scenario" }
 -- bench/run runs it as `oopsctl scenario bench/failover.lua`
 files["bench/failover.lua"] = { std = "+scenario" }
+-- run as `oopsctl scenario bench/clocks.lua`
+files["bench/clocks.lua"] = { std = "+scenario" }
 
 ---------------------------------------------------------------- specs
 

@@ -37,11 +37,6 @@ growing=" pipeline pipeline_event pipeline_log outbox exec_job sim_call restart_
 # Statements allowed a full scan of a growing table: "REGEX|why", the regex
 # (extended) matched against the folded statement.
 allowed=(
-  # Not legitimate, a known one to fix: MariaDB 10.11 does not choose an index for a
-  # UNION part's own ORDER BY ... LIMIT (alone, the same SELECT reads 20 entries of
-  # ix_pipeline_created); wrapped as a derived table, (SELECT * FROM (SELECT ... ORDER BY
-  # created_at DESC, id DESC LIMIT ?) f), it does. Remove this entry with that fix.
-  'UNION ALL \(SELECT .* FROM pipeline WHERE status IN \(\?, \?, \?\).* ORDER BY created_at DESC, id DESC LIMIT N\)|KNOWN: oopsctl list default view, finished half: full scan + filesort inside a UNION (pipeline_store_query to wrap it as a derived table)'
 )
 
 # The servers and oopsctl run as their own account (the run-time grants of
