@@ -10,15 +10,19 @@
 -- The scenario file is plain Lua with these functions in scope:
 --   servers { count = 3, policy = [[ ... ]] | policies = "dir" [, overrides = { ["f.lua"] = [[...]] }],
 --             names = {...}, netns = true,    each server runs a copy of its own
---             db = URL }                      (db: the account its servers connect as; default
+--             db = URL,                       (db: the account its servers connect as; default
 --                                             the scenario's own)
+--             env = {...} | envs = { {...}, ... } }  added to every server's / the i-th
+--                                             server's environment (TZ, LD_PRELOAD, ...)
 --                                   → list of servers (s.name, s:kill(sig), s:stop(),
 --                                     s:start(), s:alive(), s:log())
 --   server(name)                    → one of them
---   create { app = "shop/api", env = "prod", manual = false, artifact = "..." }
+--   create { app = "shop/api", env = "prod", manual = false, artifact = "...", source = "{json}" }
 --                                   → pipeline (p.id, p:status(), p:row(), p:events(),
 --                                     p:drivers(), p:driver(), p:calls(action), p:stop(),
 --                                     p:deploy(), p:wait(status [, seconds]))
+--   rollback { app = "shop/api", env = "prod" [, to = ID] }
+--                                   → the new pipeline, or nil, exit status, stderr
 --   wait_until(desc, fn [, seconds])  polls fn until true; a failed check when it never is
 --   expect(cond, desc [, diag])     one TAP check
 --   sql(query, ...)                 rows from the scenario's database (bound parameters)
@@ -33,6 +37,8 @@
 --   restart_database { down = s }   stop the scenario's own database, wait, start it again
 --                                   (only without --db: the runner owns it then)
 --   sleep(seconds), note(text), oopsctl(args...) → exit code, stdout, stderr
+--   workdir()                       this run's directory (servers' policies and logs)
+--   here(rel)                       the absolute path of a file next to the scenario
 --
 -- Faults on a server s: s:kill("KILL"), s:freeze() / s:thaw() (SIGSTOP /
 -- SIGCONT), s:cut() (its lock session killed from the database side),
