@@ -14,7 +14,8 @@
  *    they take one, each pointing into argv; positionals are at most maxpos,
  *    and *used is within argv;
  *  - a status parses only from its name in any case; a status list gives a
- *    non-empty mask of known statuses; a number is within its bounds; an
+ *    non-empty mask of known statuses; a number is within its bounds, and
+ *    so is a duration (--since: more than 0, at most CTL_SINCE_MAX_MS); an
  *    application's two parts and an accepted environment are valid labels
  *    (pipeline_label_check); an accepted id is a valid
  *    pipeline id; an accepted server name is 1-40 printable ASCII;
@@ -137,6 +138,13 @@ static void each_parser(const char *w)
     err[0] = '\0';
     rc = ctl_parse_number("--drain", w, 1, CTL_DRAIN_MAX, "milliseconds", &n, err, sizeof err);
     check_err(rc, err, "ctl_parse_number");
+
+    unsigned long long ms = 0;
+    err[0] = '\0';
+    rc = ctl_parse_duration("--since", w, CTL_SINCE_MAX_MS, &ms, err, sizeof err);
+    check_err(rc, err, "ctl_parse_duration");
+    if (rc == 0 && (ms < 1 || ms > CTL_SINCE_MAX_MS))
+        fuzz_fail(cur, cur_size, "ctl_parse_duration gave %llu ms", ms);
 
     char ns[PIPELINE_LABEL_MAX + 1], app[PIPELINE_LABEL_MAX + 1];
     err[0] = '\0';
