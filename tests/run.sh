@@ -82,7 +82,7 @@ for suite in "${suites[@]}"; do
       shopt -u nullglob
       if ((${#specs[@]})); then
         OOPS_TEST_DB=$(mariadb_new_db spec) run_one "spec" \
-          "$build/oopsd" lua /usr/bin/busted --lpath="$root/lua/?.lua;$root/lua/?/init.lua" -o TAP "${specs[@]}"
+          "$build/oopsd" lua /usr/bin/busted --lpath="$root/lua/?.lua;$root/lua/?/init.lua;$root/tests/spec/?.lua" -o TAP "${specs[@]}"
       fi ;;
     integration)
       for t in "$here"/integration/*.sh; do

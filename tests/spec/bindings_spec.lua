@@ -414,21 +414,9 @@ end)
 
 ------------------------------------------------------------------ database
 
-local connected = false
 
 -- Connect once (the one Lua state keeps the connection for every spec file).
-local function need_db()
-  local url = os.getenv("OOPS_TEST_DB")
-  assert(url and url ~= "",
-    "OOPS_TEST_DB is not set: run the specs through tests/run.sh (bash tests/run.sh build spec), "
-      .. "which starts a throwaway MariaDB and sets it")
-  if connected then return end
-  local ok, res, err = pcall(oops.connect, { db = url, name = "spec" })
-  if not ok and not tostring(res):find("already connected", 1, true) then error(res, 0) end
-  assert(not ok or res, "cannot connect to OOPS_TEST_DB: " .. tostring(err))
-  assert(oops.migrate())
-  connected = true
-end
+local need_db = require("support.db").connect
 
 -- Names unique to this run, so the specs also pass against a reused database.
 local RUN = string.format("%x%x", os.time(), math.random(0, 0xffffff))

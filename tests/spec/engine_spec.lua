@@ -14,18 +14,9 @@ local policy = { scan = { interval_ms = 1000 }, deploy = { timeout_ms = 600000 }
   rollout = { timeout_ms = 300000 }, build = { timeout_ms = 7200000 },
   gateway = { kind = "simulated" }, applications = {} }
 
-local connected = false
+local connect = require("support.db").connect
 local function need_db()
-  local url = os.getenv("OOPS_TEST_DB")
-  assert(url and url ~= "",
-    "OOPS_TEST_DB is not set: run the specs through tests/run.sh (bash tests/run.sh build spec)")
-  if not connected then
-    local ok, res, err = pcall(oops.connect, { db = url, name = "spec" })
-    if not ok and not tostring(res):find("already connected", 1, true) then error(res, 0) end
-    assert(not ok or res, "cannot connect to OOPS_TEST_DB: " .. tostring(err))
-    assert(oops.migrate())
-    connected = true
-  end
+  connect()
   -- Whatever other specs left unfinished would be driven by the scans below.
   assert(oops.db.exec("UPDATE pipeline SET status = 'STOPPED' " ..
     "WHERE status IN ('INITIALIZED','RUNNING','BUILD_SUCCEEDED','DEPLOYING','ROLLING_OUT')"))

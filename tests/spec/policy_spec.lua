@@ -18,6 +18,20 @@ end
 
 local OPTS = { cron_parse = fake_cron }
 
+-- One policy file written for a case (the loader reads files), removed after it.
+local path
+local function load_text(text)
+  path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return policy.load_files({ path }, OPTS)
+end
+after_each(function()
+  if path then os.remove(path) end
+  path = nil
+end)
+
 -- A fixture: a directory, or one file when the name ends in .lua.
 local function load(name, opts)
   if name:match("%.lua$") then return policy.load_files({ FIX .. name }, opts or OPTS) end
@@ -527,16 +541,6 @@ describe("caller mistakes", function()
 end)
 
 describe("locks { session_timeout }", function()
-  -- One policy file written for the case (the loader reads files).
-  local path
-  local function load_text(text)
-    path = os.tmpname()
-    local f = assert(io.open(path, "w"))
-    f:write(text)
-    f:close()
-    return policy.load_files({ path }, OPTS)
-  end
-  after_each(function() if path then os.remove(path) end end)
 
   it("is left out by default: 3 validation intervals, decided by the lock registry", function()
     local p = assert(load_text('locks { validate_every = "2s" }\n'))
@@ -568,8 +572,8 @@ end)
 
 describe("the defaults, written once", function()
   local D = policy.DEFAULTS
-  local function text_of(path)
-    local f = assert(io.open(ROOT .. path, "rb"))
+  local function text_of(file)
+    local f = assert(io.open(ROOT .. file, "rb"))
     local s = f:read("a")
     f:close()
     return s
@@ -641,15 +645,6 @@ end)
 
 
 describe("builds: one command or three (external)", function()
-  local path
-  local function load_text(text)
-    path = os.tmpname()
-    local f = assert(io.open(path, "w"))
-    f:write(text)
-    f:close()
-    return policy.load_files({ path }, OPTS)
-  end
-  after_each(function() if path then os.remove(path) end end)
   local function app(build_src, extra)
     return 'gateway "exec" {}\nbuild { timeout = "45m" }\napplication "shop/api" {\n' ..
       '  environments = { "prod" }, deploy = { "true" }, health = { "true" },\n' ..
@@ -692,15 +687,6 @@ describe("builds: one command or three (external)", function()
 end)
 
 describe("rollout { max }", function()
-  local path
-  local function load_text(text)
-    path = os.tmpname()
-    local f = assert(io.open(path, "w"))
-    f:write(text)
-    f:close()
-    return policy.load_files({ path }, OPTS)
-  end
-  after_each(function() if path then os.remove(path) end end)
 
   it("bounds the whole rollout; it may not be shorter than the timeout", function()
     assert.are.same({ timeout_ms = 60000, max_ms = 600000 },
@@ -713,15 +699,6 @@ describe("rollout { max }", function()
 end)
 
 describe("retention { ... }", function()
-  local path
-  local function load_text(text)
-    path = os.tmpname()
-    local f = assert(io.open(path, "w"))
-    f:write(text)
-    f:close()
-    return policy.load_files({ path }, OPTS)
-  end
-  after_each(function() if path then os.remove(path) end end)
   local DAY = 86400000
 
   it("defaults to the documented durations", function()

@@ -8,18 +8,9 @@ local DAY_MS = 86400000
 local TABLES = { "outbox", "pipeline_event", "pipeline_log", "exec_job", "sim_job", "sim_call", "restart_run",
   "pipeline" }
 
-local connected = false
+local connect = require("support.db").connect
 local function need_db()
-  local url = os.getenv("OOPS_TEST_DB")
-  assert(url and url ~= "",
-    "OOPS_TEST_DB is not set: run the specs through tests/run.sh (bash tests/run.sh build spec)")
-  if not connected then
-    local ok, res, err = pcall(oops.connect, { db = url, name = "spec" })
-    if not ok and not tostring(res):find("already connected", 1, true) then error(res, 0) end
-    assert(not ok or res, "cannot connect to OOPS_TEST_DB: " .. tostring(err))
-    assert(oops.migrate())
-    connected = true
-  end
+  connect()
   for _, t in ipairs(TABLES) do assert(oops.db.exec("DELETE FROM " .. t)) end
   scan.reset()
   scan.last_tick = nil
