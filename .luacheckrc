@@ -86,6 +86,8 @@ stds.scenario = {
   },
 }
 files["tests/scenarios/*.lua"] = { std = "+scenario" }
+-- loaded by the scenarios of tests/integration/explain.sh and grants.sh
+files["tests/lib/workload.lua"] = { std = "+scenario" }
 -- bench/run runs it as `oopsctl scenario bench/failover.lua`
 files["bench/failover.lua"] = { std = "+scenario" }
 -- run as `oopsctl scenario bench/clocks.lua`

@@ -69,59 +69,13 @@ unset 'SRV_PID[gw1]'
 # --- a scenario: two servers with the run-time grants -----------------------
 cat >"$work/least_privilege.lua" <<'EOF'
 -- Servers connected with the run-time grants only (README "Database grants"):
--- pipelines (auto, manual, stopped) through a driver's SIGKILL, scheduled
--- restarts, an alert episode and webhook notifications. The runner itself
--- uses the test's own account.
+-- tests/lib/workload.lua (pipelines auto, manual and stopped through a
+-- driver's SIGKILL, scheduled restarts, an alert episode, webhook
+-- notifications). The runner itself uses the test's own account.
 local run_db = assert(os.getenv("OOPS_GRANTS_RUN_DB"), "OOPS_GRANTS_RUN_DB")
-local hook = receiver()
-local all = servers { count = 2, db = run_db, policy = ([[
-scan     { interval = "300ms" }
-locks    { validate_every = "1s" }
-restarts { timezone = "UTC", grace = "10s" }
-gateway  "simulated" { build = "1500ms", deploy = "0s", rollout = "300ms" }
-alert    { interval = "1s", cpu = { percent = 50, sustained = "0s" }, every = "2s", probe = "simulated" }
-notify   { webhook = "%s", retry = { initial = "200ms", max = "1s" } }
-application "shop/api" {
-  environments = { "prod" }, limits = { cpu = "1" }, restart = { prod = "*/2 * * * * *" },
-}
-application "shop/web" { environments = { "prod", "staging" } }
-]]):format(hook.url) }
-
+local all = assert(loadfile(os.getenv("OOPS_ROOT") .. "/tests/lib/workload.lua", "t", _ENV))(run_db)
 expect(sql("SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE USER = 'oopsd'")[1].n >= 4,
   "both servers' work and lock sessions are the run-time account's")
-local ps = {
-  create { app = "shop/api", env = "prod", artifact = "registry/api:1" },
-  create { app = "shop/web", env = "prod", artifact = "registry/web:1" },
-}
-local manual = create { app = "shop/web", env = "staging", artifact = "registry/web:2", manual = true }
-for _, p in ipairs(ps) do expect(p:wait("RUNNING", 20), p.app .. " runs") end
-local victim = ps[1]:driver()
-expect(victim ~= nil, "the first pipeline has a driver", tostring(victim))
-server(victim):kill("KILL")
-for _, p in ipairs(ps) do expect(p:wait("SUCCEEDED", 40), p.app .. "/" .. p.env .. " succeeds") end
-server(victim):start()
-expect(manual:wait("BUILD_SUCCEEDED", 30), "the manual pipeline's build succeeds")
-manual:deploy()
-expect(manual:wait("SUCCEEDED", 30), "... and, released, it succeeds")
-local stopped = create { app = "shop/api", env = "prod", artifact = "registry/api:2" }
-expect(stopped:wait("RUNNING", 20), "another pipeline runs")
-stopped:stop()
-expect(stopped:wait("STOPPED", 20), "... and is stopped")
-
-local function usage(value)
-  sql("INSERT INTO sim_metric (namespace, application, environment, metric, pod, value) " ..
-    "VALUES ('shop', 'api', 'prod', 'cpu', 'api-0', ?) ON DUPLICATE KEY UPDATE value = VALUES(value)", value)
-end
-local function edges(edge)
-  return sql("SELECT COUNT(*) AS n FROM outbox WHERE kind = 'alert' AND payload LIKE ?", '%"' .. edge .. '"%')[1].n
-end
-usage(900)
-wait_until("a CPU alert fires", function() return edges("FIRING") == 1 end, 30)
-usage(100)
-wait_until("... and resolves", function() return edges("RESOLVED") == 1 end, 30)
-wait_until("scheduled restarts fire", function()
-  return sql("SELECT COUNT(*) AS n FROM restart_run WHERE outcome = 'ok'")[1].n >= 2
-end, 30)
 -- A scan that failed on a privilege would be logged and retried, not fatal: look.
 for _, s in ipairs(all) do
   local line = s:log():match("[^\n]*denied[^\n]*")
