@@ -82,7 +82,7 @@ stds.scenario = {
   read_globals = {
     "servers", "server", "create", "wait_until", "expect", "sql", "fault", "clear_fault",
     "sleep", "note", "oopsctl", "fail_job", "delete_job", "fail_rollout", "receiver",
-    "settle", "oops", "skip", "restart_database", "workdir", "here", "rollback",
+    "settle", "oops", "skip", "restart_database", "workdir", "here", "rollback", "skewed_clock",
   },
 }
 files["tests/scenarios/*.lua"] = { std = "+scenario" }

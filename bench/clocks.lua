@@ -18,17 +18,10 @@ local MINUTES = tonumber(os.getenv("BENCH_MINUTES") or "") or 4
 local SKEW = tonumber(os.getenv("BENCH_SKEW") or "") or 7
 local OUT = os.getenv("BENCH_OUT")
 
-local lib
-for _, path in ipairs({ "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-                        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1" }) do
-  local f = io.open(path)
-  if f then f:close(); lib = path; break end
-end
-if not lib then skip("libfaketime is not installed (apt-get install faketime)") end
-local asan = os.getenv("ASAN_OPTIONS")
-local function skewed(s)
-  return { LD_PRELOAD = lib, FAKETIME = ("%+ds"):format(s), FAKETIME_DONT_FAKE_MONOTONIC = "1",
-    ASAN_OPTIONS = (asan and asan .. ":" or "") .. "verify_asan_link_order=0" }
+local ahead, why = skewed_clock(SKEW)
+if not ahead then
+  skip(why)
+  return
 end
 
 local apps = {}
@@ -36,7 +29,7 @@ for i = 1, 10 do
   apps[#apps + 1] = ('application "bench/a%d" { environments = { "prod" }, restart = { prod = "* * * * *" } }')
     :format(i)
 end
-servers { count = 3, envs = { skewed(SKEW), skewed(-SKEW), skewed(0) }, policy = [[
+servers { count = 3, envs = { ahead, skewed_clock(-SKEW), skewed_clock(0) }, policy = [[
 scan     { interval = "500ms" }
 locks    { validate_every = "1s" }
 restarts { grace = "20s" }

@@ -4,24 +4,13 @@
 -- (20 s) shorter than the minute a server judging by its own clock would
 -- lose. Whether an occurrence is due, late or missed, and when the scan
 -- wakes, follow the database's clock (leader.lua measures the offset).
-local lib
-for _, path in ipairs({ "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-                        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-                        "/usr/lib/faketime/libfaketime.so.1" }) do
-  local f = io.open(path)
-  if f then f:close(); lib = path; break end
-end
-if not lib then skip("libfaketime is not installed (apt-get install faketime)") end
-
--- The sanitizer runtime must come first among preloaded libraries; under
--- LD_PRELOAD it cannot, and need not (the test preloads libfaketime alone).
-local asan = os.getenv("ASAN_OPTIONS")
-local function skewed(offset)
-  return { LD_PRELOAD = lib, FAKETIME = offset, FAKETIME_DONT_FAKE_MONOTONIC = "1",
-    ASAN_OPTIONS = (asan and asan .. ":" or "") .. "verify_asan_link_order=0" }
+local ahead, why = skewed_clock(7)
+if not ahead then
+  skip(why)
+  return
 end
 
-local all = servers { count = 2, envs = { skewed("+7s"), skewed("-7s") }, policy = [[
+local all = servers { count = 2, envs = { ahead, skewed_clock(-7) }, policy = [[
 scan     { interval = "500ms" }
 locks    { validate_every = "1s" }
 restarts { grace = "20s" }

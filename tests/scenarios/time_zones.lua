@@ -5,7 +5,10 @@
 -- minutes, each fire once at their instant, across a leader change. Read in
 -- either host's zone they would be hours away and nothing would fire.
 local zoneinfo = io.open("/usr/share/zoneinfo/Asia/Kolkata")
-if not zoneinfo then skip("no time zone database (apt-get install tzdata)") end
+if not zoneinfo then
+  skip("no time zone database (apt-get install tzdata)")
+  return
+end
 zoneinfo:close()
 
 local now = tonumber(sql("SELECT UNIX_TIMESTAMP(NOW()) AS t")[1].t)

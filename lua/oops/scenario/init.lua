@@ -37,6 +37,9 @@
 --   restart_database { down = s }   stop the scenario's own database, wait, start it again
 --                                   (only without --db: the runner owns it then)
 --   sleep(seconds), note(text), oopsctl(args...) → exit code, stdout, stderr
+--   skip(reason)                    one "ok # SKIP" line, no end checks: `return` after it
+--   skewed_clock(seconds)           an env for servers { envs = } whose clock runs `seconds`
+--                                   off (libfaketime), or nil, why
 --   workdir()                       this run's directory (servers' policies and logs)
 --   here(rel)                       the absolute path of a file next to the scenario
 --
@@ -300,6 +303,26 @@ function Server:heal()
   local fine, err = self.ns:heal()
   if not fine then error(self.name .. ": heal: " .. err, 2) end
   record("heal", self)
+end
+
+-- The environment that runs a server with its clock `seconds` off the real
+-- one (libfaketime; the monotonic clock left alone), for servers { envs = }:
+-- a table, or nil and why when libfaketime is not installed. The sanitizer
+-- runtime wants to come first among preloaded libraries; under LD_PRELOAD it
+-- cannot, and need not (libfaketime is the only one).
+local FAKETIME_LIBS = { "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+  "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1" }
+local function skewed_clock(seconds)
+  for _, lib in ipairs(FAKETIME_LIBS) do
+    local f = io.open(lib)
+    if f then
+      f:close()
+      local asan = os.getenv("ASAN_OPTIONS")
+      return { LD_PRELOAD = lib, FAKETIME = ("%+ds"):format(seconds), FAKETIME_DONT_FAKE_MONOTONIC = "1",
+        ASAN_OPTIONS = (asan and asan .. ":" or "") .. "verify_asan_link_order=0" }
+    end
+  end
+  return nil, "libfaketime is not installed (apt-get install faketime)"
 end
 
 local function skip(reason)
@@ -584,7 +607,7 @@ local function environment()
     fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl,
     fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
     settle = function(seconds) run.settle = seconds end,
-    oops = oops, skip = skip,
+    oops = oops, skip = skip, skewed_clock = skewed_clock,
     -- where this run keeps its files (servers' policies and logs), and the
     -- absolute path of a file next to the scenario
     workdir = function() return run.dir end,
