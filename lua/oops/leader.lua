@@ -46,6 +46,18 @@ function M.db_now()
   return now
 end
 
+-- Does the database say our lock session holds `name` right now (one
+-- statement)? The held set in memory can be stale: a server frozen past its
+-- session timeout still believes it until its validation runs. true | false
+-- (also with the lock session down) | nil, err when the query failed.
+function M.owned(name)
+  local me = oops.locks.connection_id()
+  if me == 0 then return false end
+  local rows, err = oops.db.exec("SELECT IS_USED_LOCK(?) AS owner", name)
+  if not rows then return nil, err end
+  return rows[1] ~= nil and rows[1].owner == me
+end
+
 -- Milliseconds from now to the next multiple of period_ms on the database's
 -- clock (this server's clock plus the measured offset), plus a little, so a
 -- tick never lands just before the boundary.

@@ -7,6 +7,7 @@ local hooks = require("oops.hooks")
 local tasks = require("oops.tasks")
 local msg = require("oops.messages")
 local show = require("oops.duration").show
+local leader = require("oops.leader")
 
 local M = {}
 
@@ -174,10 +175,7 @@ end
 -- (one statement). For actions no transition fences, like submitting a
 -- build again.
 function M.verified(p)
-  if not M.held(p) then return false end
-  local rows = oops.db.exec("SELECT IS_USED_LOCK(?) AS owner", M.lock_name(p.id))
-  local me = oops.locks.connection_id()
-  return rows ~= nil and rows[1] ~= nil and me ~= 0 and rows[1].owner == me
+  return M.held(p) and leader.owned(M.lock_name(p.id)) == true
 end
 
 -- The conditional transition, only while we hold the lock. true when this

@@ -206,11 +206,10 @@ function M.announce(edge, t, prior, pods, now)
   -- frozen mid-tick (its session reaped, another server leading) that wakes
   -- up still believes it leads until its validation runs; the database says
   -- otherwise, and its stale probe decides nothing.
-  local mine = oops.db.exec("SELECT IS_USED_LOCK(?) AS owner", M.LOCK)
-  local me = oops.locks.connection_id()
-  if not (mine and mine[1] and me ~= 0 and mine[1].owner == me) then
+  local mine, oerr = leader.owned(M.LOCK)
+  if not mine then
     oops.db.rollback()
-    if not mine then return nil, "reading the leader lock's owner failed" end
+    if mine == nil then return nil, "reading the leader lock's owner failed: " .. tostring(oerr) end
     return "lost"
   end
   local won, werr = write_state(edge, t, prior, pods, now)
