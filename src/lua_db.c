@@ -316,34 +316,47 @@ static int l_get(lua_State *L)
     return 1;
 }
 
-/* oops.store.list{statuses = {...}, min_age = seconds, limit = n, lock_owner = bool} -> array
- * of pipelines (with lock_owner = connection id holding oops:pipeline:ID, absent when free) */
+/* oops.store.list{statuses = {...}, min_age = seconds, limit = n, lock_owner = bool,
+ * after = {created_at = , id = }} -> array of pipelines, oldest first (with lock_owner =
+ * connection id holding oops:pipeline:ID, absent when free). `after` (the last row of the
+ * previous page) and `limit` read a long list a page at a time. */
 static int l_list(lua_State *L)
 {
-    unsigned mask = 0;
-    double min_age = 0;
-    lua_Integer limit = 0;
-    bool owned = false;
+    pipeline_list_opts o = {0};
     if (lua_istable(L, 1)) {
         lua_getfield(L, 1, "lock_owner");
-        owned = lua_toboolean(L, -1);
+        o.owned = lua_toboolean(L, -1);
         lua_pop(L, 1);
         lua_getfield(L, 1, "statuses");
         if (lua_istable(L, -1)) {
             lua_Integer n = luaL_len(L, -1);
             for (lua_Integer i = 1; i <= n; i++) {
                 lua_rawgeti(L, -1, i);
-                mask |= 1u << check_status(L, lua_gettop(L));
+                o.status_mask |= 1u << check_status(L, lua_gettop(L));
                 lua_pop(L, 1);
             }
         }
         lua_pop(L, 1);
         lua_getfield(L, 1, "min_age");
-        min_age = luaL_optnumber(L, -1, 0);
+        o.min_age_s = luaL_optnumber(L, -1, 0);
         lua_pop(L, 1);
         lua_getfield(L, 1, "limit");
-        limit = luaL_optinteger(L, -1, 0);
+        lua_Integer limit = luaL_optinteger(L, -1, 0);
+        if (limit < 0)
+            return luaL_error(L, "oops.store.list: limit must be >= 0");
+        o.limit = (size_t)limit;
         lua_pop(L, 1);
+        lua_getfield(L, 1, "after");
+        if (lua_istable(L, -1)) {
+            int a = lua_gettop(L);
+            o.after_created = opt_field(L, a, "created_at");
+            o.after_id = opt_field(L, a, "id");
+            if (!o.after_created || !o.after_id)
+                return luaL_error(L, "oops.store.list: after needs created_at and id");
+        } else if (!lua_isnil(L, -1)) {
+            return luaL_error(L, "oops.store.list: after must be a pipeline (created_at, id)");
+        }
+        /* the table stays on the stack: its strings are used below */
     }
     int pushed;
     db_conn *db = work(L, &pushed);
@@ -352,8 +365,7 @@ static int l_list(lua_State *L)
     pipeline *v;
     size_t n;
     char err[512];
-    int rc = owned ? pipeline_store_list_owned(db, mask, &v, &n, err, sizeof err)
-                   : pipeline_store_list(db, mask, min_age, (size_t)limit, &v, &n, err, sizeof err);
+    int rc = pipeline_store_scan(db, &o, &v, &n, err, sizeof err);
     if (rc < 0)
         return store_fail(L, db, rc, err);
     lua_createtable(L, (int)n, 0);

@@ -242,35 +242,45 @@ int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, siz
     return found;
 }
 
-static int list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit, bool owned,
-                pipeline **out, size_t *n, char *err, size_t errlen)
+int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out, size_t *n,
+                        char *err, size_t errlen)
 {
     /* The status list is bound as parameters: one placeholder per status. */
-    char sql[1024];
-    db_value p[PS__COUNT + 2];
+    char sql[1280];
+    db_value p[PS__COUNT + 6];
     size_t np = 0;
     int len = snprintf(
         sql, sizeof sql, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1",
-        owned ? ", COALESCE(IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)), 0)" : "");
-    if (status_mask) {
+        o->owned ? ", COALESCE(IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)), 0)" : "");
+    if (o->status_mask) {
         len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status IN (");
+        bool first = true;
         for (int s = 0; s < PS__COUNT; s++) {
-            if (!(status_mask & (1u << s)))
+            if (!(o->status_mask & (1u << s)))
                 continue;
-            len += snprintf(sql + len, sizeof sql - (size_t)len, np ? ", ?" : "?");
+            len += snprintf(sql + len, sizeof sql - (size_t)len, first ? "?" : ", ?");
+            first = false;
             p[np++] = db_text(pipeline_status_name((pipeline_status)s));
         }
         len += snprintf(sql + len, sizeof sql - (size_t)len, ")");
     }
-    if (min_age_s > 0) {
+    if (o->min_age_s > 0) {
         len += snprintf(sql + len, sizeof sql - (size_t)len,
                         " AND status_changed_at <= NOW(6) - INTERVAL ? MICROSECOND");
-        p[np++] = db_int((long long)(min_age_s * 1e6));
+        p[np++] = db_int((long long)(o->min_age_s * 1e6));
+    }
+    if (o->after_created && o->after_id) {
+        /* The next page after the last row read (keyset, in ORDER BY's order). */
+        len += snprintf(sql + len, sizeof sql - (size_t)len,
+                        " AND (created_at > ? OR (created_at = ? AND id > ?))");
+        p[np++] = db_text(o->after_created);
+        p[np++] = db_text(o->after_created);
+        p[np++] = db_text(o->after_id);
     }
     len += snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at, id");
-    if (limit) {
+    if (o->limit) {
         snprintf(sql + len, sizeof sql - (size_t)len, " LIMIT ?");
-        p[np++] = db_int((long long)limit);
+        p[np++] = db_int((long long)o->limit);
     }
     db_result *r = NULL;
     if (db_exec(c, sql, p, np, &r, err, errlen))
@@ -279,7 +289,7 @@ static int list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit
     *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
     for (size_t i = 0; i < r->nrows; i++) {
         row_to_pipeline(r, i, &(*out)[i]);
-        if (owned)
+        if (o->owned)
             (*out)[i].lock_owner = db_get_int(r, i, 15, 0);
     }
     db_result_free(r);
@@ -289,13 +299,15 @@ static int list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit
 int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,
                         pipeline **out, size_t *n, char *err, size_t errlen)
 {
-    return list(c, status_mask, min_age_s, limit, false, out, n, err, errlen);
+    pipeline_list_opts o = {.status_mask = status_mask, .min_age_s = min_age_s, .limit = limit};
+    return pipeline_store_scan(c, &o, out, n, err, errlen);
 }
 
 int pipeline_store_list_owned(db_conn *c, unsigned status_mask, pipeline **out, size_t *n,
                               char *err, size_t errlen)
 {
-    return list(c, status_mask, 0, 0, true, out, n, err, errlen);
+    pipeline_list_opts o = {.status_mask = status_mask, .owned = true};
+    return pipeline_store_scan(c, &o, out, n, err, errlen);
 }
 
 static int rows_to_list(db_result *r, pipeline **out, size_t *n)

@@ -107,6 +107,25 @@ int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size
 int pipeline_store_list_owned(db_conn *c, unsigned status_mask, pipeline **out, size_t *n,
                               char *err, size_t errlen);
 
+/* What pipeline_store_scan lists; zero-initialise, then set what matters. */
+typedef struct pipeline_list_opts {
+    unsigned status_mask; /* bit per pipeline_status; 0 = all */
+    double min_age_s;     /* > 0: in their status for at least that long (NOW(6)) */
+    size_t limit;         /* at most this many rows; 0 = no limit */
+    bool owned;           /* fill lock_owner (IS_USED_LOCK of oops:pipeline:ID) */
+    /* Both set: only the rows after (after_created, after_id) in the list's
+     * order — the next page after the last row of the previous one. */
+    const char *after_created, *after_id;
+} pipeline_list_opts;
+
+/*
+ * The general form of the two lists above, oldest first (created_at, id),
+ * read a page at a time with limit and after_*: a caller streams any number
+ * of pipelines holding one page. 0 with out and n set, or PSTORE_DB.
+ */
+int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out, size_t *n,
+                        char *err, size_t errlen);
+
 /* What pipeline_store_query selects; zero-initialise, then set what matters. */
 typedef struct pipeline_query {
     unsigned status_mask;                              /* bit per pipeline_status; 0 = any */

@@ -264,7 +264,8 @@ oops.store = {}
 ---@field statuses? oops.Status[] only these statuses (default all)
 ---@field min_age? number only pipelines in their status for at least this many seconds
 ---@field limit? integer at most this many, oldest first (default no limit)
----@field lock_owner? boolean fill lock_owner (min_age and limit are then ignored)
+---@field lock_owner? boolean fill lock_owner: the connection id holding the pipeline's lock, absent when free
+---@field after? {created_at: string, id: string} only those after this one (the last row of the previous page)
 
 --- Insert an INITIALIZED pipeline and its CREATED event (server = this
 --- server's name), in one transaction. Raises when opts is not a table or a

@@ -581,6 +581,26 @@ describe("oops.store (needs OOPS_TEST_DB)", function()
     assert.is_true(contains(ids(assert(oops.store.list())), id))
     raises('unknown status "NOPE"', oops.store.list, { statuses = { "NOPE" } })
   end)
+
+  it("store.list reads a long list a page at a time (limit + after), every row once, in order", function()
+    local want = {}
+    for i = 1, 7 do want[#want + 1] = assert(new_pipeline("page" .. i)) end
+    local all = assert(oops.store.list { statuses = { "INITIALIZED" }, lock_owner = true })
+    local seen, after, pages = {}, nil, 0
+    repeat
+      local page = assert(oops.store.list { statuses = { "INITIALIZED" }, lock_owner = true, limit = 3, after = after })
+      assert.is_true(#page <= 3)
+      for _, p in ipairs(page) do seen[#seen + 1] = p.id end
+      after = page[#page]
+      pages = pages + 1
+    until #page < 3
+    assert.are.equal(#all, #seen)
+    for i, p in ipairs(all) do assert.are.equal(p.id, seen[i]) end
+    for _, id in ipairs(want) do assert.is_true(contains(seen, id)) end
+    assert.is_true(pages >= 3)
+    raises("after needs created_at and id", oops.store.list, { after = { id = "x" } })
+    raises("limit must be >= 0", oops.store.list, { limit = -1 })
+  end)
 end)
 
 describe("oops.locks (needs OOPS_TEST_DB)", function()
