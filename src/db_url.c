@@ -134,9 +134,18 @@ const char *db_ssl_mode_name(db_ssl_mode m)
     }
 }
 
-enum { OPT_SOCKET, OPT_CONNECT_TIMEOUT, OPT_SSL_MODE, OPT_SSL_CA, OPT_SSL_CERT, OPT_SSL_KEY, NOPT };
-static const char *const option_names[NOPT] = {"socket", "connect_timeout", "ssl-mode",
-                                               "ssl-ca", "ssl-cert",        "ssl-key"};
+enum {
+    OPT_SOCKET,
+    OPT_CONNECT_TIMEOUT,
+    OPT_SSL_MODE,
+    OPT_SSL_CA,
+    OPT_SSL_CERT,
+    OPT_SSL_KEY,
+    OPT_READ_TIMEOUT,
+    NOPT
+};
+static const char *const option_names[NOPT] = {"socket", "connect_timeout", "ssl-mode", "ssl-ca",
+                                               "ssl-cert", "ssl-key", "read_timeout"};
 
 /* One ?option, its value validated whole. Messages quote at most the
  * option's name (never its value, never anything from the userinfo). */
@@ -149,8 +158,8 @@ static int parse_option(db_config *cfg, const char *key, size_t kn, const char *
             which = i;
     if (which < 0) {
         snprintf(err, errlen,
-                 "database URL: unknown option \"%.*s\" (known: socket, connect_timeout, ssl-mode, "
-                 "ssl-ca, ssl-cert, ssl-key)",
+                 "database URL: unknown option \"%.*s\" (known: socket, connect_timeout, "
+                 "read_timeout, ssl-mode, ssl-ca, ssl-cert, ssl-key)",
                  (int)(kn > 32 ? 32 : kn), key);
         return -1;
     }
@@ -206,11 +215,14 @@ static int parse_option(db_config *cfg, const char *key, size_t kn, const char *
     unsigned long v = strtoul(val, &end, 10);
     if (!isdigit((unsigned char)val[0]) || *end || errno || v < 1 || v > 3600) {
         snprintf(err, errlen,
-                 "database URL: option connect_timeout must be a whole number of seconds from 1 to "
-                 "3600");
+                 "database URL: option %s must be a whole number of seconds from 1 to 3600",
+                 option_names[which]);
         return -1;
     }
-    cfg->connect_timeout_s = (unsigned)v;
+    if (which == OPT_READ_TIMEOUT)
+        cfg->read_timeout_s = cfg->write_timeout_s = (unsigned)v;
+    else
+        cfg->connect_timeout_s = (unsigned)v;
     return 0;
 }
 

@@ -54,8 +54,9 @@ typedef struct db_config {
 
 /*
  * Parse mysql://user[:password]@host[:port]/database[?OPTIONS], options
- * socket=PATH, connect_timeout=S, ssl-mode=MODE, ssl-ca=PATH, ssl-cert=PATH,
- * ssl-key=PATH (each at most once; paths absolute).
+ * socket=PATH, connect_timeout=S, read_timeout=S (also the write timeout: how
+ * long a statement may wait for the server; default 30), ssl-mode=MODE,
+ * ssl-ca=PATH, ssl-cert=PATH, ssl-key=PATH (each at most once; paths absolute).
  * User and password may be percent-encoded. When the URL carries no password
  * and env_password is non-NULL, it is used (OOPS_DB_PASSWORD). Returns 0, or
  * -1 with a one-line message in err that never contains the password.

@@ -41,6 +41,14 @@ static void a_socket_url_and_the_password_from_the_environment(void **state)
     assert_string_equal(c.password, "envpw");
     assert_string_equal(db_config_where(&c, where, sizeof where), "socket /run/my sql.sock");
     db_config_free(&c);
+    /* read_timeout bounds how long a statement waits (reads and writes). */
+    assert_int_equal(db_config_parse(&c, "mysql://u@h/d?read_timeout=7", NULL, err, sizeof err), 0);
+    assert_int_equal(c.read_timeout_s, 7);
+    assert_int_equal(c.write_timeout_s, 7);
+    db_config_free(&c);
+    assert_int_equal(db_config_parse(&c, "mysql://u@h/d", NULL, err, sizeof err), 0);
+    assert_int_equal(c.read_timeout_s, 30);
+    db_config_free(&c);
     /* A password in the URL wins over the environment. */
     assert_int_equal(db_config_parse(&c, "mysql://u:url@h/d", "envpw", err, sizeof err), 0);
     assert_string_equal(c.password, "url");
@@ -67,6 +75,9 @@ static void bad_urls_say_what_is_wrong_without_the_password(void **state)
         {"mysql://u:secret@h/d?connect_timeout=0", "connect_timeout must be a whole number"},
         {"mysql://u:secret@h/d?connect_timeout=3601", "connect_timeout must be a whole number"},
         {"mysql://u:secret@h/d?connect_timeout=10s", "connect_timeout must be a whole number"},
+        {"mysql://u:secret@h/d?read_timeout=0", "read_timeout must be a whole number of seconds"},
+        {"mysql://u:secret@h/d?read_timeout=3601", "read_timeout must be a whole number"},
+        {"mysql://u:secret@h/d?read_timeout=1&read_timeout=2", "option read_timeout is given twice"},
         {"mysql://u:secret@h/d?connect_timeout=-1", "connect_timeout must be a whole number"},
         {"mysql://u:secret@h/d?connect_timeout=", "option connect_timeout has an empty value"},
         {"mysql://u:secret@h/d?connect_timeout=5&connect_timeout=6",
@@ -268,8 +279,8 @@ static void bad_tls_options_are_refused_naming_the_option(void **state)
         {"ssl-mode=", "option ssl-mode has an empty value"},
         {"ssl-mode=REQUIRED&ssl-mode=DISABLED", "option ssl-mode is given twice"},
         {"sslmode=REQUIRED",
-         "unknown option \"sslmode\" (known: socket, connect_timeout, ssl-mode, "
-         "ssl-ca, ssl-cert, ssl-key)"},
+         "unknown option \"sslmode\" (known: socket, connect_timeout, read_timeout, "
+         "ssl-mode, ssl-ca, ssl-cert, ssl-key)"},
         {"ssl_ca=/ca.pem&ssl-mode=VERIFY_CA", "unknown option \"ssl_ca\""},
         {"ssl-mode=VERIFY_CA&ssl-ca=ca.pem", "option ssl-ca must be an absolute path"},
         {"ssl-mode=VERIFY_CA&ssl-ca=/ca.pem&ssl-ca=/ca.pem", "option ssl-ca is given twice"},
