@@ -3,7 +3,13 @@
 --   oopsd lua bench/case.lua scale    N SERVERS WORKDIR
 --   oopsd lua bench/case.lua reaction N SERVERS WORKDIR
 --   oopsd lua bench/case.lua idle     POLICY_DIR SECONDS WORKDIR
+--   oopsd lua bench/case.lua probe    INTERVAL_MS TIMEOUT_MS STOP_FILE PORT...
 -- OOPSD: the oopsd binary to run as servers. Servers log to WORKDIR/*.log.
+-- OOPSCTL (optional): migrate the case's database with that oopsctl (the
+-- servers' own build, so a build compared with --compare meets its schema),
+-- else with this process's oopsd. BENCH_LUA (optional): the oopsd that runs
+-- this file, to start the /healthz probe (the probe mode) as a process of its
+-- own.
 local oops = require("oops")
 local json = require("oops.json")
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -13,6 +19,49 @@ local sql = require("oops.scenario").sql -- rows, or raises naming the statement
 local BOUNDS = require("oops.engine").DURATION_BUCKETS
 
 local mode = arg[1]
+
+---------------------------------------------------------------- /healthz probe
+-- `case.lua probe`: GET /healthz of every PORT at a fixed rate, open loop: a
+-- request is sent every INTERVAL_MS whether or not the previous one came back
+-- (each in a task of its own), so a server whose loop is stuck for seconds
+-- gets a request every interval of it, each counting what it waited, instead
+-- of one request per stall (coordinated omission). A request that got no
+-- answer within TIMEOUT_MS counts as TIMEOUT_MS. Stops sending once STOP_FILE
+-- exists, waits for the requests in flight, prints one JSON object:
+-- { samples = { {port, sent_at (oops.time()), ms, status or 0}, ... } }.
+-- A process of its own, so that the case's own blocking database calls
+-- (inserting the pipelines, polling) cannot delay a probe's answer.
+if mode == "probe" then
+  local interval, timeout, stop_file = math.tointeger(tonumber(arg[2])), math.tointeger(tonumber(arg[3])), arg[4]
+  local ports = {}
+  for i = 5, #arg do ports[#ports + 1] = math.tointeger(tonumber(arg[i])) end
+  local samples, inflight = {}, 0
+  local function probe(port)
+    inflight = inflight + 1
+    local sent = oops.time()
+    local r = oops.http.request { url = ("http://127.0.0.1:%d/healthz"):format(port), timeout_ms = timeout }
+    local took = (oops.time() - sent) * 1000
+    samples[#samples + 1] = { port, sent, r and math.max(0, took) or timeout, r and r.status or 0 }
+    inflight = inflight - 1
+  end
+  local ok, err = pcall(oops.wait, function()
+    local lfs = require("lfs")
+    local t0, k = oops.now_ms(), 0
+    while not lfs.attributes(stop_file) do
+      for _, port in ipairs(ports) do oops.task("probe", probe, port) end
+      k = k + 1
+      oops.sleep(math.max(0, t0 + k * interval - oops.now_ms()))
+    end
+    while inflight > 0 do oops.sleep(10) end
+  end)
+  if not ok then
+    io.stderr:write("bench probe: " .. tostring(err) .. "\n")
+    os.exit(1)
+  end
+  io.write(json.encode({ samples = samples }), "\n")
+  os.exit(0)
+end
+
 local OOPSD = assert(os.getenv("OOPSD"), "OOPSD: the oopsd binary")
 local DB = assert(os.getenv("OOPS_DB"), "OOPS_DB: the case's database")
 
@@ -59,6 +108,49 @@ local function insert_pipelines(n)
     i = i + k
   end
   assert(oops.db.commit())
+end
+
+-- Start the /healthz probe (above) on the servers; returns a function that
+-- stops it and returns its samples (an empty list when it could not run).
+local PROBE_INTERVAL_MS, PROBE_TIMEOUT_MS = 50, 2000
+local function start_probe(servers, workdir)
+  local lua = os.getenv("BENCH_LUA")
+  local stop_file = workdir .. "/probe.stop"
+  if not lua then return function() return {} end end
+  local argv = { lua, "lua", arg[0], "probe", tostring(PROBE_INTERVAL_MS), tostring(PROBE_TIMEOUT_MS), stop_file }
+  for _, s in ipairs(servers) do argv[#argv + 1] = tostring(s.port) end
+  local result
+  local rec = {}
+  local h = oops.proc.start { argv = argv, inherit_env = true, max_output = 64 * 1024 * 1024,
+    timeout_ms = 4 * 3600 * 1000, on_exit = function(r) result, rec.exit = r, r end }
+  if not h then return function() return {} end end
+  rec.proc = h
+  C.started[#C.started + 1] = rec -- killed by C.kill_all when the case fails
+  return function()
+    files.write(stop_file, "stop\n")
+    local deadline = oops.now_ms() + PROBE_TIMEOUT_MS + 30000
+    while not result and oops.now_ms() < deadline do C.sleep(0.05) end
+    if not result then h:kill(9) return {} end
+    local doc = result.ok and json.decode(result.stdout:match("[^\n]*\n?$") or "")
+    if type(doc) ~= "table" then
+      files.write(workdir .. "/probe.err", result.stderr)
+      return {}
+    end
+    return doc.samples
+  end
+end
+
+-- Latencies (ms) of the probes sent in [from, to) (oops.time()), summed up.
+local function healthz_summary(samples, from, to)
+  local xs, timeouts, not_ok = {}, 0, 0
+  for _, x in ipairs(samples) do
+    if x[2] >= from and x[2] < to then
+      xs[#xs + 1] = x[3]
+      if x[4] == 0 then timeouts = timeouts + 1 elseif x[4] ~= 200 then not_ok = not_ok + 1 end
+    end
+  end
+  return { n = #xs, p50 = C.quantile(xs, 0.5), p99 = C.quantile(xs, 0.99), max = C.quantile(xs, 1),
+    timeouts = timeouts, not_ok = not_ok, interval_ms = PROBE_INTERVAL_MS, timeout_ms = PROBE_TIMEOUT_MS }
 end
 
 local function count(status)
@@ -166,10 +258,15 @@ gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
   local watched = { table.unpack(servers) }
   local dbpid = tonumber(os.getenv("BENCH_DB_PID") or "")
   if dbpid then watched[#watched + 1] = { name = "mariadbd", pid = dbpid } end
+  local stop_probe = start_probe(servers, workdir)
+  C.sleep(0.2) -- the probe process has started
+  local probe_from, probe_to
   local usage, t0, t1, at_end = sampled(watched, function()
     local t0 = db_now()
+    probe_from = oops.time()
     insert_pipelines(n)
     wait_all(n, "SUCCEEDED", 1800)
+    probe_to = oops.time()
     local t1 = tonumber(sql("SELECT UNIX_TIMESTAMP(MAX(status_changed_at)) AS t FROM pipeline")[1].t)
     local at_end = snapshot(servers) -- the scan ticks until every pipeline SUCCEEDED
     -- The costs counted below include each pipeline's last statement too:
@@ -183,6 +280,7 @@ gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
     return t0, t1, at_end
   end)
   local after = snapshot(servers)
+  local healthz = healthz_summary(stop_probe(), probe_from, probe_to)
   local d = deltas(servers, before, after)
   local drivers = {}
   for _, r in ipairs(sql([[SELECT server, COUNT(*) AS n FROM pipeline_event
@@ -195,9 +293,14 @@ gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
   local trips = C.sum(d, "oops_db_round_trips_total")
   local acq = C.sum(d, "oops_lock_acquire_statements_total")
   local batches = C.sum(d, "oops_lock_acquire_batches_total")
+  -- The simulated gateway's own statements (a real gateway is no database
+  -- client); absent from a build older than its counter.
+  local sim = after[1]["oops_sim_statements_total"] and C.sum(d, "oops_sim_statements_total") or nil
   local out = {
     n = n, servers = nservers, wall_s = t1 - t0,
     round_trips = trips, round_trips_per_pipeline = trips / n,
+    sim_statements = sim, engine_round_trips_per_pipeline = sim and (trips - sim) / n or nil,
+    healthz = healthz,
     round_trips_work = C.sum(d, "oops_db_round_trips_total", { conn = "work" }),
     round_trips_locks = C.sum(d, "oops_db_round_trips_total", { conn = "locks" }),
     lock_statements = acq, lock_batches = batches,
@@ -269,7 +372,14 @@ local result
 local ran, err = pcall(oops.wait, function()
   local connected, cerr = oops.connect { db = DB, name = "bench", locks = false }
   if not connected then error("cannot connect: " .. tostring(cerr)) end
-  assert(oops.migrate())
+  local ctl = os.getenv("OOPSCTL")
+  if ctl then
+    local r = oops.proc.run { argv = { ctl, "migrate" }, env = { OOPS_DB = DB }, inherit_env = true,
+      timeout_ms = 120000 }
+    if not r or not r.ok then error("oopsctl migrate: " .. tostring(r and (r.stderr .. r.stdout) or "did not run")) end
+  else
+    assert(oops.migrate())
+  end
   local fn = cases[mode]
   if not fn then error("unknown case " .. tostring(mode) .. " (scale, reaction, idle)") end
   result = fn(table.unpack(arg, 2))

@@ -13,6 +13,7 @@ local files = require("oops.scenario.files")
 local USAGE = [[
 usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
                  [--samples K] [--bound SECONDS] [--idle SECONDS] [--out DIR] [--build DIR]
+                 [--compare REV]
   --quick        small sizes for development: --sizes 100,300 --servers 1,3
                  --samples 2 --bound 10 --idle 5 (and 100 pipelines for the reaction)
   --only         a comma-separated subset of scale,failover,reaction,footprint
@@ -24,6 +25,13 @@ usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
   --idle         the idle footprint's window (default 30 s)
   --out          where latest.json and the plots go (default bench/results)
   --build        the build directory with oopsd and oopsctl (default build/)
+  --compare REV  also build REV (any git commit-ish: HEAD~3, a hash, a tag) from a
+                 clean copy (git archive, RelWithDebInfo, in a temporary directory
+                 removed at the end) and run every selected case on it and on
+                 --build, one after the other (alternating which goes first), each
+                 on a fresh database of the same MariaDB; prints one table: case,
+                 measure, REV's value, the working tree's, ratio (after / before);
+                 the JSON gets a "compare" key
   --replot       measure nothing: print the table and redraw the plots of
                  OUT/latest.json
 ]]
@@ -63,6 +71,11 @@ do
     elseif a == "--replot" then opt.replot = true
     elseif a == "--build" then opt.build = value(a)
     elseif a == "--out" then opt.out = value(a)
+    elseif a == "--compare" then opt.compare = value(a)
+    -- Set by the bench/run wrapper, which builds REV: where, and what REV named.
+    elseif a == "--compare-build" then opt.compare_build = value(a)
+    elseif a == "--compare-src" then opt.compare_src = value(a)
+    elseif a == "--compare-commit" then opt.compare_commit = value(a)
     elseif a == "--sizes" then given.sizes = list_of_numbers(value(a), a)
     elseif a == "--servers" then given.servers = list_of_numbers(value(a), a)
     elseif a == "--samples" then given.samples = list_of_numbers(value(a), a)[1]
@@ -88,11 +101,27 @@ for k, v in pairs(given) do if k ~= "quick" then opt[k] = v end end
 opt.quick = given.quick or false
 if not opt.build then die("--build DIR is required (the bench/run wrapper passes it)") end
 local OOPSD, OOPSCTL = opt.build .. "/oopsd", opt.build .. "/oopsctl"
+if opt.compare and not opt.replot and not opt.compare_build then
+  die("--compare REV: run it through the bench/run wrapper (it builds REV)")
+end
 
 local command = { "bench/run" }
-for _, a in ipairs(arg) do
-  if a ~= "--build" and a ~= opt.build then command[#command + 1] = a end
+do
+  local skip = { ["--build"] = true, ["--compare-build"] = true, ["--compare-src"] = true, ["--compare-commit"] = true }
+  local i = 1
+  while i <= #arg do
+    if skip[arg[i]] then i = i + 1 else command[#command + 1] = arg[i] end
+    i = i + 1
+  end
 end
+
+-- The builds a case runs on: the working tree's (--build), and with
+-- --compare the one of REV, "before". Results of "after" go to `results`
+-- (what the table, the plots and --replot read), of "before" to `before`.
+local ROOT = here:match("^(.*)/bench$") or (here .. "/..")
+local AFTER = { key = "after", label = "", oopsd = OOPSD, oopsctl = OOPSCTL, src = ROOT }
+local BEFORE = opt.compare_build and { key = "before", label = " [" .. opt.compare .. "]",
+  oopsd = opt.compare_build .. "/oopsd", oopsctl = opt.compare_build .. "/oopsctl", src = opt.compare_src or ROOT }
 
 ---------------------------------------------------------------- helpers
 
@@ -122,12 +151,25 @@ end
 local work, parent = files.workdir("oops-bench")
 if not work then die("cannot create a work directory under " .. parent) end
 local results -- what latest.json holds
+local before = {} -- with --compare: REV's results, as `results` holds the working tree's
+local function res_of(side) return side == BEFORE and before or results end
+
+-- Run fn(side) on each build: with --compare on both, the order alternating
+-- from one call to the next (ABBA...), so drift on a shared machine hits
+-- both sides alike.
+local ncalls = 0
+local function each_side(fn)
+  ncalls = ncalls + 1
+  if not BEFORE then return fn(AFTER) end
+  for _, side in ipairs(ncalls % 2 == 1 and { BEFORE, AFTER } or { AFTER, BEFORE }) do fn(side) end
+end
 local failed = {} -- what went wrong, for the end
 
 -- Run one case of bench/case.lua on a fresh database; its JSON, or nil.
 local db
 local dbseq = 0
-local function run_case(label, mode, ...)
+local function run_case(label, mode, side, ...)
+  label = label .. side.label
   dbseq = dbseq + 1
   local name = ("bench_%d_%s"):format(dbseq, mode)
   local r = db:admin("CREATE DATABASE " .. name .. ";\n")
@@ -142,8 +184,8 @@ local function run_case(label, mode, ...)
   for _, a in ipairs { ... } do args[#args + 1] = tostring(a) end
   args[#args + 1] = dir
   local res = oops.proc.run { argv = args, timeout_ms = 40 * 60 * 1000, inherit_env = true,
-    env = { OOPS_DB = db:url_for("127.0.0.1"):gsub("/oops$", "/" .. name), OOPSD = OOPSD,
-      BENCH_DB_PID = tostring(db.proc:pid()) } }
+    env = { OOPS_DB = db:url_for("127.0.0.1"):gsub("/oops$", "/" .. name), OOPSD = side.oopsd,
+      OOPSCTL = side.oopsctl, BENCH_LUA = OOPSD, BENCH_DB_PID = tostring(db.proc:pid()) } }
   local took = (oops.now_ms() - t0) / 1000
   if res then files.write(dir .. "/case.err", res.stderr) end
   local doc = res and res.ok and json.decode(res.stdout:match("[^\n]*\n?$") or "")
@@ -165,96 +207,132 @@ results = { machine = machine(), command = table.concat(command, " "), quick = o
   started = os.date("!%Y-%m-%dT%H:%M:%SZ"), options = opt }
 
 local function scale()
-  results.scale = {}
+  results.scale, before.scale = {}, {}
   for _, n in ipairs(opt.sizes) do
     for _, s in ipairs(opt.servers) do
-      local doc = run_case(("scale N=%d servers=%d"):format(n, s), "scale", n, s)
-      if doc then results.scale[#results.scale + 1] = doc end
+      each_side(function(side)
+        local doc = run_case(("scale N=%d servers=%d"):format(n, s), "scale", side, n, s)
+        if doc then table.insert(res_of(side).scale, doc) end
+      end)
     end
   end
 end
 
 local FAULTS = { "kill", "cut", "freeze", "partition" }
 
-local function failover()
-  results.failover = {}
-  for _, f in ipairs(FAULTS) do
-    local out = ("%s/failover-%s.json"):format(work, f)
-    local t0 = oops.now_ms()
-    local env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin", TMPDIR = work,
-      HOME = os.getenv("HOME") or "/tmp", BENCH_FAULT = f, BENCH_SAMPLES = tostring(opt.samples),
-      BENCH_BOUND = tostring(opt.bound), BENCH_OUT = out }
-    -- clear_env: an OOPS_DB in the caller's environment must not point the
-    -- scenario at a shared database (it starts its own).
-    local r = oops.proc.run { argv = { OOPSCTL, "scenario", here .. "/failover.lua" }, env = env,
-      clear_env = true, timeout_ms = 20 * 60 * 1000 }
-    local tap = ("%s/failover-%s.tap"):format(work, f)
-    files.write(tap, (r and r.stdout or "") .. (r and r.stderr or ""))
-    local doc = files.read(out)
-    doc = doc and json.decode(doc)
-    if type(doc) ~= "table" then
-      failed[#failed + 1] = ("failover %s: no result (see %s)"):format(f, tap)
-      say("failover %s: FAILED (see %s)", f, tap)
-    else
-      doc.checks_passed = r ~= nil and r.ok
-      if not doc.checks_passed then
-        failed[#failed + 1] = ("failover %s: the scenario's checks failed (see %s)"):format(f, tap)
-      end
-      results.failover[#results.failover + 1] = doc
-      say("failover %s: done in %.1fs", f, (oops.now_ms() - t0) / 1000)
+local function failover_one(f, side)
+  local res = res_of(side)
+  local out = ("%s/failover-%s%s.json"):format(work, f, side == BEFORE and "-before" or "")
+  local t0 = oops.now_ms()
+  local env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin", TMPDIR = work,
+    HOME = os.getenv("HOME") or "/tmp", BENCH_FAULT = f, BENCH_SAMPLES = tostring(opt.samples),
+    BENCH_BOUND = tostring(opt.bound), BENCH_OUT = out }
+  -- clear_env: an OOPS_DB in the caller's environment must not point the
+  -- scenario at a shared database (it starts its own).
+  local r = oops.proc.run { argv = { side.oopsctl, "scenario", here .. "/failover.lua" }, env = env,
+    clear_env = true, timeout_ms = 20 * 60 * 1000 }
+  local tap = ("%s/failover-%s%s.tap"):format(work, f, side == BEFORE and "-before" or "")
+  files.write(tap, (r and r.stdout or "") .. (r and r.stderr or ""))
+  local doc = files.read(out)
+  doc = doc and json.decode(doc)
+  if type(doc) ~= "table" then
+    failed[#failed + 1] = ("failover %s%s: no result (see %s)"):format(f, side.label, tap)
+    say("failover %s%s: FAILED (see %s)", f, side.label, tap)
+  else
+    doc.checks_passed = r ~= nil and r.ok
+    if not doc.checks_passed then
+      failed[#failed + 1] = ("failover %s%s: the scenario's checks failed (see %s)"):format(f, side.label, tap)
     end
+    res.failover[#res.failover + 1] = doc
+    say("failover %s%s: done in %.1fs", f, side.label, (oops.now_ms() - t0) / 1000)
   end
 end
 
+local function failover()
+  results.failover, before.failover = {}, {}
+  for _, f in ipairs(FAULTS) do each_side(function(side) failover_one(f, side) end) end
+end
+
 local function reaction()
-  results.reaction = run_case(("reaction N=%d servers=3"):format(opt.reaction_n), "reaction", opt.reaction_n, 3)
+  each_side(function(side)
+    res_of(side).reaction = run_case(("reaction N=%d servers=3"):format(opt.reaction_n), "reaction", side,
+      opt.reaction_n, 3)
+  end)
 end
 
 local function footprint()
-  local fp = {}
-  local root = here:match("^(.*)/bench$") or (here .. "/..")
-  fp.idle_shipped = run_case(("idle, shipped policies (%ds)"):format(opt.idle), "idle", root .. "/policies", opt.idle)
+  results.footprint, before.footprint = {}, {}
+  -- The shipped policies of each build's own tree: their keys are its own.
+  each_side(function(side)
+    res_of(side).footprint.idle_shipped = run_case(("idle, shipped policies (%ds)"):format(opt.idle), "idle", side,
+      side.src .. "/policies", opt.idle)
+  end)
   local dir = work .. "/policy-idle-fast"
   lfs.mkdir(dir)
   files.write(dir .. "/bench.lua", 'scan { interval = "500ms" }\n' ..
     'gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }\n')
-  fp.idle_fast = run_case(("idle, scan 500ms (%ds)"):format(opt.idle), "idle", dir, opt.idle)
+  each_side(function(side)
+    res_of(side).footprint.idle_fast = run_case(("idle, scan 500ms (%ds)"):format(opt.idle), "idle", side, dir,
+      opt.idle)
+  end)
   -- Driving: one server alone with the largest scale case (measured there).
-  local biggest
-  for _, c in ipairs(results.scale or {}) do
-    if c.servers == 1 and (not biggest or c.n > biggest.n) then biggest = c end
+  local biggest = {}
+  for _, side in ipairs { AFTER, BEFORE } do
+    for _, c in ipairs(res_of(side).scale or {}) do
+      if c.servers == 1 and (not biggest[side] or c.n > biggest[side].n) then biggest[side] = c end
+    end
   end
-  if not biggest then
+  if not biggest[AFTER] then
     local n = opt.sizes[#opt.sizes]
-    biggest = run_case(("scale N=%d servers=1 (footprint)"):format(n), "scale", n, 1)
+    each_side(function(side)
+      biggest[side] = run_case(("scale N=%d servers=1 (footprint)"):format(n), "scale", side, n, 1)
+    end)
   end
-  if biggest then
-    local u = biggest.usage[1]
-    fp.driving = { n = biggest.n, wall_s = biggest.wall_s, cpu_percent = u.cpu_percent, user_s = u.user_s,
+  for side, c in pairs(biggest) do
+    local u = c.usage[1]
+    res_of(side).footprint.driving = { n = c.n, wall_s = c.wall_s, cpu_percent = u.cpu_percent, user_s = u.user_s,
       peak_anon_kb = u.peak_anon_kb, file_at_peak_kb = u.file_at_peak_kb,
       sys_s = u.sys_s, peak_rss_kb = u.peak_rss_kb, samples = u.samples,
-      database_cpu_percent = biggest.database and biggest.database.cpu_percent }
+      database_cpu_percent = c.database and c.database.cpu_percent }
   end
-  results.footprint = fp
 end
 
 ---------------------------------------------------------------- the table
-
-local rows = {}
-local function row(section, case, measure, value, target, met)
-  rows[#rows + 1] = { section, case, measure, value, target or "-",
-    met == nil and "-" or (met and "yes" or "NO") }
-end
 
 local function ms(s) return s and ("%.0f"):format(s * 1000) or "-" end
 local function secs(s) return s and ("%.2f s"):format(s) or "-" end
 local function mb(kb) return kb and ("%.1f MB"):format(kb / 1024) or "-" end
 
-local function table_rows()
-  for _, c in ipairs(results.scale or {}) do
-    local case = ("N=%d, %d server%s"):format(c.n, c.servers, c.servers > 1 and "s" or "")
+-- The targets of issue 15 (and before): engine round trips per pipeline,
+-- /healthz p99 and peak RSS while one server drives 10,000 pipelines.
+local ENGINE_TRIPS_MAX, HEALTHZ_P99_MAX_MS, DRIVING_RSS_MAX_MB, IDLE_RSS_MAX_MB = 8, 50, 25, 20
+local function big_alone(c) return c.n >= 10000 and c.servers == 1 end
+local function scale_case(c) return ("N=%d, %d server%s"):format(c.n, c.servers, c.servers > 1 and "s" or "") end
+
+-- The table's rows for one set of results: { section, case, measure, value, target, met? }.
+local function table_rows(res)
+  local rows = {}
+  local function row(section, case, measure, value, target, met)
+    rows[#rows + 1] = { section, case, measure, value, target or "-",
+      met == nil and "-" or (met and "yes" or "NO") }
+  end
+  for _, c in ipairs(res.scale or {}) do
+    local case = scale_case(c)
     row("scale", case, "wall time to all SUCCEEDED", secs(c.wall_s))
     row("scale", case, "SQL round trips per pipeline", ("%.1f"):format(c.round_trips_per_pipeline))
+    local e = c.engine_round_trips_per_pipeline
+    row("scale", case, "engine round trips per pipeline (simulator's apart)",
+      e and ("%.1f (simulated gateway %.1f)"):format(e, c.sim_statements / c.n) or "- (no oops_sim_statements_total)",
+      ("<= %d"):format(ENGINE_TRIPS_MAX), e and e <= ENGINE_TRIPS_MAX)
+    local h = c.healthz
+    if h then
+      local target = big_alone(c) and ("p99 <= %d ms"):format(HEALTHZ_P99_MAX_MS) or nil
+      row("scale", case, "/healthz latency while driving, p50 / p99 / max",
+        h.n > 0 and ("%.1f / %.1f / %.1f ms (%d probes%s%s)"):format(h.p50, h.p99, h.max, h.n,
+          h.timeouts > 0 and (", %d unanswered, counted %d ms"):format(h.timeouts, h.timeout_ms) or "",
+          h.not_ok > 0 and (", %d not 200"):format(h.not_ok) or "") or "- (no probe)",
+        target, target and h.p99 ~= nil and h.p99 <= HEALTHZ_P99_MAX_MS or nil)
+    end
     for _, scan in ipairs { "build", "rollout" } do
       local s = c.scans[scan]
       row("scale", case, scan .. " scan tick, median / p99 (mean)", ("%s / %s ms (%s ms; %d ticks)"):format(
@@ -273,7 +351,7 @@ local function table_rows()
     row("scale", case, "CPU during the run, servers / MariaDB", ("%.0f %% / %s of a core"):format(cpu,
       c.database and ("%.0f %%"):format(c.database.cpu_percent) or "?"))
   end
-  for _, f in ipairs(results.failover or {}) do
+  for _, f in ipairs(res.failover or {}) do
     if f.skipped then
       row("failover", f.fault, "takeover", "skipped: " .. f.skipped)
     else
@@ -312,14 +390,14 @@ local function table_rows()
       end
     end
   end
-  local r = results.reaction
+  local r = res.reaction
   if r then
     local x = r.reaction
     row("reaction", ("%d pipelines, 3 servers"):format(r.n), "build ready -> deploy claim",
       ("median %s, p99 %s, max %s"):format(secs(x.p50), secs(x.p99), secs(x.max)),
       ("<= %.1f s (max)"):format(r.interval_s), x.max and x.max <= r.interval_s)
   end
-  local fp = results.footprint
+  local fp = res.footprint
   if fp then
     for _, k in ipairs {
       { "idle_shipped", "idle, shipped policies (scan 5s)" },
@@ -329,7 +407,7 @@ local function table_rows()
       if x then
         row("footprint", k[2], "RSS", ("%s (own %s + shared files %s; PSS %s)"):format(mb(x.rss_kb), mb(x.anon_kb),
           mb(x.file_kb), mb(x.pss_kb)),
-          "<= 20 MB", x.rss_kb <= 20 * 1024)
+          ("<= %d MB"):format(IDLE_RSS_MAX_MB), x.rss_kb <= IDLE_RSS_MAX_MB * 1024)
         row("footprint", k[2], "CPU, % of a core", ("%.2f %%"):format(x.cpu_percent), "<= 1 %", x.cpu_percent <= 1)
         row("footprint", k[2], "database statements per second", ("%.2f"):format(x.statements_per_s))
       end
@@ -338,16 +416,127 @@ local function table_rows()
     if x then
       local case = ("driving %d pipelines, 1 server"):format(x.n)
       row("footprint", case, "peak RSS", ("%s (own at most %s + shared files %s)"):format(mb(x.peak_rss_kb),
-        mb(x.peak_anon_kb), mb(x.file_at_peak_kb)), "<= 20 MB", x.peak_rss_kb <= 20 * 1024)
+        mb(x.peak_anon_kb), mb(x.file_at_peak_kb)), ("<= %d MB"):format(DRIVING_RSS_MAX_MB),
+        x.peak_rss_kb <= DRIVING_RSS_MAX_MB * 1024)
       row("footprint", case, "CPU, % of a core", ("%.1f %% over %.1f s (user %.1f s, system %.1f s)%s"):format(
         x.cpu_percent, x.wall_s, x.user_s or 0, x.sys_s or 0,
         x.database_cpu_percent and ("; MariaDB %.0f %%"):format(x.database_cpu_percent) or ""))
     end
   end
+  return rows
 end
 
-local function print_table()
-  local head = { "section", "case", "measure", "value", "target", "met?" }
+---------------------------------------------------------------- --compare
+
+-- Every number the comparison sets side by side, for one set of results:
+-- { key, section, case, measure, value, fmt, target, met = fn(after, ratio) }.
+local NO_WORSE = 1.10 -- "no worse": the ratio allows this much noise
+local function measures(res)
+  local out = {}
+  local function m(section, case, measure, value, fmt, target, met)
+    out[#out + 1] = { key = section .. "|" .. case .. "|" .. measure, section = section, case = case,
+      measure = measure, value = value, fmt = fmt, target = target, met = met }
+  end
+  local no_worse = ("no worse (ratio <= %.2f)"):format(NO_WORSE)
+  local function not_worse(_, ratio) return ratio and ratio <= NO_WORSE end
+  for _, c in ipairs(res.scale or {}) do
+    local case = scale_case(c)
+    m("scale", case, "wall time to all SUCCEEDED", c.wall_s, "%.2f s", big_alone(c) and "ratio <= 0.40" or nil,
+      big_alone(c) and function(_, ratio) return ratio and ratio <= 0.40 end or nil)
+    m("scale", case, "SQL round trips per pipeline", c.round_trips_per_pipeline, "%.1f")
+    m("scale", case, "engine round trips per pipeline", c.engine_round_trips_per_pipeline, "%.1f",
+      ("<= %d"):format(ENGINE_TRIPS_MAX), function(x) return x <= ENGINE_TRIPS_MAX end)
+    for _, scan in ipairs { "build", "rollout" } do
+      local s = c.scans[scan]
+      m("scale", case, scan .. " scan tick, mean", s.ticks > 0 and s.sum / s.ticks * 1000 or nil, "%.0f ms")
+    end
+    m("scale", case, "GET_LOCK statements per scan", c.lock_statements_per_scan, "%.2f", "1",
+      function(x) return x <= 1.0 + 1e-9 end)
+    local h = c.healthz or {}
+    m("scale", case, "/healthz latency while driving, p50", h.p50, "%.1f ms")
+    m("scale", case, "/healthz latency while driving, p99", h.p99, "%.1f ms",
+      big_alone(c) and ("<= %d ms"):format(HEALTHZ_P99_MAX_MS) or nil,
+      big_alone(c) and function(x) return x <= HEALTHZ_P99_MAX_MS end or nil)
+    m("scale", case, "/healthz latency while driving, max", h.max, "%.1f ms")
+    local rss, cpu = 0, 0
+    for _, u in ipairs(c.usage) do
+      rss, cpu = math.max(rss, u.peak_rss_kb or 0), cpu + u.cpu_percent
+    end
+    m("scale", case, "peak RSS (the largest server)", rss / 1024, "%.1f MB",
+      big_alone(c) and ("<= %d MB"):format(DRIVING_RSS_MAX_MB) or nil,
+      big_alone(c) and function(x) return x <= DRIVING_RSS_MAX_MB end or nil)
+    m("scale", case, "CPU of the servers, % of a core", cpu, "%.0f %%")
+    m("scale", case, "CPU of MariaDB, % of a core", c.database and c.database.cpu_percent, "%.0f %%")
+  end
+  for _, f in ipairs(res.failover or {}) do
+    if not f.skipped then
+      local xs, censored = {}, 0
+      for _, r in ipairs(f.rounds) do
+        if r.kind == "short" then
+          for _, x in ipairs(r.latencies) do xs[#xs + 1] = x end
+          censored = censored + r.censored
+        end
+      end
+      local case = ("%s (session timeout %d s)"):format(f.fault, f.session_timeout_s)
+      m("failover", case, "fault -> first transition elsewhere, median", C.quantile(xs, 0.5), "%.2f s", no_worse,
+        not_worse)
+      m("failover", case, "the same, max", censored == 0 and C.quantile(xs, 1) or nil, "%.2f s", no_worse, not_worse)
+    end
+  end
+  local r = res.reaction
+  if r then
+    local case = ("%d pipelines, 3 servers"):format(r.n)
+    m("reaction", case, "build ready -> deploy claim, median", r.reaction.p50, "%.3f s", no_worse, not_worse)
+    m("reaction", case, "the same, p99", r.reaction.p99, "%.3f s", no_worse, not_worse)
+    m("reaction", case, "the same, max", r.reaction.max, "%.3f s", no_worse, not_worse)
+  end
+  local fp = res.footprint or {}
+  for _, k in ipairs { { "idle_shipped", "idle, shipped policies (scan 5s)" }, { "idle_fast", "idle, scan 500ms" } } do
+    local x = fp[k[1]]
+    if x then
+      m("footprint", k[2], "RSS", x.rss_kb / 1024, "%.1f MB", no_worse, not_worse)
+      m("footprint", k[2], "CPU, % of a core", x.cpu_percent, "%.2f %%", no_worse, not_worse)
+      m("footprint", k[2], "database statements per second", x.statements_per_s, "%.2f", no_worse, not_worse)
+    end
+  end
+  local x = fp.driving
+  if x then
+    local case = ("driving %d pipelines, 1 server"):format(x.n)
+    m("footprint", case, "peak RSS", x.peak_rss_kb / 1024, "%.1f MB", ("<= %d MB"):format(DRIVING_RSS_MAX_MB),
+      function(v) return v <= DRIVING_RSS_MAX_MB end)
+    m("footprint", case, "CPU, % of a core", x.cpu_percent, "%.1f %%")
+  end
+  return out
+end
+
+-- The comparison's rows: { section, case, measure, REV, working tree,
+-- ratio, target, met? }; met? judges the working tree (or the ratio).
+local function compare_rows(before_res, after_res)
+  local rows, b, seen = {}, {}, {}
+  for _, x in ipairs(measures(before_res)) do b[x.key] = x end
+  local list = measures(after_res)
+  for _, x in ipairs(measures(before_res)) do
+    local found = false
+    for _, y in ipairs(list) do if y.key == x.key then found = true break end end
+    if not found then list[#list + 1] = { key = x.key, section = x.section, case = x.case, measure = x.measure,
+      fmt = x.fmt, target = x.target } end
+  end
+  for _, a in ipairs(list) do
+    if not seen[a.key] then
+      seen[a.key] = true
+      local bv, av = b[a.key] and b[a.key].value, a.value
+      local ratio = bv and av and bv ~= 0 and av / bv or nil
+      local met
+      if a.met and av ~= nil then met = a.met(av, ratio) end
+      rows[#rows + 1] = { a.section, a.case, a.measure, bv and a.fmt:format(bv) or "-", av and a.fmt:format(av) or "-",
+        ratio and ("%.2f"):format(ratio) or "-", a.target or "-", met == nil and "-" or (met and "yes" or "NO") }
+    end
+  end
+  return rows
+end
+
+local function print_table(rows, head)
+  head = head or { "section", "case", "measure", "value", "target", "met?" }
   local w = {}
   for i, h in ipairs(head) do w[i] = #h end
   for _, r in ipairs(rows) do for i, c in ipairs(r) do w[i] = math.max(w[i], utf8.len(c) or #c) end end
@@ -494,9 +683,10 @@ local ran, err = pcall(oops.wait, function()
     local text = files.read(opt.out .. "/latest.json")
     if not text then error("--replot: no " .. opt.out .. "/latest.json") end
     results = json.decode(text)
-    results.table, rows = nil, {}
-    table_rows()
-    results.table = rows
+    results.table = table_rows(results)
+    if results.compare then
+      results.compare.table = compare_rows(results.compare.before or {}, results)
+    end
     results.plots = plots(opt.out)
     files.write(opt.out .. "/latest.json", json.encode(results) .. "\n")
     return
@@ -515,8 +705,11 @@ local ran, err = pcall(oops.wait, function()
   if db then db:stop() db = nil end
   if opt.only.failover then failover() end
   results.seconds = (oops.now_ms() - t0) / 1000
-  table_rows()
-  results.table = rows
+  results.table = table_rows(results)
+  if BEFORE then
+    results.compare = { rev = opt.compare, commit = opt.compare_commit, build = opt.compare_build,
+      before = before, before_table = table_rows(before), table = compare_rows(before, results) }
+  end
   mkdirs(opt.out)
   results.plots = plots(opt.out)
   results.failed = failed
@@ -528,9 +721,17 @@ if not ran then
   os.exit(1)
 end
 
-io.write(print_table())
+if results.compare then
+  local cmp = results.compare
+  local short = cmp.commit and cmp.commit:sub(1, 10)
+  local rev = cmp.rev .. (short and short ~= cmp.rev and (" (" .. short .. ")") or "")
+  io.write(print_table(cmp.table, { "section", "case", "measure", rev, "working tree", "ratio", "target", "met?" }))
+  io.write("\nratio = working tree / " .. rev .. "; met? judges the working tree's value (or the ratio)\n")
+else
+  io.write(print_table(results.table))
+end
 io.write(("\n%s; %s, %d cores, %s; MariaDB %s; %.0f s in all\n"):format(results.command, results.machine.cpu,
-  results.machine.nproc, results.machine.kernel, results.machine.mariadb or "?", results.seconds))
+  results.machine.nproc, results.machine.kernel, results.machine.mariadb or "?", results.seconds or 0))
 io.write(("JSON: %s/latest.json; plots: %s\n"):format(opt.out,
   #results.plots > 0 and table.concat(results.plots, ", ") or "none"))
 if #failed > 0 then

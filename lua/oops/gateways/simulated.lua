@@ -17,16 +17,26 @@ local oops = require("oops")
 
 local M = {}
 
+-- Every statement this gateway sends goes through exec, which counts it, so
+-- bench/run can tell the engine's round trips from the simulator's.
+oops.metrics.describe("oops_sim_statements_total", "counter",
+  "statements sent by the simulated gateway (a stand-in for a real one; bench/run subtracts them)")
+
+local function exec(sql, ...)
+  oops.metrics.inc("oops_sim_statements_total")
+  return oops.db.exec(sql, ...)
+end
+
 local function target(p) return p.namespace .. "/" .. p.application .. "/" .. p.environment end
 
 local function record(pipeline_id, tgt, action)
-  return oops.db.exec("INSERT INTO sim_call (pipeline_id, target, action, server) VALUES (?, ?, ?, ?)",
+  return exec("INSERT INTO sim_call (pipeline_id, target, action, server) VALUES (?, ?, ?, ?)",
     pipeline_id, tgt, action, oops.server_name())
 end
 
 -- The injected error for this target and call, or nil.
 local function fault(tgt, call)
-  local rows = oops.db.exec("SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = ?",
+  local rows = exec("SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = ?",
     tgt, "fail_" .. call)
   return rows and rows[1] and (rows[1].outcome or "simulated failure") or nil
 end
@@ -42,7 +52,7 @@ function M.new(cfg)
     if not ok then return nil, err end
     local f = fault(target(p), "build_submit")
     if f then return nil, f end
-    ok, err = oops.db.exec(
+    ok, err = exec(
       "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
       "VALUES (?, 'build', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
       "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
@@ -54,7 +64,7 @@ function M.new(cfg)
 
   function gw.build_status(p)
     -- One statement: the job and any injected fault.
-    local rows, err = oops.db.exec(
+    local rows, err = exec(
       "SELECT j.outcome, NOW(6) >= j.ready_at AS ready, j.pipeline_id IS NOT NULL AS present, " ..
       "(SELECT f.outcome FROM sim_job f WHERE f.pipeline_id = ? AND f.kind = 'fail_build_status') AS fault " ..
       "FROM (SELECT 1) one LEFT JOIN sim_job j ON j.pipeline_id = ? AND j.kind = 'build'",
@@ -73,7 +83,7 @@ function M.new(cfg)
   function gw.build_stop(p)
     local ok, err = record(p.id, target(p), "build_stop")
     if not ok then return nil, err end
-    ok, err = oops.db.exec(
+    ok, err = exec(
       "UPDATE sim_job SET outcome = 'stopped' WHERE pipeline_id = ? AND kind = 'build'", p.id)
     if not ok then return nil, err end
     return true
@@ -82,7 +92,7 @@ function M.new(cfg)
   -- Builds still running for a STOPPED or ERROR pipeline (their driver died
   -- before stopping them): the rollout scan stops them (scans/rollout.lua).
   function gw.build_orphans(limit)
-    local rows, err = oops.db.exec(
+    local rows, err = exec(
       "SELECT j.pipeline_id AS id FROM sim_job j JOIN pipeline p ON p.id = j.pipeline_id " ..
       "WHERE j.kind = 'build' AND p.status IN ('STOPPED', 'ERROR') " ..
       "AND (j.outcome = 'pending' OR (j.outcome IS NULL AND NOW(6) < j.ready_at)) " ..
@@ -99,7 +109,7 @@ function M.new(cfg)
     local f = fault(target(p), "deploy")
     if f then return nil, f end
     if deploy_ms > 0 then oops.sleep(deploy_ms) end
-    ok, err = oops.db.exec(
+    ok, err = exec(
       "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
       "VALUES (?, 'rollout', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
       "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
@@ -110,7 +120,7 @@ function M.new(cfg)
   end
 
   function gw.rollout_health(p)
-    local rows, err = oops.db.exec(
+    local rows, err = exec(
       "SELECT j.outcome, NOW(6) >= j.ready_at AS ready, j.pipeline_id IS NOT NULL AS present, " ..
       "TIMESTAMPDIFF(MICROSECOND, j.started_at, NOW(6)) / 1e6 AS age, " ..
       "(SELECT f.outcome FROM sim_job f WHERE f.pipeline_id = ? AND f.kind = 'fail_rollout_health') AS fault " ..
@@ -132,7 +142,7 @@ function M.new(cfg)
     local f = fault(tgt, "restart")
     if f then return nil, f end
     -- A slow target, for tests: kind 'slow_restart', outcome = milliseconds.
-    local slow = oops.db.exec("SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = 'slow_restart'", tgt)
+    local slow = exec("SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = 'slow_restart'", tgt)
     if slow and slow[1] and tonumber(slow[1].outcome) then oops.sleep(math.floor(tonumber(slow[1].outcome))) end
     return true
   end
