@@ -81,11 +81,17 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
  * `actor` is the event's server. A non-zero `lock_session` (the caller's
  * lock-session connection id) fences the update: it counts only while that
  * session holds oops:pipeline:ID (0 otherwise, like a lost race), and the
- * event records it. 0 = an operator's change, not fenced.
+ * event records it. 0 = an operator's change, not fenced. One round trip: the
+ * procedure oops_transition (schema 8), or five statements when the account
+ * may not EXECUTE it (logged once).
  */
 int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, pipeline_status to,
                               const char *message, const char *driver, const char *actor,
                               uint64_t lock_session, char *err, size_t errlen);
+
+/* False once this process found it may not CALL oops_transition (the
+ * account lacks EXECUTE): transitions then take five statements. */
+bool pipeline_store_transition_calls(void);
 
 /* 1 found (*out filled, pipeline_clear it), 0 not found, PSTORE_DB. */
 int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen);

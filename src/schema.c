@@ -1,9 +1,9 @@
 #include "schema.h"
 
-#include "lock_names.h"
-
 #include <stdio.h>
 #include <string.h>
+
+#include "lock_names.h"
 
 typedef struct migration {
     int version;
@@ -374,6 +374,56 @@ static const char *const v7[] = {
     "ALTER TABLE sim_job ADD INDEX IF NOT EXISTS ix_sim_job_open (kind, outcome, ready_at)",
     NULL,
 };
+/* 8: a transition in one round trip. oops_transition() makes the fenced
+ * conditional UPDATE, its pipeline_event and its outbox row in one
+ * transaction, as pipeline_store_transition did with five statements
+ * (START TRANSACTION, UPDATE, INSERT event, INSERT outbox, COMMIT), and
+ * answers one row: won = 1 when this call changed the status, else 0. Any
+ * error rolls back and is raised again unchanged (a second unfinished
+ * pipeline is still error 1062). SQL SECURITY INVOKER: it runs with the
+ * caller's rights on the tables (SELECT, INSERT, UPDATE); calling it needs
+ * EXECUTE (README "Database accounts"; without it the servers fall back to
+ * the five statements and say so). Parameters carry the columns' exact
+ * collation (utf8mb4_nopad_bin, v5), so comparisons stay byte for byte.
+ * Additive: servers of schema 7 run on it unchanged. */
+static const char *const v8[] = {
+    "DROP PROCEDURE IF EXISTS oops_transition",
+    "CREATE PROCEDURE oops_transition("
+    " IN p_id VARCHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_from VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_to VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_event VARCHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_message TEXT CHARACTER SET utf8mb4,"
+    " IN p_driver VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_actor VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_fence BIGINT)"
+    " SQL SECURITY INVOKER MODIFIES SQL DATA"
+    " BEGIN"
+    "  DECLARE won INT DEFAULT 0;"
+    "  DECLARE ev BIGINT UNSIGNED;"
+    "  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;"
+    "  START TRANSACTION;"
+    /* Fenced: with a lock session (p_fence <> 0) the update counts only while
+     * that session holds the pipeline's lock. */
+    "  UPDATE pipeline SET status = p_to, message = p_message, status_changed_at = NOW(6),"
+    "   driven_by = COALESCE(p_driver, driven_by)"
+    "   WHERE id = p_id AND status = p_from"
+    "   AND (p_fence = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> p_fence);"
+    "  SET won = ROW_COUNT();"
+    "  IF won = 1 THEN"
+    "   INSERT INTO pipeline_event (pipeline_id, event_type, from_status, to_status, message,"
+    "    server, lock_session, created_at)"
+    "    VALUES (p_id, p_event, p_from, p_to, p_message, p_actor, NULLIF(p_fence, 0), NOW(6));"
+    "   SET ev = LAST_INSERT_ID();"
+    /* The notification, in the same transaction: never lost across a crash. */
+    "   INSERT INTO outbox (event_id, kind, ref_id)"
+    "    VALUES (CONCAT('pipeline-event-', ev), 'pipeline', ev);"
+    "  END IF;"
+    "  COMMIT;"
+    "  SELECT won;"
+    " END",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -384,6 +434,7 @@ static const migration migrations[] = {
     {5, "identifiers compare byte for byte (utf8mb4_nopad_bin)", v5},
     {6, "external builds: job handle, submit count, one cancel claim", v6},
     {7, "indexes for every query of the scans and oopsctl, and for retention", v7},
+    {8, "a transition in one round trip: the procedure oops_transition", v8},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

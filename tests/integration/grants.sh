@@ -23,7 +23,7 @@ trap cleanup EXIT
 MDB_TLS=1 mariadb_start "$work/mariadb" || { echo "not ok 1 - a MariaDB with TLS starts"; exit 1; }
 oopsd="$OOPS_BUILD/oopsd" ctl="$OOPS_BUILD/oopsctl"
 root() { mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot "$@"; }
-latest=7 # schema_latest() of this build; checked below against `oopsctl migrate`
+latest=8 # schema_latest() of this build; checked below against `oopsctl migrate`
 
 # The README's statements, as written.
 grants=$(awk '/^## Database grants/ {on = 1; next} /^## / {on = 0} on' "$OOPS_ROOT/README.md" |
@@ -132,6 +132,7 @@ check "oopsctl stop (run-time grants)" rctl stop "$hold"
 check "oopsctl list, locks, show (run-time grants)" bash -c "'$ctl' --db '$run_db' list && '$ctl' --db '$run_db' locks && '$ctl' --db '$run_db' show '$id'"
 for n in gx1 gx2; do
   unlike "$(cat "${SRV_LOG[$n]}")" "denied" "$n was never denied a statement (its log)"
+  unlike "$(cat "${SRV_LOG[$n]}")" "five statements instead of one" "$n made each transition one CALL (EXECUTE granted)"
 done
 like "$(curl -s "$(url gx1 /metrics)")" 'oops_scan_runs_total\{scan="build"\} [1-9]' "... its scans ran"
 out=$(rctl rollback --app t/web --env prod 2>&1); rc=$?
@@ -171,4 +172,26 @@ unset 'SRV_PID[gw2]'
 root oops -e "DELETE FROM schema_version WHERE version = $newer"
 out=$("$ctl" --db "$mig_db" migrate 2>&1)
 is "$out" "schema is up to date (version $latest)" "back at version $latest"
+# --- an account with the grants of before schema 8 (no EXECUTE) --------------
+# Its servers cannot CALL oops_transition: they say so once and make each
+# transition with five statements instead; nothing else changes.
+old_pw="old-$RANDOM$RANDOM"
+root -e "CREATE USER 'oopsd_old'@'127.0.0.1' IDENTIFIED BY '$old_pw' REQUIRE SSL;
+  GRANT SELECT, INSERT, UPDATE, DELETE ON oops.* TO 'oopsd_old'@'127.0.0.1'"
+old_db="mysql://oopsd_old:$old_pw@127.0.0.1:$MDB_PORT/oops?$tls"
+kill -TERM "${SRV_PID[gx1]}" "${SRV_PID[gx2]}"; wait "${SRV_PID[gx1]}" "${SRV_PID[gx2]}"
+unset 'SRV_PID[gx1]' 'SRV_PID[gx2]'
+OOPS_TEST_DB=$old_db start_server go1 "$OOPS_ROOT/tests/exec/policies"
+old_id=$(rctl create --app t/web --env prod --artifact registry/t/web:3 2>/dev/null)
+wait_for 40 "a server without EXECUTE still drives a pipeline to SUCCEEDED" \
+  bash -c "[[ \$('$ctl' --db '$run_db' --json show '$old_id') == *'\"status\":\"SUCCEEDED\"'* ]]"
+like "$(cat "${SRV_LOG[go1]}")" "transitions take five statements instead of one: CALL oops_transition failed .*execute command denied.*GRANT EXECUTE" \
+  "... saying once that it makes transitions the long way, and why"
+is "$(grep -c 'five statements instead of one' "${SRV_LOG[go1]}")" 1 "... once"
+is "$(root oops -e "SELECT COUNT(*) FROM pipeline_event e JOIN outbox o ON o.ref_id = e.id WHERE e.pipeline_id = '$old_id'")" \
+  "$(root oops -e "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = '$old_id'")" \
+  "... every event with its notification, as with the CALL"
+kill -TERM "${SRV_PID[go1]}"; wait "${SRV_PID[go1]}"; is "$?" 0 "... and stops cleanly"
+unset 'SRV_PID[go1]'
+
 done_testing

@@ -139,12 +139,39 @@ static void migration_7_adds_the_history_indexes(void **state)
             fail_msg("%s: index %s missing", want[i][0], want[i][1]);
     }
     /* Applying it again changes nothing and fails on nothing (IF NOT EXISTS). */
-    db_result_free(testdb_q(c, "DELETE FROM schema_version WHERE version = 7", NULL, 0));
+    db_result_free(testdb_q(c, "DELETE FROM schema_version WHERE version >= 7", NULL, 0));
     int applied = -1;
     if (schema_migrate(c, &applied, err, sizeof err))
         fail_msg("re-applying migration 7: %s", err);
-    assert_int_equal(applied, 1);
-    assert_int_equal(schema_current(c, err, sizeof err), 7);
+    assert_int_equal(applied, schema_latest() - 6);
+    assert_int_equal(schema_current(c, err, sizeof err), schema_latest());
+    db_close(c);
+}
+
+/* Migration 8: the procedure a transition is one CALL of; it runs with the
+ * caller's rights, and applying the migration again replaces it. */
+static void migration_8_creates_the_transition_procedure(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    db_conn *c = testdb_open();
+    if (schema_migrate(c, NULL, err, sizeof err))
+        fail_msg("schema_migrate: %s", err);
+    const char *q = "SELECT security_type FROM information_schema.routines WHERE routine_schema "
+                    "= DATABASE() AND routine_name = 'oops_transition' AND routine_type = "
+                    "'PROCEDURE'";
+    db_result *r = testdb_q(c, q, NULL, 0);
+    assert_int_equal(r->nrows, 1);
+    assert_string_equal(db_get(r, 0, 0), "INVOKER");
+    db_result_free(r);
+    db_result_free(testdb_q(c, "DELETE FROM schema_version WHERE version >= 8", NULL, 0));
+    int applied = -1;
+    if (schema_migrate(c, &applied, err, sizeof err))
+        fail_msg("re-applying migration 8: %s", err);
+    assert_int_equal(applied, schema_latest() - 7);
+    r = testdb_q(c, q, NULL, 0);
+    assert_int_equal(r->nrows, 1);
+    db_result_free(r);
     db_close(c);
 }
 
@@ -321,6 +348,7 @@ int main(void)
         cmocka_unit_test_setup(an_empty_database_migrates_to_the_latest, empty_database),
         cmocka_unit_test_setup(the_version_table_records_each_migration, empty_database),
         cmocka_unit_test_setup(migration_7_adds_the_history_indexes, empty_database),
+        cmocka_unit_test_setup(migration_8_creates_the_transition_procedure, empty_database),
         cmocka_unit_test_setup(migrating_twice_changes_nothing, empty_database),
         cmocka_unit_test_setup(a_newer_database_is_refused_unchanged, empty_database),
         cmocka_unit_test_setup(concurrent_runners_are_serialised, empty_database),
