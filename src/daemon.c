@@ -19,6 +19,7 @@
 
 #include "buf.h"
 #include "ctx.h"
+#include "db_fiber.h"
 #include "http_server.h"
 #include "lock_names.h"
 #include "log.h"
@@ -50,6 +51,15 @@ typedef struct server_state {
      * not migrate it: nothing is driven until `oopsctl migrate` (schema_poll). */
     bool schema_waiting;
     uint64_t schema_checked, schema_logged;
+    /* The periodic tick runs its database work in a fiber (tick_work): lock
+     * session validation and reconnects, heartbeat, the schema poll; what it
+     * found is acted on back on the loop (tick_done). */
+    bool tick_running;
+    int tick_ev;         /* lock_registry_tick's result */
+    char tick_err[512];  /* its message */
+    bool tick_heartbeat; /* a heartbeat is due */
+    bool tick_schema;    /* the schema poll is due */
+    int tick_schema_cur; /* what it read (-1: could not) */
 } server_state;
 
 /* ---- calling the Lua engine -------------------------------------------- */
@@ -267,7 +277,19 @@ static void finish(server_state *d)
     if (left)
         log_msg(LOG_WARN, "stopping with %zu step(s) still in flight after %u ms", left,
                 d->o.drain_ms);
-    if (d->ctx.locks && lock_registry_is_up(d->ctx.locks)) {
+    /* Statements the database has not answered by now (it is frozen, or cut
+     * off) are abandoned: their sockets are shut down, so their fibers end at
+     * once. The database releases our locks when it sees the lock session
+     * close; nobody else can take them before that. */
+    size_t waiting = db_fiber_count();
+    if (waiting) {
+        log_msg(LOG_WARN,
+                "stopping with %zu database call(s) unanswered after %u ms: abandoning them "
+                "(the database releases this server's locks when it sees the sessions close)",
+                waiting, d->o.drain_ms);
+        db_fiber_abort_all();
+    }
+    if (!waiting && d->ctx.locks && lock_registry_is_up(d->ctx.locks)) {
         lock_registry_release_all(d->ctx.locks);
         char err[256];
         db_value p[] = {db_text(d->ctx.server_name)};
@@ -276,15 +298,19 @@ static void finish(server_state *d)
                     "UPDATE server SET lock_connection_id = NULL, last_seen = NOW(6) "
                     "WHERE name = ?",
                     p, 1, NULL, err, sizeof err);
+        log_msg(LOG_INFO, "stopped: every lock released");
+    } else {
+        log_msg(LOG_INFO, "stopped: the lock session closes with the process");
     }
-    log_msg(LOG_INFO, "stopped: every lock released");
     uv_stop(&d->loop);
 }
 
 static void drain_check(uv_timer_t *t)
 {
     server_state *d = t->data;
-    if (runtime_task_count(d->ctx.rt) == 0 || uv_now(&d->loop) >= d->drain_deadline)
+    /* Done when no step and no tick is out, or at the deadline whatever is. */
+    if ((runtime_task_count(d->ctx.rt) == 0 && !d->tick_running && db_fiber_count() == 0) ||
+        uv_now(&d->loop) >= d->drain_deadline)
         finish(d);
 }
 
@@ -395,14 +421,10 @@ static int check_schema(server_state *d)
 }
 
 /* While waiting: has the schema reached this oopsd's version? Then start
- * driving. Newer (migrated by a newer oopsctl): refused as at start. */
-static void schema_poll(server_state *d, uint64_t now)
+ * driving. Newer (migrated by a newer oopsctl): refused as at start. `cur` is
+ * what the tick read (-1: it could not). */
+static void schema_poll(server_state *d, int cur, const char *err)
 {
-    char err[512];
-    d->schema_checked = now;
-    int cur = -1;
-    if (db_conn_ensure(d->ctx.work, err, sizeof err) == 0)
-        cur = schema_current(d->ctx.work, err, sizeof err);
     if (cur > schema_latest()) {
         log_msg(LOG_ERROR, "database schema %d is newer than this oopsd (%d): upgrade oopsd", cur,
                 schema_latest());
@@ -411,10 +433,9 @@ static void schema_poll(server_state *d, uint64_t now)
     } else if (cur == schema_latest()) {
         d->schema_waiting = false;
         log_msg(LOG_INFO, "database schema %d reached: driving", cur);
-        register_server(d);
         engine_call0(d, "start");
-    } else if (now - d->schema_logged >= SCHEMA_LOG_MS) {
-        d->schema_logged = now;
+    } else if (uv_now(&d->loop) - d->schema_logged >= SCHEMA_LOG_MS) {
+        d->schema_logged = uv_now(&d->loop);
         if (cur < 0)
             log_msg(LOG_WARN, "waiting for `oopsctl migrate`: reading the schema version: %s", err);
         else
@@ -425,37 +446,84 @@ static void schema_poll(server_state *d, uint64_t now)
     }
 }
 
+/* In a fiber, holding the lock lane and the work connection: every
+ * statement of the tick. No Lua here. */
+static void tick_work(void *arg)
+{
+    server_state *d = arg;
+    uint64_t now = uv_now(&d->loop);
+    d->tick_err[0] = '\0';
+    d->tick_ev = lock_registry_tick(d->ctx.locks, now, d->tick_err, sizeof d->tick_err);
+    if (d->tick_ev != LOCK_REFUSED && (d->tick_ev & LOCK_EV_RECONNECTED))
+        take_name_lock(d);
+    if (d->tick_heartbeat || (d->tick_ev != LOCK_REFUSED && (d->tick_ev & LOCK_EV_RECONNECTED)))
+        heartbeat(d);
+    if (d->tick_schema) {
+        char err[512] = "";
+        d->tick_schema_cur = -1;
+        if (db_conn_ensure(d->ctx.work, err, sizeof err) == 0)
+            d->tick_schema_cur = schema_current(d->ctx.work, err, sizeof err);
+        if (d->tick_schema_cur == schema_latest())
+            register_server(d);
+        if (d->tick_schema_cur < 0)
+            snprintf(d->tick_err, sizeof d->tick_err, "%s", err);
+    }
+}
+
+/* Back on the loop: act on what the tick found. */
+static void tick_done(void *arg)
+{
+    server_state *d = arg;
+    d->ctx.work_busy = false;
+    db_pool_put(d->ctx.lock_lane, NULL);
+    d->tick_running = false;
+    int ev = d->tick_ev;
+    if (ev == LOCK_REFUSED) {
+        log_msg(LOG_ERROR, "%s", d->tick_err);
+        d->exit_code = OOPSD_DB;
+        begin_shutdown(d, "lock session refused");
+    } else {
+        if (ev & LOCK_EV_LOST) {
+            log_msg(LOG_ERROR,
+                    "lock session lost: every lock is gone; driving nothing until reconnected");
+            notify("STATUS=lock session lost: driving nothing until reconnected");
+            metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
+        }
+        if (ev & LOCK_EV_RECONNECTED) {
+            log_msg(LOG_INFO, "lock session reconnected (connection %llu)",
+                    (unsigned long long)lock_registry_connection_id(d->ctx.locks));
+            notify_status(d, "");
+        }
+        if (d->tick_schema && !d->draining)
+            schema_poll(d, d->tick_schema_cur, d->tick_err);
+    }
+}
+
+static void tick_got_lane(db_conn *unused, void *arg)
+{
+    (void)unused;
+    server_state *d = arg;
+    d->ctx.work_busy = true;
+    if (db_fiber_run(&d->loop, tick_work, tick_done, d) != 0) {
+        tick_work(d); /* no memory for a fiber: block rather than skip the lock session */
+        tick_done(d);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     server_state *d = t->data;
-    char err[512];
-    uint64_t now = uv_now(&d->loop);
-    int ev = lock_registry_tick(d->ctx.locks, now, err, sizeof err);
-    if (ev == LOCK_REFUSED) {
-        log_msg(LOG_ERROR, "%s", err);
-        d->exit_code = OOPSD_DB;
-        begin_shutdown(d, "lock session refused");
+    if (d->tick_running) /* the last one still waits for the database */
         return;
-    }
-    if (ev & LOCK_EV_LOST) {
-        log_msg(LOG_ERROR,
-                "lock session lost: every lock is gone; driving nothing until reconnected");
-        notify("STATUS=lock session lost: driving nothing until reconnected");
-        metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
-    }
-    if (ev & LOCK_EV_RECONNECTED) {
-        log_msg(LOG_INFO, "lock session reconnected (connection %llu)",
-                (unsigned long long)lock_registry_connection_id(d->ctx.locks));
-        take_name_lock(d);
-        heartbeat(d);
-        notify_status(d, "");
-    }
-    if (now - d->last_heartbeat >= HEARTBEAT_MS) {
+    uint64_t now = uv_now(&d->loop);
+    d->tick_heartbeat = now - d->last_heartbeat >= HEARTBEAT_MS;
+    if (d->tick_heartbeat)
         d->last_heartbeat = now;
-        heartbeat(d);
-    }
-    if (d->schema_waiting && !d->draining && now - d->schema_checked >= SCHEMA_POLL_MS)
-        schema_poll(d, now);
+    d->tick_schema = d->schema_waiting && !d->draining && now - d->schema_checked >= SCHEMA_POLL_MS;
+    if (d->tick_schema)
+        d->schema_checked = now;
+    d->tick_running = true;
+    db_pool_get(d->ctx.lock_lane, tick_got_lane, d);
 }
 
 /* ---- HTTP: /healthz /metrics /status ----------------------------------- */
@@ -505,7 +573,10 @@ static void prom_metrics(server_state *d, http_response *out)
     metrics_set(m, "oops_policy_stale", "", d->ctx.policy_error != NULL);
     metrics_set(m, "oops_tasks", "", (double)runtime_task_count(d->ctx.rt));
     metrics_set(m, "oops_db_round_trips_total", "conn=\"work\"",
-                (double)db_round_trips(d->ctx.work));
+                (double)(db_round_trips(d->ctx.work) + db_pool_round_trips(d->ctx.pool)));
+    metrics_set(m, "oops_db_connections_lent", "", (double)db_pool_lent(d->ctx.pool));
+    metrics_set(m, "oops_db_calls_waiting", "",
+                (double)(db_pool_waiting(d->ctx.pool) + db_pool_waiting(d->ctx.lock_lane)));
     metrics_set(m, "oops_db_round_trips_total", "conn=\"locks\"",
                 (double)lock_registry_round_trips(r));
     http_server_stats hs = http_server_get_stats(d->http);
@@ -617,6 +688,10 @@ static void describe_metrics(metrics *m)
                      "outbox rows whose message could not be built");
     metrics_describe(m, "oops_db_round_trips_total", METRIC_COUNTER,
                      "statements and prepares sent, per connection");
+    metrics_describe(m, "oops_db_connections_lent", METRIC_GAUGE,
+                     "work connections of the pool lent to tasks now");
+    metrics_describe(m, "oops_db_calls_waiting", METRIC_GAUGE,
+                     "database calls waiting for a work connection or the lock session");
     metrics_describe(m, "oops_lock_acquire_statements_total", METRIC_COUNTER,
                      "GET_LOCK statements sent by scans");
     metrics_describe(m, "oops_lock_acquire_batches_total", METRIC_COUNTER,
@@ -657,6 +732,14 @@ static int connect_all(server_state *d)
     int rc = check_schema(d);
     if (rc != OOPSD_OK)
         return rc;
+    /* Tasks borrow work connections of the pool (opened as needed); the lock
+     * session takes one call at a time. Both without blocking the loop. */
+    d->ctx.pool = db_pool_new(&wcfg, d->o.db_connections ? d->o.db_connections : 4);
+    d->ctx.lock_lane = db_pool_new_lane();
+    if (!d->ctx.pool || !d->ctx.lock_lane) {
+        fprintf(stderr, "oopsd: out of memory\n");
+        return OOPSD_DB;
+    }
     d->ctx.locks = lock_registry_new(&d->ctx.dbcfg, NULL);
     rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
     if (rc != 0) {
@@ -693,7 +776,11 @@ static void teardown(server_state *d)
     uv_walk(&d->loop, close_walk, NULL);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     uv_loop_close(&d->loop);
+    if (db_fiber_count())
+        db_fiber_abort_all(); /* none should be left; if one is, it ends before we free */
     lock_registry_free(d->ctx.locks);
+    db_pool_free(d->ctx.pool);
+    db_pool_free(d->ctx.lock_lane);
     db_close(d->ctx.work);
     db_config_free(&d->ctx.dbcfg);
     metrics_free(d->ctx.metrics);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "db_fiber.h"
 #include "error_names.h"
 
 #define STMT_CACHE_SIZE 48
@@ -30,6 +31,25 @@ struct db_conn {
     uint64_t clock; /* for LRU */
     cached_stmt cache[STMT_CACHE_SIZE];
 };
+
+/*
+ * Every call that may wait for the server goes through Connector/C's
+ * non-blocking API: START(&ret, ...) and, while it returns what it waits for,
+ * CONT(&ret, obj, ready) after db_fiber_wait() — which yields to the loop in
+ * a fiber and poll()s elsewhere (db_fiber.h).
+ */
+static int nb_wait(MYSQL *m, int status)
+{
+    unsigned t = (status & MYSQL_WAIT_TIMEOUT) ? mysql_get_timeout_value_ms(m) : 0;
+    return db_fiber_wait((int)mysql_get_socket(m), status, t);
+}
+
+#define NB(m, ret, start_call, cont_fn, obj)                                                       \
+    do {                                                                                           \
+        int nb_status_ = (start_call);                                                             \
+        while (nb_status_)                                                                         \
+            nb_status_ = cont_fn(&(ret), (obj), nb_wait((m), nb_status_));                         \
+    } while (0)
 
 /* ---- values ------------------------------------------------------------ */
 
@@ -161,6 +181,8 @@ static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
     /* Never reconnect behind our back: a silent reconnect drops every lock. */
     mysql_options(m, MYSQL_OPT_RECONNECT, &no);
     mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    /* The non-blocking API (NB above); 0 = the library's default stack size. */
+    mysql_options(m, MYSQL_OPT_NONBLOCK, 0);
     if (cfg->socket) {
         unsigned proto = MYSQL_PROTOCOL_SOCKET;
         mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
@@ -171,8 +193,13 @@ static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
         mysql_close(m);
         return NULL;
     }
-    if (!mysql_real_connect(m, cfg->host, cfg->user, cfg->password ? cfg->password : "",
-                            cfg->database, cfg->port, cfg->socket, 0)) {
+    MYSQL *connected = NULL;
+    NB(m, connected,
+       mysql_real_connect_start(&connected, m, cfg->host, cfg->user,
+                                cfg->password ? cfg->password : "", cfg->database, cfg->port,
+                                cfg->socket, 0),
+       mysql_real_connect_cont, m);
+    if (!connected) {
         char hint[1200];
         snprintf(err, errlen, "cannot connect to database at %s: %s%s",
                  db_config_where(cfg, where, sizeof where), mysql_error(m),
@@ -249,6 +276,14 @@ db_conn *db_open(const db_config *cfg, char *err, size_t errlen)
         db_close(c);
         return NULL;
     }
+    return c;
+}
+
+db_conn *db_conn_new(const db_config *cfg)
+{
+    db_conn *c = calloc(1, sizeof *c);
+    if (c)
+        db_config_copy(&c->cfg, cfg);
     return c;
 }
 
@@ -329,7 +364,9 @@ static MYSQL_STMT *cache_get(db_conn *c, const char *sql, char *err, size_t errl
     my_bool on = 1;
     mysql_stmt_attr_set(st, STMT_ATTR_UPDATE_MAX_LENGTH, &on);
     c->prepares++;
-    if (mysql_stmt_prepare(st, sql, strlen(sql)) != 0) {
+    int prc = 0;
+    NB(c->m, prc, mysql_stmt_prepare_start(&prc, st, sql, strlen(sql)), mysql_stmt_prepare_cont, st);
+    if (prc != 0) {
         *code = stmt_fail(c, st, "prepare", err, errlen);
         mysql_stmt_close(st);
         return NULL;
@@ -523,7 +560,9 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     if (bind_params(st, params, nparams, pb, pn) != 0)
         return stmt_fail(c, st, "bind", err, errlen);
     c->statements++;
-    if (mysql_stmt_execute(st) != 0) {
+    int erc = 0;
+    NB(c->m, erc, mysql_stmt_execute_start(&erc, st), mysql_stmt_execute_cont, st);
+    if (erc != 0) {
         code = stmt_fail(c, st, "execute", err, errlen);
         if (!c->alive)
             cache_clear(c);
@@ -534,7 +573,9 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     db_result *r = calloc(1, sizeof *r);
     MYSQL_RES *meta = mysql_stmt_result_metadata(st);
     if (meta) {
-        if (mysql_stmt_store_result(st) != 0 || fetch_all(st, meta, r) != 0) {
+        int src = 0;
+        NB(c->m, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
+        if (src != 0 || fetch_all(st, meta, r) != 0) {
             code = stmt_fail(c, st, "fetch", err, errlen);
             mysql_free_result(meta);
             mysql_stmt_free_result(st);
@@ -548,6 +589,44 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     } else {
         r->affected = (uint64_t)mysql_stmt_affected_rows(st);
         r->insert_id = (uint64_t)mysql_stmt_insert_id(st);
+    }
+    /* A CALL answers with its result sets and then a status: read them all
+     * (the first result set is the one kept), so the connection is free for
+     * the next statement. */
+    while (mysql_stmt_more_results(st)) {
+        int nrc = 0;
+        NB(c->m, nrc, mysql_stmt_next_result_start(&nrc, st), mysql_stmt_next_result_cont, st);
+        if (nrc > 0) {
+            code = stmt_fail(c, st, "execute", err, errlen);
+            db_result_free(r);
+            if (!c->alive)
+                cache_clear(c);
+            return code;
+        }
+        if (nrc < 0)
+            break;
+        if (mysql_stmt_field_count(st) > 0) {
+            MYSQL_RES *more = mysql_stmt_result_metadata(st);
+            bool keep = r->ncols == 0 && more;
+            int src = 0;
+            NB(c->m, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont,
+               st);
+            if (src != 0 || (keep && fetch_all(st, more, r) != 0)) {
+                code = stmt_fail(c, st, "fetch", err, errlen);
+                if (more)
+                    mysql_free_result(more);
+                mysql_stmt_free_result(st);
+                db_result_free(r);
+                if (!c->alive)
+                    cache_clear(c);
+                return code;
+            }
+            if (more)
+                mysql_free_result(more);
+            mysql_stmt_free_result(st);
+        } else if (r->ncols == 0) {
+            r->affected = (uint64_t)mysql_stmt_affected_rows(st);
+        }
     }
     if (out)
         *out = r;

@@ -40,6 +40,9 @@ typedef struct db_conn db_conn;
 
 /* Open a connection. NULL with "cannot connect to database at WHERE: why" in err. */
 db_conn *db_open(const db_config *cfg, char *err, size_t errlen);
+/* A connection not opened yet (settings copied): the first db_conn_ensure
+ * opens it. NULL when out of memory. */
+db_conn *db_conn_new(const db_config *cfg);
 void db_close(db_conn *c);
 /* The server's CONNECTION_ID() recorded when the session was opened. */
 uint64_t db_connection_id(const db_conn *c);

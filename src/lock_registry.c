@@ -25,6 +25,7 @@ struct lock_registry {
     unsigned
         chosen_wait_s; /* 0: 3 validation intervals; else seconds or LOCK_WAIT_TIMEOUT_SERVER */
 };
+    bool wait_pending;        /* wait_timeout changed: set it before the next statement */
 
 /* The session wait_timeout that follows from the choice and the interval. */
 static unsigned derived_wait(const lock_registry *r)
@@ -97,6 +98,12 @@ static unsigned q(lock_registry *r, const char *sql, const db_value *p, size_t n
     r->statements++;
     return db_exec(r->conn, sql, p, n, out, err, errlen);
 }
+    if (r->wait_pending) { /* a new wait_timeout, set before the session's next statement */
+        r->wait_pending = false;
+        unsigned rc = apply_wait(r, err, errlen);
+        if (rc)
+            return rc;
+    }
 
 static int check_shared(lock_registry *r, char *err, size_t errlen)
 {
@@ -170,16 +177,17 @@ static unsigned apply_wait(lock_registry *r, char *err, size_t errlen)
     return q(r, "SET SESSION wait_timeout = ?", p, 1, NULL, err, errlen);
 }
 
-/* The bound on a vanished host's locks changes now, not at the next connect. */
+/* The bound on a vanished host's locks changes with the session's next
+ * statement (the next validation at the latest), not at the next connect. No
+ * statement is sent from here: the caller may not own the session now (a
+ * task's call may be out on it). */
 static void rederive_wait(lock_registry *r)
 {
     unsigned w = derived_wait(r);
     if (w == r->o.wait_timeout_s)
         return;
     r->o.wait_timeout_s = w;
-    char e[256];
-    if (r->conn && apply_wait(r, e, sizeof e))
-        go_down(r);
+    r->wait_pending = r->conn != NULL;
 }
 
 void lock_registry_set_validate_interval(lock_registry *r, unsigned ms)

@@ -1,36 +1,208 @@
 /*
- * oops.db (statements on the work connection) and oops.store (pipelines).
- * Calls block for at most one database round trip (bounded by the
- * connection's timeouts). They are meant to be called from tasks so that a
- * later non-blocking implementation can yield without changing a caller.
+ * oops.db (statements on a work connection) and oops.store (pipelines).
+ * From a task in the daemon, each call runs on a borrowed connection of the
+ * pool without blocking the loop and the task waits for it (lua_dbcall.h);
+ * elsewhere it blocks for its round trips (bounded by the connection's
+ * timeouts).
  */
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "db_fiber.h"
 #include "error_names.h"
+#include "lua_dbcall.h"
 #include "pipeline_store.h"
 #include "runtime.h"
 #include "schema.h"
 
-/* The work connection, reopened when the last statement lost it. NULL with
- * nil, msg, name pushed (3 values) when it cannot be had. */
-static db_conn *work(lua_State *L, int *pushed)
+/* ---- running a call (lua_dbcall.h) ---- */
+
+/* Transactions open in tasks: the connection each keeps until COMMIT/ROLLBACK. */
+static struct {
+    lua_State *co;
+    db_conn *c;
+} txs[DB_POOL_MAX];
+
+static db_conn *tx_of(lua_State *co)
+{
+    for (size_t i = 0; i < DB_POOL_MAX; i++)
+        if (txs[i].co == co)
+            return txs[i].c;
+    return NULL;
+}
+
+static void tx_set(lua_State *co, db_conn *c)
+{
+    for (size_t i = 0; i < DB_POOL_MAX; i++) {
+        if (c ? !txs[i].co : txs[i].co == co) {
+            txs[i].co = c ? co : NULL;
+            txs[i].c = c;
+            return;
+        }
+    }
+}
+
+static int finish(lua_State *L, db_call *call)
+{
+    int n = call->conn_rc ? lua_fail(L, call->conn_err, db_error_name(call->conn_rc))
+                          : call->push(L, call);
+    if (call->release)
+        call->release(call);
+    free(call);
+    return n;
+}
+
+static void body(void *arg)
+{
+    db_call *call = arg;
+    if (call->kind == DBCALL_WORK) {
+        unsigned rc = db_conn_ensure(call->conn, call->conn_err, sizeof call->conn_err);
+        if (rc) {
+            call->conn_rc = call->rc = rc;
+            return;
+        }
+    }
+    call->run(call);
+}
+
+static void done(void *arg)
+{
+    db_call *call = arg;
+    oops_ctx *c = call->ctx;
+    if (call->kind == DBCALL_LOCK) {
+        db_pool_put(c->lock_lane, NULL);
+    } else if (call->borrowed) {
+        if (call->tx == DBCALL_BEGIN && !call->rc)
+            tx_set(call->co, call->conn); /* the task's until COMMIT or ROLLBACK */
+        else
+            db_pool_put(c->pool, call->conn);
+    } else if (call->tx == DBCALL_END) {
+        tx_set(call->co, NULL);
+        db_pool_put(c->pool, call->conn);
+    }
+    call->finished = true;
+    if (call->yielded) {
+        lua_State *co = call->co;
+        runtime_resume(co, finish(co, call));
+    }
+}
+
+static void start(db_call *call)
+{
+    if (db_fiber_run(call->ctx->loop, body, done, call) != 0) {
+        body(call); /* no memory for a fiber: block rather than lose the call */
+        done(call);
+    }
+}
+
+static void got_slot(db_conn *conn, void *ud)
+{
+    db_call *call = ud;
+    if (call->kind == DBCALL_WORK) {
+        call->conn = conn;
+        call->borrowed = true;
+    }
+    start(call);
+}
+
+static bool in_task(lua_State *L)
+{
+    return lua_isyieldable(L) && runtime_is_task(L);
+}
+
+int dbcall(lua_State *L, db_call *call)
 {
     oops_ctx *c = runtime_ctx(L);
-    *pushed = 0;
-    if (!c->work) {
-        *pushed = lua_fail(L, "not connected to a database", OOPS_E_UNREACHABLE);
-        return NULL;
+    call->ctx = c;
+    call->co = L;
+    if (!c->pool || !in_task(L)) {
+        /* Blocking, on the connection itself. */
+        if (call->kind == DBCALL_WORK) {
+            if (!c->work) {
+                call->conn_rc = DB_CR_CONNECTION_ERROR;
+                snprintf(call->conn_err, sizeof call->conn_err, "not connected to a database");
+            } else if (c->work_busy) {
+                call->conn_rc = 2000; /* CR_UNKNOWN_ERROR: "db" */
+                snprintf(call->conn_err, sizeof call->conn_err,
+                         "the work connection is busy: call the database from a task");
+            } else {
+                call->conn = c->work;
+                body(call);
+                return finish(L, call);
+            }
+            return finish(L, call);
+        }
+        if (c->lock_lane && db_pool_lent(c->lock_lane)) {
+            call->conn_rc = 2000;
+            snprintf(call->conn_err, sizeof call->conn_err,
+                     "the lock session is busy: call oops.locks from a task");
+            return finish(L, call);
+        }
+        call->run(call);
+        return finish(L, call);
     }
-    char err[512];
-    unsigned rc = db_conn_ensure(c->work, err, sizeof err);
-    if (rc) {
-        *pushed = lua_fail(L, err, db_error_name(rc));
-        return NULL;
+    if (call->kind == DBCALL_WORK) {
+        db_conn *tx = tx_of(L);
+        if (call->tx == DBCALL_BEGIN && tx) {
+            if (call->release)
+                call->release(call);
+            free(call);
+            return luaL_error(L, "oops.db.begin: this task has a transaction open already");
+        }
+        if (call->tx == DBCALL_END && !tx)
+            call->tx = DBCALL_PLAIN; /* COMMIT/ROLLBACK outside a transaction: a no-op */
+        if (tx) {
+            call->conn = tx;
+            start(call);
+        } else {
+            db_pool_get(c->pool, got_slot, call);
+        }
+    } else {
+        db_pool_get(c->lock_lane, got_slot, call);
     }
-    return c->work;
+    if (call->finished)
+        return finish(L, call);
+    call->yielded = true;
+    return lua_yield(L, 0);
 }
+
+/* A task ended with its transaction open (an error, a forgotten commit): roll it back. */
+typedef struct {
+    oops_ctx *ctx;
+    db_conn *c;
+} orphan_tx;
+
+static void orphan_run(void *arg)
+{
+    orphan_tx *o = arg;
+    db_rollback(o->c);
+}
+
+static void orphan_done(void *arg)
+{
+    orphan_tx *o = arg;
+    db_pool_put(o->ctx->pool, o->c);
+    free(o);
+}
+
+void lua_db_task_ended(lua_State *co)
+{
+    db_conn *c = tx_of(co);
+    if (!c)
+        return;
+    tx_set(co, NULL);
+    orphan_tx *o = malloc(sizeof *o);
+    if (!o)
+        abort();
+    *o = (orphan_tx){runtime_ctx(co), c};
+    if (db_fiber_run(o->ctx->loop, orphan_run, orphan_done, o) != 0) {
+        orphan_run(o);
+        orphan_done(o);
+    }
+}
+
+/* ---- oops.db ---- */
 
 static void push_cell(lua_State *L, const db_result *r, size_t row, size_t col)
 {
@@ -48,46 +220,41 @@ static void push_cell(lua_State *L, const db_result *r, size_t row, size_t col)
     }
 }
 
-/* oops.db.exec(sql, ...) -> rows (array of {column = value}) for a query,
- * {affected = n, insert_id = n} for a change; nil, msg, name on failure. */
-static int l_exec(lua_State *L)
-{
-    const char *sql = luaL_checkstring(L, 1);
-    int n = lua_gettop(L) - 1;
-    db_value *p = calloc((size_t)(n ? n : 1), sizeof *p);
-    for (int i = 0; i < n; i++) {
-        int idx = i + 2;
-        switch (lua_type(L, idx)) {
-        case LUA_TNIL: p[i] = db_null(); break;
-        case LUA_TBOOLEAN: p[i] = db_int(lua_toboolean(L, idx)); break;
-        case LUA_TNUMBER:
-            p[i] = lua_isinteger(L, idx) ? db_int((long long)lua_tointeger(L, idx))
-                                         : db_double(lua_tonumber(L, idx));
-            break;
-        case LUA_TSTRING: {
-            size_t len;
-            p[i].type = DB_TEXT;
-            p[i].s = lua_tolstring(L, idx, &len);
-            p[i].len = len;
-            break;
-        }
-        default:
-            free(p);
-            return luaL_argerror(L, idx, "parameters are nil, booleans, numbers or strings");
-        }
-    }
-    int pushed;
-    db_conn *c = work(L, &pushed);
-    if (!c) {
-        free(p);
-        return pushed;
-    }
-    db_result *r = NULL;
+/* One statement: its text and parameters copied (the task may wait), its result. */
+typedef struct {
+    db_call base;
+    char *sql;
+    db_value *p;
+    size_t n;
+    db_result *r;
     char err[512];
-    unsigned rc = db_exec(c, sql, p, (size_t)n, &r, err, sizeof err);
-    free(p);
-    if (rc)
-        return lua_fail(L, err, db_error_name(rc));
+    int what; /* EXEC_ROWS, EXEC_OK (true), EXEC_NOW */
+} exec_call;
+
+enum { EXEC_ROWS, EXEC_OK, EXEC_NOW };
+
+static void exec_run(db_call *b)
+{
+    exec_call *e = (exec_call *)b;
+    b->rc = db_exec(b->conn, e->sql, e->p, e->n, e->what == EXEC_OK ? NULL : &e->r, e->err,
+                    sizeof e->err);
+}
+
+static int exec_push(lua_State *L, db_call *b)
+{
+    exec_call *e = (exec_call *)b;
+    if (b->rc)
+        return lua_fail(L, e->err, db_error_name(b->rc));
+    if (e->what == EXEC_OK) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    db_result *r = e->r;
+    if (e->what == EXEC_NOW) {
+        lua_pushnumber(L, strtod(db_get(r, 0, 0), NULL));
+        lua_pushstring(L, db_get(r, 0, 1));
+        return 2;
+    }
     if (r->ncols) {
         lua_createtable(L, (int)r->nrows, 0);
         for (size_t i = 0; i < r->nrows; i++) {
@@ -105,57 +272,126 @@ static int l_exec(lua_State *L)
         lua_pushinteger(L, (lua_Integer)r->insert_id);
         lua_setfield(L, -2, "insert_id");
     }
-    db_result_free(r);
     return 1;
 }
 
-static int tx(lua_State *L, unsigned (*fn)(db_conn *, char *, size_t))
+static void exec_release(db_call *b)
 {
-    int pushed;
-    db_conn *c = work(L, &pushed);
-    if (!c)
-        return pushed;
-    char err[512];
-    unsigned rc = fn(c, err, sizeof err);
-    if (rc)
-        return lua_fail(L, err, db_error_name(rc));
-    lua_pushboolean(L, 1);
-    return 1;
+    exec_call *e = (exec_call *)b;
+    for (size_t i = 0; i < e->n; i++)
+        if (e->p[i].type == DB_TEXT)
+            free((char *)e->p[i].s);
+    free(e->p);
+    free(e->sql);
+    db_result_free(e->r);
 }
 
-static int l_begin(lua_State *L) { return tx(L, db_begin); }
-static int l_commit(lua_State *L) { return tx(L, db_commit); }
+static exec_call *exec_new(const char *sql, int what, dbcall_tx tx)
+{
+    exec_call *e = calloc(1, sizeof *e);
+    if (!e || !(e->sql = strdup(sql)))
+        abort(); /* out of memory */
+    e->base.kind = DBCALL_WORK;
+    e->base.tx = tx;
+    e->base.run = exec_run;
+    e->base.push = exec_push;
+    e->base.release = exec_release;
+    e->what = what;
+    return e;
+}
+
+/* oops.db.exec(sql, ...) -> rows (array of {column = value}) for a query,
+ * {affected = n, insert_id = n} for a change; nil, msg, name on failure. */
+static int l_exec(lua_State *L)
+{
+    const char *sql = luaL_checkstring(L, 1);
+    int n = lua_gettop(L) - 1;
+    for (int i = 0; i < n; i++) { /* raise before allocating */
+        int t = lua_type(L, i + 2);
+        if (t != LUA_TNIL && t != LUA_TBOOLEAN && t != LUA_TNUMBER && t != LUA_TSTRING)
+            return luaL_argerror(L, i + 2, "parameters are nil, booleans, numbers or strings");
+    }
+    exec_call *e = exec_new(sql, EXEC_ROWS, DBCALL_PLAIN);
+    e->p = calloc((size_t)(n ? n : 1), sizeof *e->p);
+    if (!e->p)
+        abort();
+    e->n = (size_t)n;
+    for (int i = 0; i < n; i++) {
+        int idx = i + 2;
+        switch (lua_type(L, idx)) {
+        case LUA_TBOOLEAN: e->p[i] = db_int(lua_toboolean(L, idx)); break;
+        case LUA_TNUMBER:
+            e->p[i] = lua_isinteger(L, idx) ? db_int((long long)lua_tointeger(L, idx))
+                                            : db_double(lua_tonumber(L, idx));
+            break;
+        case LUA_TSTRING: {
+            size_t len;
+            const char *v = lua_tolstring(L, idx, &len);
+            char *copy = malloc(len + 1);
+            if (!copy)
+                abort();
+            memcpy(copy, v, len + 1);
+            e->p[i] = (db_value){.type = DB_TEXT, .s = copy, .len = len};
+            break;
+        }
+        default: e->p[i] = db_null(); break;
+        }
+    }
+    return dbcall(L, &e->base);
+}
+
+static void end_run(db_call *b)
+{
+    exec_call *e = (exec_call *)b;
+    if (strcmp(e->sql, "ROLLBACK") == 0) {
+        db_rollback(b->conn);
+        b->rc = 0;
+    } else {
+        exec_run(b);
+        if (b->rc)
+            db_rollback(b->conn); /* a failed COMMIT leaves nothing open */
+    }
+}
+
+static int l_begin(lua_State *L)
+{
+    return dbcall(L, &exec_new("START TRANSACTION", EXEC_OK, DBCALL_BEGIN)->base);
+}
+
+static int l_commit(lua_State *L)
+{
+    exec_call *e = exec_new("COMMIT", EXEC_OK, DBCALL_END);
+    e->base.run = end_run;
+    return dbcall(L, &e->base);
+}
+
+static int rollback_push(lua_State *L, db_call *b)
+{
+    (void)L;
+    (void)b;
+    return 0;
+}
+
 static int l_rollback(lua_State *L)
 {
-    oops_ctx *c = runtime_ctx(L);
-    if (c->work)
-        db_rollback(c->work);
-    return 0;
+    exec_call *e = exec_new("ROLLBACK", EXEC_OK, DBCALL_END);
+    e->base.run = end_run;
+    e->base.push = rollback_push;
+    return dbcall(L, &e->base);
 }
 
 /* oops.db.now() -> epoch seconds (float), "YYYY-MM-DD HH:MM:SS.ffffff" (UTC), on the database's
  * clock. */
 static int l_now(lua_State *L)
 {
-    int pushed;
-    db_conn *c = work(L, &pushed);
-    if (!c)
-        return pushed;
-    db_result *r = NULL;
-    char err[512];
-    unsigned rc = db_exec(c, "SELECT UNIX_TIMESTAMP(NOW(6)), NOW(6)", NULL, 0, &r, err, sizeof err);
-    if (rc)
-        return lua_fail(L, err, db_error_name(rc));
-    lua_pushnumber(L, strtod(db_get(r, 0, 0), NULL));
-    lua_pushstring(L, db_get(r, 0, 1));
-    db_result_free(r);
-    return 2;
+    return dbcall(L, &exec_new("SELECT UNIX_TIMESTAMP(NOW(6)), NOW(6)", EXEC_NOW, DBCALL_PLAIN)->base);
 }
 
+/* Statements sent on the work connections (bench). */
 static int l_statements(lua_State *L)
 {
     oops_ctx *c = runtime_ctx(L);
-    lua_pushinteger(L, (lua_Integer)db_statement_count(c->work));
+    lua_pushinteger(L, (lua_Integer)(db_statement_count(c->work) + db_pool_statements(c->pool)));
     return 1;
 }
 
@@ -215,16 +451,101 @@ static const char *opt_field(lua_State *L, int t, const char *k)
     return v;
 }
 
+/* A store call: what it asked, what it got. Strings it reads are copied. */
+typedef struct {
+    db_call base;
+    int rc; /* the store's result (PSTORE_* when negative) */
+    unsigned last_error; /* the connection's error number after a PSTORE_DB */
+    char err[512];
+    char *strs[8];
+    /* create */
+    pipeline_new n;
+    char id[25];
+    /* transition, get, events */
+    char *pid;
+    pipeline_status from, to;
+    const char *message;
+    /* get */
+    pipeline one;
+    /* list */
+    pipeline_list_opts opts;
+    pipeline *v;
+    size_t nv;
+    /* events */
+    pipeline_event_row *ev;
+} store_call;
+
+static const char *keep(store_call *s, const char *v)
+{
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < sizeof s->strs / sizeof *s->strs; i++) {
+        if (!s->strs[i]) {
+            if (!(s->strs[i] = strdup(v)))
+                abort();
+            return s->strs[i];
+        }
+    }
+    abort(); /* more strings than a call has room for: a bug */
+}
+
+static void store_release(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    for (size_t i = 0; i < sizeof s->strs / sizeof *s->strs; i++)
+        free(s->strs[i]);
+    free(s->pid);
+    pipeline_clear(&s->one);
+    pipeline_list_free(s->v, s->nv);
+    pipeline_events_free(s->ev, s->nv);
+}
+
+static store_call *store_new(void (*run)(db_call *), int (*push)(lua_State *, db_call *))
+{
+    store_call *s = calloc(1, sizeof *s);
+    if (!s)
+        abort();
+    s->base.kind = DBCALL_WORK;
+    s->base.run = run;
+    s->base.push = push;
+    s->base.release = store_release;
+    return s;
+}
+
+/* After a store function on b->conn: remember what push needs. */
+static void store_ran(db_call *b, int rc)
+{
+    store_call *s = (store_call *)b;
+    s->rc = rc;
+    s->last_error = rc < 0 ? db_last_error(b->conn) : 0;
+    b->rc = rc < 0 ? (s->last_error ? s->last_error : 1) : 0;
+}
+
 /* nil, msg, name for a PSTORE_* failure; PSTORE_DB is named by the error
  * number the connection last saw (PSTORE_ILLEGAL does not get here:
  * l_transition raises first). */
-static int store_fail(lua_State *L, db_conn *db, int rc, const char *err)
+static int store_fail(lua_State *L, const store_call *s)
 {
-    const char *name = rc == PSTORE_EXISTS ? OOPS_E_EXISTS
-                       : rc == PSTORE_BAD || rc == PSTORE_ILLEGAL
+    const char *name = s->rc == PSTORE_EXISTS ? OOPS_E_EXISTS
+                       : s->rc == PSTORE_BAD || s->rc == PSTORE_ILLEGAL
                            ? OOPS_E_INVALID
-                           : db_error_name(db_last_error(db));
-    return lua_fail(L, err, name);
+                           : db_error_name(s->last_error);
+    return lua_fail(L, s->err, name);
+}
+
+static void create_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    store_ran(b, pipeline_store_create(b->conn, &s->n, s->id, s->err, sizeof s->err));
+}
+
+static int create_push(lua_State *L, db_call *b)
+{
+    store_call *s = (store_call *)b;
+    if (s->rc != 0)
+        return store_fail(L, s);
+    lua_pushstring(L, s->id);
+    return 1;
 }
 
 /* oops.store.create{namespace=, application=, environment=, manual=, artifact=, source=, trigger=}
@@ -233,27 +554,54 @@ static int l_create(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     oops_ctx *c = runtime_ctx(L);
-    pipeline_new n = {
-        .namespace = opt_field(L, 1, "namespace"),
-        .application = opt_field(L, 1, "application"),
-        .environment = opt_field(L, 1, "environment"),
-        .artifact = opt_field(L, 1, "artifact"),
-        .source = opt_field(L, 1, "source"),
-        .trigger = opt_field(L, 1, "trigger"),
-        .actor = c->server_name,
-    };
+    const char *ns = opt_field(L, 1, "namespace"), *app = opt_field(L, 1, "application"),
+               *env = opt_field(L, 1, "environment"), *art = opt_field(L, 1, "artifact"),
+               *src = opt_field(L, 1, "source"), *trig = opt_field(L, 1, "trigger");
     lua_getfield(L, 1, "manual");
-    n.manual = lua_toboolean(L, -1);
+    bool manual = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    int pushed;
-    db_conn *db = work(L, &pushed);
-    if (!db)
-        return pushed;
-    char id[25], err[512];
-    int rc = pipeline_store_create(db, &n, id, err, sizeof err);
-    if (rc != 0)
-        return store_fail(L, db, rc, err);
-    lua_pushstring(L, id);
+    store_call *s = store_new(create_run, create_push);
+    s->n = (pipeline_new){
+        .namespace = keep(s, ns),
+        .application = keep(s, app),
+        .environment = keep(s, env),
+        .artifact = keep(s, art),
+        .source = keep(s, src),
+        .trigger = keep(s, trig),
+        .actor = keep(s, c->server_name),
+        .manual = manual,
+    };
+    return dbcall(L, &s->base);
+}
+
+static void transition_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    oops_ctx *c = b->ctx;
+    /* Fenced by our lock session when we have one (a server; not oopsctl).
+     * While it is down, a fence no session matches: nothing is changed. */
+    uint64_t session = 0;
+    if (c->locks) {
+        session = lock_registry_connection_id(c->locks);
+        if (!session)
+            session = UINT64_MAX;
+    }
+    store_ran(b, pipeline_store_transition(b->conn, s->pid, s->from, s->to, s->message,
+                                           c->server_name, c->server_name, session, s->err,
+                                           sizeof s->err));
+}
+
+static int transition_push(lua_State *L, db_call *b)
+{
+    store_call *s = (store_call *)b;
+    if (s->rc < 0)
+        return store_fail(L, s);
+    if (s->rc == 1) {
+        char labels[64];
+        snprintf(labels, sizeof labels, "to=\"%s\"", pipeline_status_name(s->to));
+        metrics_add(b->ctx->metrics, "oops_transitions_total", labels, 1);
+    }
+    lua_pushboolean(L, s->rc == 1);
     return 1;
 }
 
@@ -264,33 +612,35 @@ static int l_transition(lua_State *L)
     const char *id = luaL_checkstring(L, 1);
     pipeline_status from = check_status(L, 2), to = check_status(L, 3);
     const char *msg = luaL_optstring(L, 4, NULL);
-    oops_ctx *c = runtime_ctx(L);
     if (!pipeline_transition_allowed(from, to)) /* a caller's mistake: raise */
         return luaL_error(L, "illegal transition %s -> %s", pipeline_status_name(from),
                           pipeline_status_name(to));
-    int pushed;
-    db_conn *db = work(L, &pushed);
-    if (!db)
-        return pushed;
-    char err[512];
-    /* Fenced by our lock session when we have one (a server; not oopsctl).
-     * While it is down, a fence no session matches: nothing is changed. */
-    uint64_t session = 0;
-    if (c->locks) {
-        session = lock_registry_connection_id(c->locks);
-        if (!session)
-            session = UINT64_MAX;
+    store_call *s = store_new(transition_run, transition_push);
+    s->pid = strdup(id);
+    if (!s->pid)
+        abort();
+    s->from = from;
+    s->to = to;
+    s->message = keep(s, msg);
+    return dbcall(L, &s->base);
+}
+
+static void get_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    store_ran(b, pipeline_store_get(b->conn, s->pid, &s->one, s->err, sizeof s->err));
+}
+
+static int get_push(lua_State *L, db_call *b)
+{
+    store_call *s = (store_call *)b;
+    if (s->rc < 0)
+        return store_fail(L, s);
+    if (s->rc == 0) {
+        lua_pushboolean(L, 0);
+        return 1;
     }
-    int rc = pipeline_store_transition(db, id, from, to, msg, c->server_name, c->server_name,
-                                       session, err, sizeof err);
-    if (rc < 0)
-        return store_fail(L, db, rc, err);
-    if (rc == 1) {
-        char labels[64];
-        snprintf(labels, sizeof labels, "to=\"%s\"", pipeline_status_name(to));
-        metrics_add(c->metrics, "oops_transitions_total", labels, 1);
-    }
-    lua_pushboolean(L, rc == 1);
+    push_pipeline(L, &s->one);
     return 1;
 }
 
@@ -298,21 +648,28 @@ static int l_transition(lua_State *L)
 static int l_get(lua_State *L)
 {
     const char *id = luaL_checkstring(L, 1);
-    int pushed;
-    db_conn *db = work(L, &pushed);
-    if (!db)
-        return pushed;
-    pipeline p;
-    char err[512];
-    int rc = pipeline_store_get(db, id, &p, err, sizeof err);
-    if (rc < 0)
-        return store_fail(L, db, rc, err);
-    if (rc == 0) {
-        lua_pushboolean(L, 0);
-        return 1;
+    store_call *s = store_new(get_run, get_push);
+    if (!(s->pid = strdup(id)))
+        abort();
+    return dbcall(L, &s->base);
+}
+
+static void list_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    store_ran(b, pipeline_store_scan(b->conn, &s->opts, &s->v, &s->nv, s->err, sizeof s->err));
+}
+
+static int list_push(lua_State *L, db_call *b)
+{
+    store_call *s = (store_call *)b;
+    if (s->rc < 0)
+        return store_fail(L, s);
+    lua_createtable(L, (int)s->nv, 0);
+    for (size_t i = 0; i < s->nv; i++) {
+        push_pipeline(L, &s->v[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    push_pipeline(L, &p);
-    pipeline_clear(&p);
     return 1;
 }
 
@@ -356,55 +713,49 @@ static int l_list(lua_State *L)
         } else if (!lua_isnil(L, -1)) {
             return luaL_error(L, "oops.store.list: after must be a pipeline (created_at, id)");
         }
-        /* the table stays on the stack: its strings are used below */
     }
-    int pushed;
-    db_conn *db = work(L, &pushed);
-    if (!db)
-        return pushed;
-    pipeline *v;
-    size_t n;
-    char err[512];
-    int rc = pipeline_store_scan(db, &o, &v, &n, err, sizeof err);
-    if (rc < 0)
-        return store_fail(L, db, rc, err);
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; i < n; i++) {
-        push_pipeline(L, &v[i]);
+    store_call *s = store_new(list_run, list_push);
+    s->opts = o;
+    s->opts.after_created = keep(s, o.after_created);
+    s->opts.after_id = keep(s, o.after_id);
+    return dbcall(L, &s->base);
+}
+
+static void events_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    store_ran(b, pipeline_store_events(b->conn, s->pid, &s->ev, &s->nv, s->err, sizeof s->err));
+}
+
+static int events_push(lua_State *L, db_call *b)
+{
+    store_call *s = (store_call *)b;
+    if (s->rc < 0)
+        return store_fail(L, s);
+    lua_createtable(L, (int)s->nv, 0);
+    for (size_t i = 0; i < s->nv; i++) {
+        pipeline_event_row *e = &s->ev[i];
+        lua_createtable(L, 0, 7);
+        lua_pushinteger(L, e->id);
+        lua_setfield(L, -2, "id");
+        set_str(L, "type", e->event_type);
+        set_str(L, "from", e->from_status);
+        set_str(L, "to", e->to_status);
+        set_str(L, "message", e->message);
+        set_str(L, "server", e->server);
+        set_str(L, "created_at", e->created_at);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    pipeline_list_free(v, n);
     return 1;
 }
 
 static int l_events(lua_State *L)
 {
     const char *id = luaL_checkstring(L, 1);
-    int pushed;
-    db_conn *db = work(L, &pushed);
-    if (!db)
-        return pushed;
-    pipeline_event_row *v;
-    size_t n;
-    char err[512];
-    int rc = pipeline_store_events(db, id, &v, &n, err, sizeof err);
-    if (rc < 0)
-        return store_fail(L, db, rc, err);
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; i < n; i++) {
-        lua_createtable(L, 0, 7);
-        lua_pushinteger(L, v[i].id);
-        lua_setfield(L, -2, "id");
-        set_str(L, "type", v[i].event_type);
-        set_str(L, "from", v[i].from_status);
-        set_str(L, "to", v[i].to_status);
-        set_str(L, "message", v[i].message);
-        set_str(L, "server", v[i].server);
-        set_str(L, "created_at", v[i].created_at);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
-    pipeline_events_free(v, n);
-    return 1;
+    store_call *s = store_new(events_run, events_push);
+    if (!(s->pid = strdup(id)))
+        abort();
+    return dbcall(L, &s->base);
 }
 
 void lua_register_db(lua_State *L)

@@ -6,22 +6,101 @@
 
 #include "error_names.h"
 #include "lock_names.h"
+#include "lua_dbcall.h"
 #include "runtime.h"
 
 static lock_registry *reg(lua_State *L) { return runtime_ctx(L)->locks; }
 
 static int down(lua_State *L) { return lua_fail(L, "lock session down", OOPS_E_GONE); }
 
+/* A call on the lock session (lua_dbcall.h: one at a time, yielding in a task). */
+typedef struct {
+    db_call base;
+    char **names;
+    size_t n;
+    bool *got;
+    int rc;
+    int what; /* ACQ_ONE, ACQ_MANY, REL_ONE, REL_ALL */
+} lock_call;
+
+enum { ACQ_ONE, ACQ_MANY, REL_ONE, REL_ALL };
+
+static void lock_run(db_call *b)
+{
+    lock_call *k = (lock_call *)b;
+    lock_registry *r = b->ctx->locks;
+    if (!r) {
+        k->rc = LOCK_DOWN;
+        return;
+    }
+    switch (k->what) {
+    case ACQ_ONE:
+    case ACQ_MANY:
+        k->rc = lock_registry_acquire_many(r, (const char *const *)k->names, k->n, k->got);
+        break;
+    case REL_ONE: k->rc = lock_registry_release(r, k->names[0]); break;
+    default: lock_registry_release_all(r); k->rc = 0;
+    }
+}
+
+static int lock_push(lua_State *L, db_call *b)
+{
+    lock_call *k = (lock_call *)b;
+    if (k->what == REL_ALL)
+        return 0;
+    if (k->rc < 0)
+        return down(L);
+    if (k->what == ACQ_MANY) {
+        lua_createtable(L, 0, (int)k->n);
+        for (size_t i = 0; i < k->n; i++) {
+            lua_pushboolean(L, k->got[i]);
+            lua_setfield(L, -2, k->names[i]);
+        }
+        return 1;
+    }
+    lua_pushboolean(L, k->what == ACQ_ONE ? k->got[0] : k->rc == 1);
+    return 1;
+}
+
+static void lock_release(db_call *b)
+{
+    lock_call *k = (lock_call *)b;
+    for (size_t i = 0; i < k->n; i++)
+        free(k->names[i]);
+    free(k->names);
+    free(k->got);
+}
+
+static lock_call *lock_new(int what, size_t n)
+{
+    lock_call *k = calloc(1, sizeof *k);
+    if (!k || !(k->names = calloc(n ? n : 1, sizeof *k->names)) ||
+        !(k->got = calloc(n ? n : 1, sizeof *k->got)))
+        abort(); /* out of memory */
+    k->base.kind = DBCALL_LOCK;
+    k->base.run = lock_run;
+    k->base.push = lock_push;
+    k->base.release = lock_release;
+    k->what = what;
+    return k;
+}
+
+static void lock_name(lock_call *k, size_t i, const char *name)
+{
+    if (!(k->names[i] = strdup(name)))
+        abort();
+    k->n = i + 1;
+}
+
 /* acquire(name) -> true | false (held elsewhere) | nil, "lock session down", "gone" */
 static int l_acquire(lua_State *L)
 {
     const char *name = luaL_checkstring(L, 1);
-    lock_registry *r = reg(L);
-    int rc = r ? lock_registry_acquire(r, name) : LOCK_DOWN;
-    if (rc < 0)
+    if (!reg(L))
         return down(L);
-    lua_pushboolean(L, rc == 1);
-    return 1;
+    lock_call *k = lock_new(ACQ_ONE, 1);
+    lock_name(k, 0, name);
+    return dbcall(L, &k->base);
 }
 
 /* acquire_many({names}) -> {name = true|false} in one statement | nil, "lock session down", "gone"
@@ -37,46 +116,32 @@ static int l_acquire_many(lua_State *L)
             luaL_error(L, "names[%d] is a %s, not a string", (int)i, luaL_typename(L, -1));
         lua_pop(L, 1);
     }
-    const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
-    bool *got = calloc((size_t)(n ? n : 1), sizeof *got);
+    if (!reg(L))
+        return down(L);
+    lock_call *k = lock_new(ACQ_MANY, (size_t)n);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, i);
-        names[i - 1] = luaL_checkstring(L, -1); /* anchored in the argument table */
+        lock_name(k, (size_t)i - 1, lua_tostring(L, -1));
         lua_pop(L, 1);
     }
-    lock_registry *r = reg(L);
-    int rc = r ? lock_registry_acquire_many(r, names, (size_t)n, got) : LOCK_DOWN;
-    if (rc < 0) {
-        free(names);
-        free(got);
-        return down(L);
-    }
-    lua_createtable(L, 0, (int)n);
-    for (lua_Integer i = 0; i < n; i++) {
-        lua_pushboolean(L, got[i]);
-        lua_setfield(L, -2, names[i]);
-    }
-    free(names);
-    free(got);
-    return 1;
+    return dbcall(L, &k->base);
 }
 
 static int l_release(lua_State *L)
 {
     const char *name = luaL_checkstring(L, 1);
-    lock_registry *r = reg(L);
-    int rc = r ? lock_registry_release(r, name) : LOCK_DOWN;
-    if (rc < 0)
+    if (!reg(L))
         return down(L);
-    lua_pushboolean(L, rc == 1);
-    return 1;
+    lock_call *k = lock_new(REL_ONE, 1);
+    lock_name(k, 0, name);
+    return dbcall(L, &k->base);
 }
 
 static int l_release_all(lua_State *L)
 {
-    if (reg(L))
-        lock_registry_release_all(reg(L));
-    return 0;
+    if (!reg(L))
+        return 0;
+    return dbcall(L, &lock_new(REL_ALL, 0)->base);
 }
 
 static int l_holds(lua_State *L)

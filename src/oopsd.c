@@ -20,7 +20,7 @@ static void usage(FILE *f)
 {
     fputs(
         "usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--drain MS] "
-        "[--log-level L]\n"
+        "[--db-connections N] [--log-level L]\n"
         "       oopsd --check --policies DIR\n"
         "       oopsd lua SCRIPT [ARGS...]\n"
         "       oopsd --version\n"
@@ -34,6 +34,9 @@ static void usage(FILE *f)
         "  --listen ADDR   /healthz, /metrics, /status (default 127.0.0.1:7070; \"off\" disables)\n"
         "  --drain MS      how long SIGTERM waits for in-flight steps, 1 to 3600000 (default "
         "10000)\n"
+        "  --db-connections N  work connections tasks share, 1 to 64 (default 4; the lock "
+        "session\n"
+        "                  is one more)\n"
         "  --check         load and validate the policies, print ok or every error, exit 0 or 1\n"
         "Each flag may be given once; --flag=value and --flag value are the same.\n"
         "exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit\n",
@@ -45,7 +48,18 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "lua") == 0)
         return daemon_lua(argc - 2, argv + 2);
-    enum { F_DB, F_NAME, F_POLICIES, F_LISTEN, F_CHECK, F_DRAIN, F_LOG_LEVEL, F_HELP, F_VERSION };
+    enum {
+        F_DB,
+        F_NAME,
+        F_POLICIES,
+        F_LISTEN,
+        F_CHECK,
+        F_DRAIN,
+        F_DB_CONNECTIONS,
+        F_LOG_LEVEL,
+        F_HELP,
+        F_VERSION
+    };
     ctl_flag f[] = {
         [F_DB] = {"--db", true, false, NULL},
         [F_NAME] = {"--name", true, false, NULL},
@@ -53,6 +67,7 @@ int main(int argc, char **argv)
         [F_LISTEN] = {"--listen", true, false, NULL},
         [F_CHECK] = {"--check", false, false, NULL},
         [F_DRAIN] = {"--drain", true, false, NULL},
+        [F_DB_CONNECTIONS] = {"--db-connections", true, false, NULL},
         [F_LOG_LEVEL] = {"--log-level", true, false, NULL},
         [F_HELP] = {"--help", false, false, NULL},
         [F_VERSION] = {"--version", false, false, NULL},
@@ -101,6 +116,15 @@ int main(int argc, char **argv)
             goto bad;
         }
         o.drain_ms = (unsigned)ms;
+    }
+    if (f[F_DB_CONNECTIONS].given) {
+        unsigned long long n;
+        if (ctl_parse_number("--db-connections", f[F_DB_CONNECTIONS].value, 1, 64, "connections",
+                             &n, err, sizeof err) != 0) {
+            fprintf(stderr, "oopsd: %s\n", err);
+            goto bad;
+        }
+        o.db_connections = (unsigned)n;
     }
     if (!o.policies) {
         fprintf(stderr, "oopsd: --policies DIR is required\n");

@@ -1,4 +1,5 @@
 #include "runtime.h"
+#include "lua_dbcall.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -150,6 +151,7 @@ static void resume_one(runtime *rt, lua_State *co, int nargs)
     } else {
         lua_pop(co, nres);
     }
+    lua_db_task_ended(co); /* a transaction it left open is rolled back */
     unpin(rt, co);
     rt->tasks--;
 }
@@ -201,14 +203,19 @@ void runtime_spawn(lua_State *L, int nargs, const char *what)
     runtime_resume(co, nargs);
 }
 
-void runtime_check_task(lua_State *L, const char *fname)
+bool runtime_is_task(lua_State *L)
 {
     lua_rawgetp(L, LUA_REGISTRYINDEX, &K_TASKS);
     lua_pushthread(L);
     lua_rawget(L, -2);
     bool task = !lua_isnil(L, -1);
     lua_pop(L, 2);
-    if (!task)
+    return task;
+}
+
+void runtime_check_task(lua_State *L, const char *fname)
+{
+    if (!runtime_is_task(L))
         luaL_error(L, "%s waits, so it must be called from a task (oops.task or a scan)", fname);
 }
 

@@ -63,6 +63,8 @@ int runtime_call(lua_State *L, int nargs, int nres, const char *what, char *err,
 /* Start the function below nargs arguments as a task named `what`. It runs
  * right away, or as soon as the task now running yields. */
 void runtime_spawn(lua_State *L, int nargs, const char *what);
+/* True when L is a task (not the main state, not a coroutine of its own). */
+bool runtime_is_task(lua_State *L);
 /* Raise a Lua error unless L is a task (a call that waits must run in one). */
 void runtime_check_task(lua_State *L, const char *fname);
 /* Resume a waiting task (tasks stay referenced for their whole life) with nargs values already

@@ -251,8 +251,8 @@ static void read_only_server_is_refused(void **state)
 }
 
 /* locks { session_timeout }: the session's wait_timeout follows the choice,
- * each change is set on the open session at once (a failed SET would take the
- * registry down). */
+ * each change is set on the open session with its next statement (here the
+ * validation; a failed SET would take the registry down). */
 static void session_timeout_follows_the_policy(void **state)
 {
     (void)state;

@@ -1,0 +1,276 @@
+#include "db_fiber.h"
+
+#include <mysql.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <ucontext.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FIBER_ASAN 1
+#endif
+#endif
+#ifdef FIBER_ASAN
+#include <sanitizer/common_interface_defs.h>
+/* Room for the sanitizer's larger frames. */
+#define FIBER_STACK (1024 * 1024)
+#else
+/* Our frames only: Connector/C runs its own work on a stack of its own. Pages
+ * are mapped lazily, so what is never touched costs no memory. */
+#define FIBER_STACK (256 * 1024)
+#endif
+
+typedef struct fiber {
+    ucontext_t ctx, caller;
+    void *stack;
+    db_fiber_fn fn, done;
+    void *arg;
+    uv_loop_t *loop;
+    uv_timer_t timer;
+    uv_poll_t *poll; /* while waiting on a socket */
+    int fd;          /* the socket waited on, -1 when none */
+    int ready;       /* what happened, handed to the wait's caller */
+    bool waiting, finished;
+    struct fiber *prev, *next; /* the live fibers */
+#ifdef FIBER_ASAN
+    const void *caller_bottom;
+    size_t caller_size;
+#endif
+} fiber;
+
+static fiber *current;    /* the fiber running now, NULL on the loop's stack */
+static fiber *live;       /* every fiber started and not yet done */
+static size_t live_count; /* the length of `live` */
+static bool aborting;     /* db_fiber_abort_all: every wait fails at once */
+
+bool db_fiber_inside(void) { return current != NULL; }
+size_t db_fiber_count(void) { return live_count; }
+
+/* ---- switching ---------------------------------------------------------- */
+
+/* From the loop's stack into f, until it waits or ends. */
+static void enter(fiber *f)
+{
+    current = f;
+#ifdef FIBER_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, f->stack, FIBER_STACK);
+    swapcontext(&f->caller, &f->ctx);
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#else
+    swapcontext(&f->caller, &f->ctx);
+#endif
+    current = NULL;
+}
+
+/* From f back to the loop's stack; returns when f is entered again. */
+static void leave(fiber *f, bool for_good)
+{
+#ifdef FIBER_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(for_good ? NULL : &fake, f->caller_bottom, f->caller_size);
+    swapcontext(&f->ctx, &f->caller);
+    __sanitizer_finish_switch_fiber(fake, &f->caller_bottom, &f->caller_size);
+#else
+    (void)for_good;
+    swapcontext(&f->ctx, &f->caller);
+#endif
+}
+
+static void trampoline(void)
+{
+    fiber *f = current;
+#ifdef FIBER_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &f->caller_bottom, &f->caller_size);
+#endif
+    f->fn(f->arg);
+    f->finished = true;
+    leave(f, true);
+    abort(); /* a finished fiber is never entered again */
+}
+
+/* ---- life ---------------------------------------------------------------- */
+
+static void fiber_free(uv_handle_t *h)
+{
+    fiber *f = h->data;
+    munmap(f->stack, FIBER_STACK);
+    free(f);
+}
+
+/* Back on the loop's stack after entering f: if it ended, run done and let it go. */
+static void after(fiber *f)
+{
+    if (!f->finished)
+        return;
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        live = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    live_count--;
+    db_fiber_fn done = f->done;
+    void *arg = f->arg;
+    uv_close((uv_handle_t *)&f->timer, fiber_free);
+    if (done)
+        done(arg);
+}
+
+int db_fiber_run(uv_loop_t *loop, db_fiber_fn fn, db_fiber_fn done, void *arg)
+{
+    fiber *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    f->stack = mmap(NULL, FIBER_STACK, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (f->stack == MAP_FAILED) {
+        free(f);
+        return -1;
+    }
+    if (getcontext(&f->ctx) != 0) {
+        munmap(f->stack, FIBER_STACK);
+        free(f);
+        return -1;
+    }
+    f->ctx.uc_stack.ss_sp = f->stack;
+    f->ctx.uc_stack.ss_size = FIBER_STACK;
+    f->ctx.uc_link = NULL;
+    makecontext(&f->ctx, trampoline, 0);
+    f->fn = fn;
+    f->done = done;
+    f->arg = arg;
+    f->loop = loop;
+    f->fd = -1;
+    uv_timer_init(loop, &f->timer);
+    f->timer.data = f;
+    f->next = live;
+    if (live)
+        live->prev = f;
+    live = f;
+    live_count++;
+    enter(f);
+    after(f);
+    return 0;
+}
+
+/* ---- waiting -------------------------------------------------------------- */
+
+static void poll_closed(uv_handle_t *h) { free(h); }
+
+static void wake(fiber *f, int ready)
+{
+    if (!f->waiting)
+        return;
+    f->waiting = false;
+    if (f->poll) {
+        uv_close((uv_handle_t *)f->poll, poll_closed);
+        f->poll = NULL;
+    }
+    uv_timer_stop(&f->timer);
+    f->ready = ready;
+    enter(f);
+    after(f);
+}
+
+static void on_poll(uv_poll_t *p, int status, int events)
+{
+    fiber *f = p->data;
+    int ready = 0;
+    if (status < 0) {
+        ready = MYSQL_WAIT_READ | MYSQL_WAIT_WRITE; /* let the library find the error */
+    } else {
+        if (events & UV_READABLE)
+            ready |= MYSQL_WAIT_READ;
+        if (events & UV_WRITABLE)
+            ready |= MYSQL_WAIT_WRITE;
+        if (events & UV_PRIORITIZED)
+            ready |= MYSQL_WAIT_EXCEPT;
+    }
+    wake(f, ready);
+}
+
+static void on_timeout(uv_timer_t *t) { wake(t->data, MYSQL_WAIT_TIMEOUT); }
+
+/* The blocking form, for callers outside a fiber. */
+static int wait_blocking(int fd, int status, unsigned timeout_ms)
+{
+    struct pollfd p = {.fd = fd};
+    if (status & MYSQL_WAIT_READ)
+        p.events |= POLLIN;
+    if (status & MYSQL_WAIT_WRITE)
+        p.events |= POLLOUT;
+    if (status & MYSQL_WAIT_EXCEPT)
+        p.events |= POLLPRI;
+    int timeout = (status & MYSQL_WAIT_TIMEOUT) ? (int)timeout_ms : -1;
+    int n;
+    do
+        n = poll(&p, 1, timeout);
+    while (n < 0);
+    if (n == 0)
+        return MYSQL_WAIT_TIMEOUT;
+    int ready = 0;
+    if (p.revents & (POLLIN | POLLHUP | POLLERR))
+        ready |= MYSQL_WAIT_READ;
+    if (p.revents & (POLLOUT | POLLHUP | POLLERR))
+        ready |= MYSQL_WAIT_WRITE;
+    if (p.revents & POLLPRI)
+        ready |= MYSQL_WAIT_EXCEPT;
+    return ready;
+}
+
+int db_fiber_wait(int fd, int status, unsigned timeout_ms)
+{
+    fiber *f = current;
+    if (!f)
+        return wait_blocking(fd, status, timeout_ms);
+    if (aborting) {
+        if (fd >= 0)
+            shutdown(fd, SHUT_RDWR);
+        return MYSQL_WAIT_READ | MYSQL_WAIT_WRITE;
+    }
+    int events = 0;
+    if (status & MYSQL_WAIT_READ)
+        events |= UV_READABLE;
+    if (status & MYSQL_WAIT_WRITE)
+        events |= UV_WRITABLE;
+    if (status & MYSQL_WAIT_EXCEPT)
+        events |= UV_PRIORITIZED;
+    f->fd = fd;
+    if (events && fd >= 0) {
+        f->poll = malloc(sizeof *f->poll);
+        if (!f->poll || uv_poll_init(f->loop, f->poll, fd) != 0) {
+            free(f->poll);
+            f->poll = NULL;
+            return wait_blocking(fd, status, timeout_ms); /* cannot watch it: wait here */
+        }
+        f->poll->data = f;
+        uv_poll_start(f->poll, events, on_poll);
+    }
+    if (status & MYSQL_WAIT_TIMEOUT)
+        uv_timer_start(&f->timer, on_timeout, timeout_ms, 0);
+    f->waiting = true;
+    leave(f, false);
+    f->fd = -1;
+    return f->ready;
+}
+
+void db_fiber_abort_all(void)
+{
+    aborting = true;
+    /* wake() may end a fiber and unlink it: take the next one first. */
+    for (fiber *f = live, *next; f; f = next) {
+        next = f->next;
+        if (!f->waiting)
+            continue;
+        if (f->fd >= 0)
+            shutdown(f->fd, SHUT_RDWR);
+        wake(f, MYSQL_WAIT_READ | MYSQL_WAIT_WRITE);
+    }
+}
