@@ -365,7 +365,8 @@ static MYSQL_STMT *cache_get(db_conn *c, const char *sql, char *err, size_t errl
     mysql_stmt_attr_set(st, STMT_ATTR_UPDATE_MAX_LENGTH, &on);
     c->prepares++;
     int prc = 0;
-    NB(c->m, prc, mysql_stmt_prepare_start(&prc, st, sql, strlen(sql)), mysql_stmt_prepare_cont, st);
+    NB(c->m, prc, mysql_stmt_prepare_start(&prc, st, sql, strlen(sql)), mysql_stmt_prepare_cont,
+       st);
     if (prc != 0) {
         *code = stmt_fail(c, st, "prepare", err, errlen);
         mysql_stmt_close(st);

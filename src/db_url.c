@@ -144,8 +144,8 @@ enum {
     OPT_READ_TIMEOUT,
     NOPT
 };
-static const char *const option_names[NOPT] = {"socket", "connect_timeout", "ssl-mode", "ssl-ca",
-                                               "ssl-cert", "ssl-key", "read_timeout"};
+static const char *const option_names[NOPT] = {
+    "socket", "connect_timeout", "ssl-mode", "ssl-ca", "ssl-cert", "ssl-key", "read_timeout"};
 
 /* One ?option, its value validated whole. Messages quote at most the
  * option's name (never its value, never anything from the userinfo). */

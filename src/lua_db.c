@@ -106,10 +106,7 @@ static void got_slot(db_conn *conn, void *ud)
     start(call);
 }
 
-static bool in_task(lua_State *L)
-{
-    return lua_isyieldable(L) && runtime_is_task(L);
-}
+static bool in_task(lua_State *L) { return lua_isyieldable(L) && runtime_is_task(L); }
 
 int dbcall(lua_State *L, db_call *call)
 {
@@ -384,7 +381,8 @@ static int l_rollback(lua_State *L)
  * clock. */
 static int l_now(lua_State *L)
 {
-    return dbcall(L, &exec_new("SELECT UNIX_TIMESTAMP(NOW(6)), NOW(6)", EXEC_NOW, DBCALL_PLAIN)->base);
+    return dbcall(L,
+                  &exec_new("SELECT UNIX_TIMESTAMP(NOW(6)), NOW(6)", EXEC_NOW, DBCALL_PLAIN)->base);
 }
 
 /* Statements sent on the work connections (bench). */
@@ -454,7 +452,7 @@ static const char *opt_field(lua_State *L, int t, const char *k)
 /* A store call: what it asked, what it got. Strings it reads are copied. */
 typedef struct {
     db_call base;
-    int rc; /* the store's result (PSTORE_* when negative) */
+    int rc;              /* the store's result (PSTORE_* when negative) */
     unsigned last_error; /* the connection's error number after a PSTORE_DB */
     char err[512];
     char *strs[8];
@@ -586,9 +584,9 @@ static void transition_run(db_call *b)
         if (!session)
             session = UINT64_MAX;
     }
-    store_ran(b, pipeline_store_transition(b->conn, s->pid, s->from, s->to, s->message,
-                                           c->server_name, c->server_name, session, s->err,
-                                           sizeof s->err));
+    store_ran(b,
+              pipeline_store_transition(b->conn, s->pid, s->from, s->to, s->message, c->server_name,
+                                        c->server_name, session, s->err, sizeof s->err));
 }
 
 static int transition_push(lua_State *L, db_call *b)

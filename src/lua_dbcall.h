@@ -24,13 +24,13 @@ typedef enum { DBCALL_PLAIN, DBCALL_BEGIN, DBCALL_END } dbcall_tx;
 typedef struct db_call db_call;
 struct db_call {
     dbcall_kind kind;
-    dbcall_tx tx;       /* BEGIN: on success the connection stays the task's; END: given back */
-    oops_ctx *ctx;      /* set by dbcall() */
-    db_conn *conn;      /* DBCALL_WORK: the connection to use, open (set by dbcall()) */
-    void (*run)(db_call *);                /* the work; on a fiber's stack or the loop's */
-    int (*push)(lua_State *L, db_call *);  /* its results onto L (on the loop's stack) */
-    void (*release)(db_call *);            /* frees what run and push left (may be NULL) */
-    unsigned rc;                           /* run's error number, 0 = success (BEGIN reads it) */
+    dbcall_tx tx;           /* BEGIN: on success the connection stays the task's; END: given back */
+    oops_ctx *ctx;          /* set by dbcall() */
+    db_conn *conn;          /* DBCALL_WORK: the connection to use, open (set by dbcall()) */
+    void (*run)(db_call *); /* the work; on a fiber's stack or the loop's */
+    int (*push)(lua_State *L, db_call *); /* its results onto L (on the loop's stack) */
+    void (*release)(db_call *);           /* frees what run and push left (may be NULL) */
+    unsigned rc;                          /* run's error number, 0 = success (BEGIN reads it) */
     /* dbcall's own */
     lua_State *co;
     unsigned conn_rc; /* the connection could not be (re)opened: push is not called */

@@ -252,7 +252,9 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
                     db_text(pipeline_event_type(to)),
                     db_text(message),
                     db_text(driver),
-                    db_text(actor ? actor : driver ? driver : "unknown"),
+                    db_text(actor    ? actor
+                            : driver ? driver
+                                     : "unknown"),
                     db_int((long long)lock_session)};
     unsigned rc = db_exec(c, "CALL oops_transition(?, ?, ?, ?, ?, ?, ?, ?)", p, 8, &r, e, sizeof e);
     if (rc == 0) {
