@@ -385,6 +385,32 @@ static int l_now(lua_State *L)
                   &exec_new("SELECT UNIX_TIMESTAMP(NOW(6)), NOW(6)", EXEC_NOW, DBCALL_PLAIN)->base);
 }
 
+/* oops.db.pool(n): calls from tasks borrow one of n work connections and
+ * yield, as in the daemon (scripts and specs; the daemon has its own pool,
+ * --db-connections). 0 goes back to blocking calls on the one connection;
+ * raises while a connection of the pool is lent. -> true */
+static int l_pool(lua_State *L)
+{
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 0 && n <= DB_POOL_MAX, 1, "must be from 0 to 64");
+    oops_ctx *c = runtime_ctx(L);
+    if (!c->work)
+        return luaL_error(L, "oops.db.pool: not connected");
+    if (db_pool_lent(c->pool) || db_pool_lent(c->lock_lane))
+        return luaL_error(L, "oops.db.pool: a call is out on the pool");
+    db_pool_free(c->pool);
+    db_pool_free(c->lock_lane);
+    c->pool = c->lock_lane = NULL;
+    if (n > 0) {
+        c->pool = db_pool_new(&c->dbcfg, (size_t)n);
+        c->lock_lane = db_pool_new_lane();
+        if (!c->pool || !c->lock_lane)
+            return luaL_error(L, "oops.db.pool: out of memory");
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 /* Statements sent on the work connections (bench). */
 static int l_statements(lua_State *L)
 {
@@ -759,10 +785,9 @@ static int l_events(lua_State *L)
 void lua_register_db(lua_State *L)
 {
     static const luaL_Reg db[] = {
-        {"exec", l_exec},     {"begin", l_begin},
-        {"commit", l_commit}, {"rollback", l_rollback},
-        {"now", l_now},       {"statements", l_statements},
-        {NULL, NULL},
+        {"exec", l_exec},         {"begin", l_begin}, {"commit", l_commit},
+        {"rollback", l_rollback}, {"now", l_now},     {"statements", l_statements},
+        {"pool", l_pool},         {NULL, NULL},
     };
     static const luaL_Reg store[] = {
         {"create", l_create}, {"transition", l_transition}, {"get", l_get},

@@ -189,7 +189,10 @@ oops.db = {}
 ---@return oops.ErrorName? name
 function oops.db.exec(sql, ...) end
 
---- START TRANSACTION on the work connection.
+--- START TRANSACTION on the work connection. From a task with a pool (the
+--- daemon; oops.db.pool in scripts) the task keeps that connection until
+--- commit/rollback, and it is rolled back if the task ends first; a second
+--- begin in the same task raises.
 ---@return true|nil ok
 ---@return string? msg
 ---@return oops.ErrorName? name
@@ -212,10 +215,18 @@ function oops.db.rollback() end
 ---@return oops.ErrorName? name
 function oops.db.now() end
 
---- How many statements the work connection has executed (for benches and
+--- How many statements the work connections have executed (for benches and
 --- tests); 0 when not connected.
 ---@return integer
 function oops.db.statements() end
+
+--- Scripts and specs: from now on a database call made from a task borrows
+--- one of n work connections and yields the task until it is done (as in the
+--- daemon, which has its own pool: --db-connections); 0 goes back to blocking
+--- calls on the one connection. Raises while a call is out on the pool.
+---@param n integer 0..64
+---@return true
+function oops.db.pool(n) end
 
 ------------------------------------------------------------ store (lua_db.c)
 

@@ -1,0 +1,175 @@
+-- Database calls from tasks with a pool of work connections (issue 15): what
+-- the daemon does (--db-connections), here through oops.db.pool(n). A call
+-- yields its task while the statement is out, so other tasks, timers and the
+-- loop go on; a transaction keeps its connection until COMMIT/ROLLBACK.
+local oops = require("oops")
+local tasks = require("oops.tasks")
+
+local RUN = tostring(os.time()) .. tostring(math.random(1e6))
+
+-- Run fns side by side in tasks and wait for all of them (from the spec's main state).
+local function side_by_side(fns)
+  oops.wait(function() assert(tasks.all(fns, "spec") == 0, "a task failed (see the log)") end)
+end
+
+local function rows(sql, ...)
+  return assert(oops.db.exec(sql, ...))
+end
+
+describe("database calls from tasks with a pool (needs OOPS_TEST_DB)", function()
+  setup(function()
+    require("support.db").connect()
+    assert(oops.db.exec("CREATE TABLE IF NOT EXISTS spec_dbcall (k VARCHAR(64) NOT NULL PRIMARY KEY)"))
+    assert(oops.db.pool(2))
+  end)
+  teardown(function()
+    oops.wait(function() oops.sleep(100) end) -- let a rollback of an orphaned transaction finish
+    assert(oops.db.pool(0))
+  end)
+
+  it("a slow statement of one task holds no other task", function()
+    local order = {}
+    side_by_side {
+      function()
+        rows("SELECT SLEEP(0.6) AS s")
+        order[#order + 1] = "slow"
+      end,
+      function()
+        oops.sleep(50) -- the slow one is out on its connection by now
+        local r = rows("SELECT 41 + 1 AS n")
+        assert.are.equal(42, r[1].n)
+        order[#order + 1] = "quick"
+      end,
+    }
+    assert.are.same({ "quick", "slow" }, order)
+  end)
+
+  it("more tasks than connections: each waits for a free one, every call is answered", function()
+    local got = {}
+    local fns = {}
+    for i = 1, 7 do
+      fns[i] = function() got[i] = rows("SELECT SLEEP(0.05) AS s, ? AS i", i)[1].i end
+    end
+    side_by_side(fns)
+    for i = 1, 7 do assert.are.equal(i, got[i]) end
+  end)
+
+  it("a transaction keeps its connection: another task does not see it until COMMIT", function()
+    local key = "tx-" .. RUN
+    local seen = {}
+    local began, committed = false, false
+    side_by_side {
+      function()
+        assert(oops.db.begin())
+        rows("INSERT INTO spec_dbcall (k) VALUES (?)", key)
+        began = true
+        oops.sleep(200)
+        rows("SELECT COUNT(*) AS n FROM spec_dbcall") -- still on the same connection
+        assert(oops.db.commit())
+        committed = true
+      end,
+      function()
+        while not began do oops.sleep(10) end
+        seen.before = rows("SELECT COUNT(*) AS n FROM spec_dbcall WHERE k = ?", key)[1].n
+        while not committed do oops.sleep(10) end
+        seen.after = rows("SELECT COUNT(*) AS n FROM spec_dbcall WHERE k = ?", key)[1].n
+      end,
+    }
+    assert.are.same({ before = 0, after = 1 }, seen)
+  end)
+
+  it("a task that ends inside its transaction is rolled back, and its connection comes back", function()
+    local key = "orphan-" .. RUN
+    local failed = oops.wait(function()
+      return tasks.all({
+        function()
+          assert(oops.db.begin())
+          rows("INSERT INTO spec_dbcall (k) VALUES (?)", key)
+          error("a step that fails mid-transaction (expected by the spec)", 0)
+        end,
+      }, "spec")
+    end)
+    assert.are.equal(1, failed)
+    oops.wait(function() oops.sleep(100) end)
+    assert.are.equal(0, rows("SELECT COUNT(*) AS n FROM spec_dbcall WHERE k = ?", key)[1].n)
+    -- Every connection is back (making the pool anew raises while one is lent).
+    assert.is_true(oops.db.pool(2))
+  end)
+
+  it("a second begin in one task raises; rollback ends the first", function()
+    local err
+    side_by_side {
+      function()
+        assert(oops.db.begin())
+        local ok, e = pcall(oops.db.begin)
+        err = not ok and tostring(e)
+        oops.db.rollback()
+      end,
+    }
+    assert.truthy(err and err:find("has a transaction open already", 1, true), err)
+  end)
+
+  it("failures come back as nil, msg, name, the task going on", function()
+    local r = {}
+    side_by_side {
+      function()
+        r.syntax = { oops.db.exec("SELEC nothing") }
+        local key = "dup-" .. RUN
+        rows("INSERT INTO spec_dbcall (k) VALUES (?)", key)
+        r.dup = { oops.db.exec("INSERT INTO spec_dbcall (k) VALUES (?)", key) }
+        r.after = rows("SELECT 7 AS n")[1].n
+      end,
+    }
+    assert.is_nil(r.syntax[1])
+    assert.are.equal("db", r.syntax[3])
+    assert.is_nil(r.dup[1])
+    assert.are.equal("exists", r.dup[3])
+    assert.are.equal(7, r.after)
+  end)
+
+  it("lock calls from several tasks take the lock session one at a time, each answered", function()
+    local names, got = {}, {}
+    local fns = {}
+    for i = 1, 5 do
+      names[i] = "spec:dbcall:" .. RUN .. ":" .. i
+      fns[i] = function() got[i] = oops.locks.acquire(names[i]) end
+    end
+    side_by_side(fns)
+    for i = 1, 5 do
+      assert.is_true(got[i])
+      assert.is_true(oops.locks.holds(names[i]))
+    end
+    side_by_side {
+      function()
+        local many = assert(oops.locks.acquire_many { names[1], names[2] })
+        assert.is_true(many[names[1]] and many[names[2]])
+        for i = 1, 5 do assert.is_true(oops.locks.release(names[i])) end
+      end,
+    }
+    for i = 1, 5 do assert.is_false(oops.locks.holds(names[i])) end
+  end)
+
+  it("store calls work from tasks: create, a fenced transition (one CALL), get, list, events", function()
+    local id, won, p, ev, listed
+    side_by_side {
+      function()
+        id = assert(oops.store.create { namespace = "spec", application = "dbcall-" .. RUN,
+          environment = "prod", artifact = "a:1" })
+        assert(oops.locks.acquire("oops:pipeline:" .. id))
+        won = oops.store.transition(id, "INITIALIZED", "RUNNING", "via a task")
+        p = assert(oops.store.get(id))
+        ev = assert(oops.store.events(id))
+        listed = assert(oops.store.list { statuses = { "RUNNING" }, lock_owner = true })
+        assert(oops.locks.release("oops:pipeline:" .. id))
+      end,
+    }
+    assert.is_true(won)
+    assert.are.equal("RUNNING", p.status)
+    assert.are.equal("via a task", ev[#ev].message)
+    local mine
+    for _, q in ipairs(listed) do if q.id == id then mine = q end end
+    assert.are.equal(oops.locks.connection_id(), mine and mine.lock_owner)
+    assert.are.equal(1, rows("SELECT COUNT(*) AS n FROM outbox o JOIN pipeline_event e ON e.id = o.ref_id "
+      .. "WHERE e.pipeline_id = ? AND e.to_status = 'RUNNING'", id)[1].n)
+  end)
+end)
