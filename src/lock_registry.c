@@ -22,10 +22,10 @@ struct lock_registry {
     bool ever_up;
     uint64_t losses, reconnects, statements;
     uint64_t losses_reported; /* losses the tick has reported (LOCK_EV_LOST) */
+    bool wait_pending;        /* wait_timeout changed: set it before the next statement */
     unsigned
         chosen_wait_s; /* 0: 3 validation intervals; else seconds or LOCK_WAIT_TIMEOUT_SERVER */
 };
-    bool wait_pending;        /* wait_timeout changed: set it before the next statement */
 
 /* The session wait_timeout that follows from the choice and the interval. */
 static unsigned derived_wait(const lock_registry *r)
@@ -95,15 +95,15 @@ void lock_registry_free(lock_registry *r)
 static unsigned q(lock_registry *r, const char *sql, const db_value *p, size_t n, db_result **out,
                   char *err, size_t errlen)
 {
-    r->statements++;
-    return db_exec(r->conn, sql, p, n, out, err, errlen);
-}
     if (r->wait_pending) { /* a new wait_timeout, set before the session's next statement */
         r->wait_pending = false;
         unsigned rc = apply_wait(r, err, errlen);
         if (rc)
             return rc;
     }
+    r->statements++;
+    return db_exec(r->conn, sql, p, n, out, err, errlen);
+}
 
 static int check_shared(lock_registry *r, char *err, size_t errlen)
 {
