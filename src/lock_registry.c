@@ -7,8 +7,11 @@
 
 #include "strset.h"
 
-/* Names per GET_LOCK statement: 1,000 pipelines in one round trip. */
-#define ACQUIRE_BATCH 1000
+/* Names per GET_LOCK statement: MariaDB's limit of placeholders in one
+ * prepared statement (65,535), so a scan's batch is one round trip whatever
+ * its size; the text for 10,000 names is about 170 KB, far below
+ * max_allowed_packet. Only a larger batch is split. */
+#define ACQUIRE_BATCH 65535
 
 struct lock_registry {
     db_config cfg;

@@ -3,6 +3,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -108,6 +110,40 @@ static void a_batch_is_split_between_contenders_in_one_statement(void **state)
     size_t n = lock_registry_held(b, &held);
     assert_int_equal(n, N / 2);
     lock_names_free(held, n);
+    lock_registry_free(a);
+    lock_registry_free(b);
+}
+
+/* A scan's batch at 10,000 pipelines (the bench's largest) is still one
+ * GET_LOCK statement: only MariaDB's 65,535 placeholders would split it. */
+static void ten_thousand_names_are_one_statement(void **state)
+{
+    (void)state;
+    enum { N = 10000 };
+    lock_registry *a = new_registry(30000), *b = new_registry(30000);
+    db_conn *spy = testdb_open();
+    char(*names)[40] = calloc(N, sizeof *names);
+    const char **pn = calloc(N, sizeof *pn);
+    bool *got = calloc(N, sizeof *got);
+    assert_non_null(names);
+    assert_non_null(pn);
+    assert_non_null(got);
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "oops:pipeline:many%05d", i);
+        pn[i] = names[i];
+    }
+    assert_int_equal(lock_registry_acquire(b, pn[N - 1]), 1); /* the last one is taken */
+    uint64_t before = lock_registry_statements(a);
+    assert_int_equal(lock_registry_acquire_many(a, pn, N, got), N - 1);
+    assert_int_equal(lock_registry_statements(a) - before, 1);
+    assert_true(got[0] && got[N / 2] && got[N - 2]);
+    assert_false(got[N - 1]);
+    assert_int_equal(holder(spy, pn[N / 2]), (long long)lock_registry_connection_id(a));
+    assert_int_equal(holder(spy, pn[N - 1]), (long long)lock_registry_connection_id(b));
+    free(names);
+    free(pn);
+    free(got);
+    db_close(spy);
     lock_registry_free(a);
     lock_registry_free(b);
 }
@@ -280,6 +316,7 @@ int main(void)
         cmocka_unit_test(acquiring_a_held_name_is_a_noop_not_a_second_count),
         cmocka_unit_test(release_frees_the_name_for_the_other_registry),
         cmocka_unit_test(a_batch_is_split_between_contenders_in_one_statement),
+        cmocka_unit_test(ten_thousand_names_are_one_statement),
         cmocka_unit_test(killed_session_is_noticed_within_one_validation_and_reacquires),
         cmocka_unit_test(a_loss_found_by_a_statement_is_reported_by_the_next_tick),
         cmocka_unit_test(while_down_acquire_fails_closed),
