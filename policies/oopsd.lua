@@ -11,7 +11,11 @@
 -- How often each scan (builds, rollouts, the lock sweep) looks at the
 -- pipelines. Default 5s. Shorter makes pipelines move faster at the cost of
 -- more queries per server; at least 100ms.
-scan { interval = "5s" }
+-- `max_new`: the most new pipelines (ones no server drives yet) this server
+-- takes per tick, its fair share of them bounded so: default 500 (1 to
+-- 65535). A flood of new pipelines is taken over several ticks, oldest
+-- first, in bounded memory.
+scan { interval = "5s", max_new = 500 }
 
 -- How long a build may run (or its gateway keep failing to say how it is
 -- doing) before the pipeline is failed and the build stopped. Default 2h.

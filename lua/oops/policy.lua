@@ -37,6 +37,9 @@ M.MAX_FILES = 1000
 -- logs and /healthz).
 M.MAX_ERRORS = 50
 M.MAX_ERROR_BYTES = 400
+-- scan.max_new at most: MariaDB's limit of placeholders in one statement,
+-- so a tick's GET_LOCK stays one statement.
+M.MAX_NEW_LIMIT = 65535
 
 -- Globals a file may assign: functions the engine calls.
 M.HOOKS = { "on_build_lost", "on_transition" }
@@ -76,7 +79,11 @@ local EXAMPLES = {
 -- of the shipped policies/ state these same values: a default is written
 -- once.
 M.DEFAULTS = {
-  scan = { interval = "5s" },
+  -- max_new: the most new (free) pipelines one server takes per build or
+  -- rollout tick (its fair share is never more), which bounds a tick's
+  -- working set and its GET_LOCK statement; chosen from bench/run's
+  -- footprint and scale cases at 10,000 pipelines.
+  scan = { interval = "5s", max_new = 500 },
   -- A RUNNING pipeline whose build neither finishes nor fails (or whose
   -- gateway keeps erroring) is failed after this; the original's build jobs
   -- had a 2-hour deadline.
@@ -153,7 +160,7 @@ function M.defaults()
   return {
     version_hash = nil,
     files = {},
-    scan = { interval_ms = D.scan_interval },
+    scan = { interval_ms = D.scan_interval, max_new = M.DEFAULTS.scan.max_new },
     build = { timeout_ms = D.build_timeout },
     deploy = { timeout_ms = D.deploy_timeout },
     rollout = { timeout_ms = D.rollout_timeout, max_ms = D.rollout_max },
@@ -227,6 +234,17 @@ local function percent(v)
   local n = math.type(v) and math.tointeger(v)
   if not n or n < 1 or n > 100 then return nil, show(v) .. ": must be a whole number from 1 to 100" end
   return n
+end
+
+-- A whole number from lo to hi.
+local function whole(lo, hi)
+  return function(v)
+    local n = math.type(v) and math.tointeger(v)
+    if not n or n < lo or n > hi then
+      return nil, ("%s: must be a whole number from %d to %d"):format(show(v), lo, hi)
+    end
+    return n
+  end
 end
 
 local function boolean(v)
@@ -405,7 +423,7 @@ local APP_KEYS = { "build", "deploy", "env", "environments", "health", "limits",
 local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
 local ALERT_METRIC_KEYS = { "percent", "sustained" }
 local KEYS = {
-  scan = { "interval" },
+  scan = { "interval", "max_new" },
   build = { "timeout" },
   deploy = { "timeout" },
   rollout = { "max", "timeout" },
@@ -455,7 +473,8 @@ local build = {}
 function build.scan(d, t)
   d:only(nil, t, KEYS.scan)
   -- Below 100ms every server would hammer the database for nothing.
-  return { interval_ms = d:field(t, "interval", dur(100), D.scan_interval) }
+  return { interval_ms = d:field(t, "interval", dur(100), D.scan_interval),
+    max_new = d:field(t, "max_new", whole(1, M.MAX_NEW_LIMIT), M.DEFAULTS.scan.max_new) }
 end
 
 function build.build(d, t)
