@@ -23,63 +23,46 @@ function M.lock_id(name)
   end
 end
 
+-- Rows a scan reads per page (oops.store.list's limit): a tick holds one page
+-- of candidates, plus the steps running and the new pipelines it takes.
+M.PAGE = 500
+
+-- The most new pipelines a server takes per tick when the policy does not say
+-- (the spec's hand-made policies): the policy language's default.
+local DEFAULT_MAX_NEW = require("oops.policy").DEFAULTS.scan.max_new
+
 -- Servers alive now: those whose name lock (held for the life of their lock
 -- session) is taken. A SIGKILLed server drops out the moment its session does.
+local LIVE_SQL = "SELECT COUNT(*) FROM server WHERE IS_USED_LOCK(CONCAT(?, name)) IS NOT NULL"
 local function live_servers()
-  local rows = oops.db.exec(
-    "SELECT COUNT(*) AS n FROM server WHERE IS_USED_LOCK(CONCAT(?, name)) IS NOT NULL", SERVER_PREFIX)
+  local rows = oops.db.exec("SELECT (" .. LIVE_SQL .. ") AS n", SERVER_PREFIX)
   local n = rows and rows[1] and rows[1].n or 1
   return math.max(n, 1)
 end
 
-local function shuffle(t)
-  for i = #t, 2, -1 do
-    local j = math.random(i)
-    t[i], t[j] = t[j], t[i]
-  end
+-- Live servers and free candidates (no session holds their lock) in one
+-- statement, for a listing longer than a page. `where` is the scan's own
+-- constant condition on top of the statuses (no value in it).
+local function live_and_free(statuses, where)
+  local marks = ("?, "):rep(#statuses):sub(1, -3)
+  local sql = "SELECT (" .. LIVE_SQL .. ") AS live, (SELECT COUNT(*) FROM pipeline WHERE status IN (" .. marks ..
+    ")" .. (where and (" AND " .. where) or "") .. " AND IS_USED_LOCK(CONCAT(?, id)) IS NULL) AS free"
+  local args = { SERVER_PREFIX }
+  for _, st in ipairs(statuses) do args[#args + 1] = st end
+  args[#args + 1] = PIPELINE_PREFIX
+  local rows, err = oops.db.exec(sql, table.unpack(args))
+  if not rows then return nil, err end
+  return math.max(rows[1].live or 1, 1), rows[1].free or 0
 end
 
--- The candidates this server drives after this call: those it already holds,
--- plus a fair share of the free ones (so that several servers drive), taken
--- in one GET_LOCK statement. Pipelines held by another server are not asked
--- for at all. nil, err when the lock session is down (fail closed).
-function M.take(candidates, scan)
-  local mine, free = {}, {}
-  local me = oops.locks.connection_id()
-  for _, p in ipairs(candidates) do
-    if oops.locks.holds(M.lock_name(p.id)) then
-      -- The query read the lock's owner: when it is not our session, our
-      -- session is gone (cut, or frozen past its timeout) and we do not know
-      -- yet. Leave the pipeline alone; the validation takes the session down.
-      if p.lock_owner == me then
-        mine[#mine + 1] = p
-      else
-        log.warn(("not ours any more: the database says its lock is %s, not our session %s"):format(
-          p.lock_owner and ("held by session " .. p.lock_owner) or "free", tostring(me)),
-          { scan = scan, pipeline = p.id })
-      end
-    elseif not p.lock_owner then
-      free[#free + 1] = p
-    end
+-- Ours (held, and the row says our session holds it), free (nobody holds
+-- it), or nil (another server's, or ours by our books but not the
+-- database's: see M.stream).
+local function whose(p, me)
+  if oops.locks.holds(M.lock_name(p.id)) then
+    return p.lock_owner == me and "mine" or nil
   end
-  if #free == 0 then return mine end
-  local share = math.ceil(#free / live_servers())
-  shuffle(free)
-  local names = {}
-  for i = 1, share do names[i] = M.lock_name(free[i].id) end
-  local before = oops.locks.statements()
-  local got, err = oops.locks.acquire_many(names)
-  if not got then return nil, err end
-  -- The bench reads these: one statement per scan, whatever the number of pipelines.
-  oops.metrics.inc("oops_lock_acquire_statements_total", { scan = scan }, oops.locks.statements() - before)
-  oops.metrics.inc("oops_lock_acquire_batches_total", { scan = scan })
-  for i = 1, share do
-    if got[names[i]] then
-      mine[#mine + 1] = free[i]
-      log.info("driving", { pipeline = free[i].id, app = free[i].app, env = free[i].environment })
-    end
-  end
-  return mine
+  if not p.lock_owner then return "free" end
 end
 
 -- A lowercase DNS label, the policy's rule for namespaces, applications and
@@ -142,28 +125,121 @@ local function refuse(p, why, scan)
   M.transition(p, p.status, "ERROR", msg.refused .. why, scan)
 end
 
--- Take the candidates' locks (one batch) and run the step handlers[status](p)
--- of every pipeline held, each in its own task, so a slow gateway call for one
--- application delays no other; returns when all are done, so a tick never
--- overlaps the next. With the lock session down nothing is driven. A pipeline
--- the policy does not cover (M.refusal) is failed instead of stepped.
-function M.drive(candidates, scan, handlers, pol)
-  local mine, err = M.take(candidates, scan)
-  if not mine then
-    log.warn("lock session down: driving nothing (" .. tostring(err) .. ")", { scan = scan })
-    return
-  end
-  local steps = {}
-  for _, p in ipairs(mine) do
-    local step = handlers[p.status]
-    local why = step and M.refusal(pol, p)
+-- Drive a scan's candidates a page at a time, so a tick holds one page of
+-- rows however many pipelines wait:
+--   o.scan, o.pol, o.handlers (status -> step(p)), o.statuses (listed);
+--   o.wanted(p): is this listed row a candidate (default: every row);
+--   o.where: the same as o.wanted, as a constant SQL condition (for the count);
+--   o.seen(p): called for every listed row (the rollout's sweep).
+-- The pipelines this server holds are stepped as their page is read; of the
+-- free ones it takes its fair share, ceil(free / live servers) but at most
+-- the policy's scan.max_new, in ONE GET_LOCK statement once every page is
+-- read, chosen at random among the oldest (live servers x share) free ones
+-- (other servers' ticks take the others: fewer collisions; the oldest go
+-- first). Pipelines held by another server are not asked for at all. Steps
+-- run side by side (tasks.pool, bounded); returns when all are done, so a
+-- tick never overlaps the next. true, or nil, err when listing failed; with
+-- the lock session down nothing more is driven (logged) and it returns true.
+function M.stream(o)
+  local scan, pol = o.scan, o.pol
+  local max_new = pol and pol.scan and pol.scan.max_new or DEFAULT_MAX_NEW
+  local wanted = o.wanted or function() return true end
+  local me = oops.locks.connection_id()
+  local pool = tasks.pool(scan .. " step")
+  local function step(p)
+    local fn = o.handlers[p.status]
+    if not fn then return end
+    local why = M.refusal(pol, p)
     if why then
-      steps[#steps + 1] = function() refuse(p, why, scan) end
-    elseif step then
-      steps[#steps + 1] = function() step(p) end
+      pool:run(function() refuse(p, why, scan) end)
+    else
+      pool:run(function() fn(p) end)
     end
   end
-  tasks.all(steps, scan .. " step")
+  local share, window -- known once the first page is read
+  local seen_free, chosen = 0, {}
+  local after, first, down = nil, true, false
+  repeat
+    local page, err = oops.store.list { statuses = o.statuses, lock_owner = true, limit = M.PAGE, after = after }
+    if not page then
+      pool:wait()
+      return nil, err
+    end
+    after = page[#page]
+    if first then
+      first = false
+      local free, live = 0, 1
+      if #page < M.PAGE then -- the whole listing: count here
+        for _, p in ipairs(page) do
+          if wanted(p) and whose(p, me) == "free" then free = free + 1 end
+        end
+        if free > 0 then live = live_servers() end
+      else
+        local l, f = live_and_free(o.statuses, o.where)
+        if not l then
+          pool:wait()
+          return nil, f
+        end
+        live, free = l, f
+      end
+      share = math.min(math.ceil(free / live), max_new)
+      window = math.min(free, live * share)
+    end
+    if not oops.locks.is_up() then down = true end
+    for _, p in ipairs(page) do
+      if o.seen then o.seen(p) end
+      if not down and wanted(p) then
+        local w = whose(p, me)
+        if w == "mine" then
+          step(p)
+        elseif w == "free" then
+          -- A random `share` of the first `window` free ones (reservoir).
+          seen_free = seen_free + 1
+          if seen_free <= window then
+            if #chosen < share then
+              chosen[#chosen + 1] = p
+            else
+              local j = math.random(seen_free)
+              if j <= share then chosen[j] = p end
+            end
+          end
+        elseif oops.locks.holds(M.lock_name(p.id)) then
+          -- The query read the lock's owner: when it is not our session, our
+          -- session is gone (cut, or frozen past its timeout) and we do not
+          -- know yet. Leave the pipeline alone; the validation takes the
+          -- session down.
+          log.warn(("not ours any more: the database says its lock is %s, not our session %s"):format(
+            p.lock_owner and ("held by session " .. p.lock_owner) or "free", tostring(me)),
+            { scan = scan, pipeline = p.id })
+        end
+      end
+    end
+  until #page < M.PAGE
+  if down then
+    log.warn("lock session down: driving nothing", { scan = scan })
+  elseif #chosen > 0 then
+    local names = {}
+    for i, p in ipairs(chosen) do names[i] = M.lock_name(p.id) end
+    local before = oops.locks.statements()
+    local got, err = oops.locks.acquire_many(names)
+    if not got then
+      log.warn("lock session down: driving nothing new (" .. tostring(err) .. ")", { scan = scan })
+    else
+      -- The bench reads these: one statement per scan, whatever the number of
+      -- pipelines. (Read around the call: another task's statement on the
+      -- lock session while this call waits for it counts here too.)
+      oops.metrics.inc("oops_lock_acquire_statements_total", { scan = scan }, oops.locks.statements() - before)
+      oops.metrics.inc("oops_lock_acquire_batches_total", { scan = scan })
+      for i, p in ipairs(chosen) do
+        if got[names[i]] then
+          log.info("driving", { pipeline = p.id, app = p.app, env = p.environment })
+          step(p)
+        end
+      end
+    end
+  end
+  pool:wait()
+  return true
 end
 
 -- Still ours? A lock lost mid-step (session gone) means: touch nothing more.

@@ -301,3 +301,164 @@ describe("scan cadence", function()
     assert.are.equal(1000, engine.pause(notify, cadence, 1000, 1900))
   end)
 end)
+
+-- The cases of a bounded tick, run twice: with blocking database calls, and
+-- with calls that yield their task (oops.db.pool: the daemon's way), so
+-- other tasks (steps, the other scan) interleave at every database call.
+local function bounded_tick_cases()
+  local function with_policy(max_new)
+    local p = {}
+    for k, v in pairs(policy) do p[k] = v end
+    p.scan = { interval_ms = 1000, max_new = max_new }
+    return p
+  end
+  local function count(calls, prefix)
+    local k = 0
+    for _, c in ipairs(calls) do if c:sub(1, #prefix) == prefix then k = k + 1 end end
+    return k
+  end
+  local function contains(list, v)
+    for _, x in ipairs(list) do if x == v then return true end end
+    return false
+  end
+  local function acquire_counts()
+    return oops.metrics.get("oops_lock_acquire_statements_total", { scan = "build" }) or 0,
+      oops.metrics.get("oops_lock_acquire_batches_total", { scan = "build" }) or 0
+  end
+
+  it("a server takes at most scan.max_new new pipelines per tick, the oldest first, the rest next ticks", function()
+    local ids = {}
+    for i = 1, 5 do ids[i] = new_pipeline("INITIALIZED").id end
+    local pol = with_policy(2)
+    local gw = recorder { build_submit = function() return true end }
+    local function tick() oops.wait(function() require("oops.scans.build").run(pol, gw) end) end
+    tick()
+    assert.are.same({ "build_submit " .. ids[1], "build_submit " .. ids[2] }, gw.calls)
+    assert.is_true(P.held({ id = ids[1] }) and P.held({ id = ids[2] }))
+    assert.are.equal("INITIALIZED", status_of(ids[3]))
+    tick() -- the two it drives are asked about, and two more are taken
+    assert.are.equal(2, count(gw.calls, "build_status "))
+    assert.are.equal(4, count(gw.calls, "build_submit "))
+    tick()
+    assert.are.equal(5, count(gw.calls, "build_submit "))
+    for _, id in ipairs(ids) do assert.are.equal("RUNNING", status_of(id)) end
+  end)
+
+  it("drives more pipelines than a page in a tick, reading a page at a time, one GET_LOCK for the new ones", function()
+    local page = P.PAGE
+    local held, free = {}, {}
+    for i = 1, 7 do
+      held[i] = new_pipeline("RUNNING").id
+      assert.is_true(oops.locks.acquire(P.lock_name(held[i])))
+    end
+    for i = 1, 5 do free[i] = new_pipeline("INITIALIZED").id end
+    local lists, biggest = 0, 0
+    local unwrap = wrap(oops.store, "list", function(real, opts)
+      lists = lists + 1
+      assert.are.equal(3, opts.limit)
+      local rows = real(opts)
+      biggest = math.max(biggest, #rows)
+      return rows
+    end)
+    local statements, batches = acquire_counts()
+    local gw = recorder { build_submit = function() return true end }
+    P.PAGE = 3
+    local ok, err = pcall(function()
+      oops.wait(function() require("oops.scans.build").run(policy, gw) end)
+    end)
+    P.PAGE = page
+    unwrap()
+    assert(ok, err)
+    assert.is_true(lists >= 4, "12 rows, 3 a page")
+    assert.are.equal(3, biggest)
+    for _, id in ipairs(held) do assert.is_true(contains(gw.calls, "build_status " .. id), id) end
+    for _, id in ipairs(free) do
+      assert.is_true(contains(gw.calls, "build_submit " .. id), id)
+      assert.are.equal("RUNNING", status_of(id))
+    end
+    local s2, b2 = acquire_counts()
+    assert.are.equal(1, b2 - batches)
+    assert.are.equal(1, s2 - statements, "one GET_LOCK statement for the five new ones")
+  end)
+
+  it("the sweep keeps the locks of active pipelines on later pages and releases the finished one", function()
+    local page = P.PAGE
+    local active = {}
+    for i = 1, 5 do
+      active[i] = new_pipeline("DEPLOYING").id
+      assert.is_true(oops.locks.acquire(P.lock_name(active[i])))
+    end
+    local done = new_pipeline("SUCCEEDED").id
+    assert.is_true(oops.locks.acquire(P.lock_name(done)))
+    P.PAGE = 2
+    local ok, err = pcall(function()
+      oops.wait(function() require("oops.scans.rollout").run(policy, recorder()) end)
+    end)
+    P.PAGE = page
+    assert(ok, err)
+    for _, id in ipairs(active) do
+      assert.is_true(oops.locks.holds(P.lock_name(id)), id)
+      assert.are.equal("DEPLOYING", status_of(id))
+    end
+    assert.is_false(oops.locks.holds(P.lock_name(done)))
+  end)
+
+end
+
+describe("a tick's working set is bounded (needs OOPS_TEST_DB)", function()
+  before_each(need_db)
+  bounded_tick_cases()
+end)
+
+describe("a tick's working set is bounded, database calls yielding (needs OOPS_TEST_DB)", function()
+  before_each(need_db)
+  setup(function()
+    connect()
+    assert(oops.db.pool(2))
+  end)
+  teardown(function() assert(oops.db.pool(0)) end)
+  bounded_tick_cases()
+end)
+
+describe("tasks.all and tasks.pool", function()
+  local tasks = require("oops.tasks")
+
+  it("tasks.all runs every step, never more than its limit at once, and counts the failures", function()
+    local running, most, ran = 0, 0, 0
+    local fns = {}
+    for i = 1, 40 do
+      fns[i] = function()
+        running = running + 1
+        most = math.max(most, running)
+        oops.sleep(1 + i % 3)
+        running = running - 1
+        ran = ran + 1
+        if i % 10 == 0 then error("step " .. i .. " fails") end
+      end
+    end
+    assert.are.equal(4, oops.wait(function() return tasks.all(fns, "spec", 5) end))
+    assert.are.equal(40, ran)
+    assert.are.equal(5, most)
+    -- the default limit
+    running, most, ran = 0, 0, 0
+    local many = {}
+    for i = 1, tasks.LIMIT * 3 do many[i] = fns[(i % 9) + 1] end
+    assert.are.equal(0, oops.wait(function() return tasks.all(many, "spec") end))
+    assert.are.equal(tasks.LIMIT * 3, ran)
+    assert.are.equal(tasks.LIMIT, most)
+  end)
+
+  it("a step ending while the pool's owner waits for something else does not wake that wait", function()
+    local slept
+    oops.wait(function()
+      local pool = tasks.pool("spec", 2)
+      pool:run(function() end)
+      local t0 = oops.now_ms()
+      oops.sleep(30) -- the step ends meanwhile
+      slept = oops.now_ms() - t0
+      pool:run(function() oops.sleep(5) end)
+      assert.are.equal(0, pool:wait())
+    end)
+    assert.is_true(slept >= 30, slept)
+  end)
+end)

@@ -97,21 +97,22 @@ local function running(p, gw, pol)
   end
 end
 
+-- Candidates a page at a time (pipelines.stream): INITIALIZED, RUNNING, and
+-- BUILD_SUCCEEDED with a deploy request.
+local STATUSES = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }
+local function wanted(p) return p.status ~= "BUILD_SUCCEEDED" or p.deploy_requested_at ~= nil end
+local WANTED_SQL = "(status <> 'BUILD_SUCCEEDED' OR deploy_requested_at IS NOT NULL)"
+
 function M.run(pol, gw)
-  local list, err = oops.store.list {
-    statuses = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }, lock_owner = true }
-  if not list then error("listing pipelines: " .. tostring(err)) end
-  local candidates = {}
-  for _, p in ipairs(list) do
-    if p.status ~= "BUILD_SUCCEEDED" or p.deploy_requested_at then
-      candidates[#candidates + 1] = p
-    end
-  end
-  P.drive(candidates, SCAN, {
-    INITIALIZED = function(p) initialized(p, gw) end,
-    RUNNING = function(p) running(p, gw, pol) end,
-    BUILD_SUCCEEDED = function(p) M.deploy(p, "BUILD_SUCCEEDED", gw) end,
-  }, pol)
+  local ok, err = P.stream {
+    scan = SCAN, pol = pol, statuses = STATUSES, wanted = wanted, where = WANTED_SQL,
+    handlers = {
+      INITIALIZED = function(p) initialized(p, gw) end,
+      RUNNING = function(p) running(p, gw, pol) end,
+      BUILD_SUCCEEDED = function(p) M.deploy(p, "BUILD_SUCCEEDED", gw) end,
+    },
+  }
+  if not ok then error("listing pipelines: " .. tostring(err)) end
 end
 
 return M

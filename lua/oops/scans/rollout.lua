@@ -1,12 +1,12 @@
 -- The rollout scan (REFERENCE.md sections 5, 6, 12), with the sweep:
 --   1. snapshot the pipeline locks this server holds,
---   2. then query the active pipelines,
---   3. release the held locks whose pipeline is no longer active (stopping the
---      build of a STOPPED one first).
+--   2. then query the active pipelines (a page at a time, driving each page:
+--      DEPLOYING past the deploy timeout → ERROR, so a server that died
+--      mid-deploy never strands a pipeline, and ROLLING_OUT → health),
+--   3. release the held locks whose pipeline was not among them (stopping
+--      the build of a STOPPED one first).
 -- In that order: a lock the build scan takes between 1 and 2 is not in the
 -- snapshot, so it is never swept as "no longer active".
--- Then DEPLOYING past the deploy timeout → ERROR (a server that died
--- mid-deploy never strands a pipeline), and ROLLING_OUT → health.
 local oops = require("oops")
 local log = require("oops.log")
 local msg = require("oops.messages")
@@ -19,37 +19,34 @@ local ACTIVE = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED", "DEPLOYING", "ROLL
 
 local function t(p, from, to, message) return P.transition(p, from, to, message, SCAN) end
 
-local function sweep(held, active, gw)
-  local live = {}
-  for _, p in ipairs(active) do live[p.id] = true end
-  for _, name in ipairs(held) do
-    local id = P.lock_id(name)
-    if id and not live[id] then
-      local p, gerr = oops.store.get(id)
-      local release = true
-      if p == nil then
-        -- Cannot read it: keep the lock (its build may need stopping), try
-        -- again next tick.
-        log.warn("reading a finished pipeline failed, lock kept: " .. tostring(gerr), { scan = SCAN, pipeline = id })
-        release = false
-      elseif p and p.status ~= "STOPPED" and gw.release then
-        -- ERROR or SUCCEEDED: a deploy or health command still running for it
-        -- (a timeout failed it) is stopped before the lock goes.
-        gw.release(p)
-      end
-      if p and p.status == "STOPPED" then
-        local ok, err = gw.build_stop(p)
-        if not ok then
-          -- Keep the lock: the next tick tries to stop the job again.
-          log.warn("stopping the build of a stopped pipeline failed: " .. tostring(err),
-            { scan = SCAN, pipeline = id })
-          release = false
-        else
-          log.info("stopped: build job stopped, lock released", { scan = SCAN, pipeline = id })
-        end
-      end
-      if release then oops.locks.release(name) end
+-- gone: id → lock name of each held pipeline lock whose pipeline the query
+-- did not list as active.
+local function sweep(gone, gw)
+  for id, name in pairs(gone) do
+    local p, gerr = oops.store.get(id)
+    local release = true
+    if p == nil then
+      -- Cannot read it: keep the lock (its build may need stopping), try
+      -- again next tick.
+      log.warn("reading a finished pipeline failed, lock kept: " .. tostring(gerr), { scan = SCAN, pipeline = id })
+      release = false
+    elseif p and p.status ~= "STOPPED" and gw.release then
+      -- ERROR or SUCCEEDED: a deploy or health command still running for it
+      -- (a timeout failed it) is stopped before the lock goes.
+      gw.release(p)
     end
+    if p and p.status == "STOPPED" then
+      local ok, err = gw.build_stop(p)
+      if not ok then
+        -- Keep the lock: the next tick tries to stop the job again.
+        log.warn("stopping the build of a stopped pipeline failed: " .. tostring(err),
+          { scan = SCAN, pipeline = id })
+        release = false
+      else
+        log.info("stopped: build job stopped, lock released", { scan = SCAN, pipeline = id })
+      end
+    end
+    if release then oops.locks.release(name) end
   end
 end
 
@@ -125,24 +122,32 @@ local function rolling_out(p, pol, gw)
   end
 end
 
+local function wanted(p) return p.status == "DEPLOYING" or p.status == "ROLLING_OUT" end
+local WANTED_SQL = "status IN ('DEPLOYING', 'ROLLING_OUT')"
+
 function M.run(pol, gw)
-  local held = oops.locks.held() -- before the query: see the header
-  local active, err = oops.store.list { statuses = ACTIVE, lock_owner = true }
-  if not active then error("listing pipelines: " .. tostring(err)) end
+  -- The snapshot, before the query (see the header): the pipeline locks held,
+  -- struck off as the pages list them active; what is left is swept.
+  local gone = {}
+  for _, name in ipairs(oops.locks.held()) do
+    local id = P.lock_id(name)
+    if id then gone[id] = name end
+  end
+  local ok, err = P.stream {
+    scan = SCAN, pol = pol, statuses = ACTIVE, wanted = wanted, where = WANTED_SQL,
+    seen = function(p) gone[p.id] = nil end,
+    handlers = {
+      DEPLOYING = function(p) deploying(p, pol) end,
+      ROLLING_OUT = function(p) rolling_out(p, pol, gw) end,
+    },
+  }
+  if not ok then error("listing pipelines: " .. tostring(err)) end
   if not oops.locks.is_up() then
-    log.warn("lock session down: driving nothing", { scan = SCAN })
+    log.warn("lock session down: sweeping nothing", { scan = SCAN })
     return
   end
-  sweep(held, active, gw)
+  sweep(gone, gw)
   stop_orphans(gw)
-  local candidates = {}
-  for _, p in ipairs(active) do
-    if p.status == "DEPLOYING" or p.status == "ROLLING_OUT" then candidates[#candidates + 1] = p end
-  end
-  P.drive(candidates, SCAN, {
-    DEPLOYING = function(p) deploying(p, pol) end,
-    ROLLING_OUT = function(p) rolling_out(p, pol, gw) end,
-  }, pol)
 end
 
 return M
