@@ -556,13 +556,27 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
                  mysql_stmt_param_count(st), nparams);
         return CR_UNKNOWN_ERROR;
     }
-    MYSQL_BIND pb[nparams ? nparams : 1];
-    my_bool pn[nparams ? nparams : 1];
-    if (bind_params(st, params, nparams, pb, pn) != 0)
+    /* On the heap: a fiber's stack is small, and a GET_LOCK batch may bind
+     * tens of thousands of names (112 bytes of MYSQL_BIND each). Needed
+     * until the statement is sent. */
+    MYSQL_BIND *pb = calloc(nparams ? nparams : 1, sizeof *pb);
+    my_bool *pn = calloc(nparams ? nparams : 1, sizeof *pn);
+    if (!pb || !pn) {
+        free(pb);
+        free(pn);
+        snprintf(err, errlen, "bind: out of memory");
+        return CR_OUT_OF_MEMORY;
+    }
+    if (bind_params(st, params, nparams, pb, pn) != 0) {
+        free(pb);
+        free(pn);
         return stmt_fail(c, st, "bind", err, errlen);
+    }
     c->statements++;
     int erc = 0;
     NB(c->m, erc, mysql_stmt_execute_start(&erc, st), mysql_stmt_execute_cont, st);
+    free(pb);
+    free(pn);
     if (erc != 0) {
         code = stmt_fail(c, st, "execute", err, errlen);
         if (!c->alive)

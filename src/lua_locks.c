@@ -20,7 +20,8 @@ typedef struct {
     size_t n;
     bool *got;
     int rc;
-    int what; /* ACQ_ONE, ACQ_MANY, REL_ONE, REL_ALL */
+    uint64_t statements; /* ACQ_MANY: statements the call sent */
+    int what;            /* ACQ_ONE, ACQ_MANY, REL_ONE, REL_ALL */
 } lock_call;
 
 enum { ACQ_ONE, ACQ_MANY, REL_ONE, REL_ALL };
@@ -35,9 +36,13 @@ static void lock_run(db_call *b)
     }
     switch (k->what) {
     case ACQ_ONE:
-    case ACQ_MANY:
+    case ACQ_MANY: {
+        /* Exact: the lane lets no other call onto the session meanwhile. */
+        uint64_t before = lock_registry_statements(r);
         k->rc = lock_registry_acquire_many(r, (const char *const *)k->names, k->n, k->got);
+        k->statements = lock_registry_statements(r) - before;
         break;
+    }
     case REL_ONE: k->rc = lock_registry_release(r, k->names[0]); break;
     default: lock_registry_release_all(r); k->rc = 0;
     }
@@ -56,7 +61,8 @@ static int lock_push(lua_State *L, db_call *b)
             lua_pushboolean(L, k->got[i]);
             lua_setfield(L, -2, k->names[i]);
         }
-        return 1;
+        lua_pushinteger(L, (lua_Integer)k->statements);
+        return 2;
     }
     lua_pushboolean(L, k->what == ACQ_ONE ? k->got[0] : k->rc == 1);
     return 1;
@@ -103,8 +109,8 @@ static int l_acquire(lua_State *L)
     return dbcall(L, &k->base);
 }
 
-/* acquire_many({names}) -> {name = true|false} in one statement | nil, "lock session down", "gone"
- */
+/* acquire_many({names}) -> {name = true|false}, statements sent (one up to 65,535 names) |
+ * nil, "lock session down", "gone" */
 static int l_acquire_many(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);

@@ -363,10 +363,11 @@ oops.locks.names = {
 ---@return oops.ErrorName? err_name "gone"
 function oops.locks.acquire(name) end
 
---- oops.locks.acquire for many names in one statement per 1,000 names.
+--- oops.locks.acquire for many names in one statement (split only above
+--- 65,535 names, MariaDB's placeholder limit).
 ---@param names string[]
 ---@return table<string, boolean>|nil held name → held now
----@return string? msg "lock session down"
+---@return integer|string|nil statements the statements sent; on failure the message "lock session down"
 ---@return oops.ErrorName? name "gone"
 function oops.locks.acquire_many(names) end
 

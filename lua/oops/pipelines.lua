@@ -220,15 +220,13 @@ function M.stream(o)
   elseif #chosen > 0 then
     local names = {}
     for i, p in ipairs(chosen) do names[i] = M.lock_name(p.id) end
-    local before = oops.locks.statements()
-    local got, err = oops.locks.acquire_many(names)
+    local got, sent = oops.locks.acquire_many(names) -- sent: statements, or why it failed
     if not got then
-      log.warn("lock session down: driving nothing new (" .. tostring(err) .. ")", { scan = scan })
+      log.warn("lock session down: driving nothing new (" .. tostring(sent) .. ")", { scan = scan })
     else
       -- The bench reads these: one statement per scan, whatever the number of
-      -- pipelines. (Read around the call: another task's statement on the
-      -- lock session while this call waits for it counts here too.)
-      oops.metrics.inc("oops_lock_acquire_statements_total", { scan = scan }, oops.locks.statements() - before)
+      -- pipelines (acquire_many says how many it sent).
+      oops.metrics.inc("oops_lock_acquire_statements_total", { scan = scan }, sent)
       oops.metrics.inc("oops_lock_acquire_batches_total", { scan = scan })
       for i, p in ipairs(chosen) do
         if got[names[i]] then

@@ -149,6 +149,16 @@ describe("database calls from tasks with a pool (needs OOPS_TEST_DB)", function(
     for i = 1, 5 do assert.is_false(oops.locks.holds(names[i])) end
   end)
 
+  it("10,000 names in one GET_LOCK from a task: one statement, its parameters off the fiber's stack", function()
+    local many, got, sent = {}, nil, nil
+    for i = 1, 10000 do many[i] = "spec:many:" .. RUN .. ":" .. i end
+    side_by_side { function() got, sent = oops.locks.acquire_many(many) end }
+    assert.are.equal(1, sent)
+    for i = 1, 10000, 997 do assert.is_true(got[many[i]]) end
+    side_by_side { function() oops.locks.release_all() end }
+    assert.is_false(oops.locks.holds(many[1]))
+  end)
+
   it("store calls work from tasks: create, a fenced transition (one CALL), get, list, events", function()
     local id, won, p, ev, listed
     side_by_side {
