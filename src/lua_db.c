@@ -8,6 +8,7 @@
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "db_fiber.h"
 #include "error_names.h"
@@ -225,16 +226,26 @@ typedef struct {
     size_t n;
     db_result *r;
     char err[512];
-    int what; /* EXEC_ROWS, EXEC_OK (true), EXEC_NOW */
+    int what;              /* EXEC_ROWS, EXEC_OK (true), EXEC_NOW */
+    double sent, answered; /* EXEC_NOW: this host's clock around the statement itself */
 } exec_call;
+
+static double wall_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 enum { EXEC_ROWS, EXEC_OK, EXEC_NOW };
 
 static void exec_run(db_call *b)
 {
     exec_call *e = (exec_call *)b;
+    e->sent = wall_clock();
     b->rc = db_exec(b->conn, e->sql, e->p, e->n, e->what == EXEC_OK ? NULL : &e->r, e->err,
                     sizeof e->err);
+    e->answered = wall_clock();
 }
 
 static int exec_push(lua_State *L, db_call *b)
@@ -250,7 +261,10 @@ static int exec_push(lua_State *L, db_call *b)
     if (e->what == EXEC_NOW) {
         lua_pushnumber(L, strtod(db_get(r, 0, 0), NULL));
         lua_pushstring(L, db_get(r, 0, 1));
-        return 2;
+        /* The moment the database read its clock, on ours: the midpoint of
+         * the round trip itself (not of the wait for a connection). */
+        lua_pushnumber(L, (e->sent + e->answered) / 2);
+        return 3;
     }
     if (r->ncols) {
         lua_createtable(L, (int)r->nrows, 0);
@@ -378,7 +392,7 @@ static int l_rollback(lua_State *L)
 }
 
 /* oops.db.now() -> epoch seconds (float), "YYYY-MM-DD HH:MM:SS.ffffff" (UTC), on the database's
- * clock. */
+ * clock, and this host's clock at the middle of the statement's round trip. */
 static int l_now(lua_State *L)
 {
     return dbcall(L,

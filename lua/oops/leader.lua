@@ -36,13 +36,13 @@ end
 M.offset_s = 0
 
 -- The database's time now (seconds, fractional), measuring the offset on
--- the way (this server's clock read just before and after the query; the
--- midpoint stands for the moment the database read its clock).
+-- the way (the binding reads this server's clock just before and after the
+-- statement's round trip; the midpoint stands for the moment the database
+-- read its clock — a wait for a free connection does not count).
 function M.db_now()
-  local before = oops.time()
-  local now, err, name = oops.db.now()
-  if not now then return nil, err, name end
-  M.offset_s = now - (before + oops.time()) / 2
+  local now, err, mid = oops.db.now()
+  if not now then return nil, err, mid end
+  M.offset_s = now - mid
   return now
 end
 

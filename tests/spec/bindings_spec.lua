@@ -488,10 +488,14 @@ describe("oops.db (needs OOPS_TEST_DB)", function()
   end)
 
   it("now reads the database's clock", function()
-    local epoch, text = oops.db.now()
+    local before = oops.time()
+    local epoch, text, mid = oops.db.now()
+    local after = oops.time()
     assert.are.equal("float", math.type(epoch))
     assert.truthy(math.abs(epoch - os.time()) < 3600)
     assert.truthy(text:match("^%d%d%d%d%-%d%d%-%d%d %d%d:%d%d:%d%d%.%d+$"), text)
+    -- This host's clock in the middle of the statement's own round trip.
+    assert.truthy(mid >= before - 0.001 and mid <= after + 0.001, ("%f not in [%f, %f]"):format(mid, before, after))
   end)
 end)
 
