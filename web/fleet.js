@@ -86,7 +86,7 @@
       class: "pipeline", tabindex: 0, "data-id": p.id, "data-status": p.status,
       onclick: () => openDetail(p.id), onkeydown: (e) => { if (e.key === "Enter") openDetail(p.id); },
     },
-    h("td", null, h("code", null, p.id), h("div", { class: "muted" }, when(p.created_at))),
+    h("td", null, h("code", null, p.id), h("div", { class: "muted wide" }, when(p.created_at))),
     h("td", null, h("strong", null, p.application), " ", p.environment,
       h("div", { class: "muted" }, p.namespace + (p.mode === "manual" ? " · manual" : "") +
         (p.trigger === "rollback" ? " · rollback" : ""))),

@@ -153,6 +153,10 @@ function M.read_fleet(pol)
     if owner then by_conn[owner] = r.name end
     servers[#servers + 1] = s
   end
+  table.sort(servers, function(a, b) -- live ones first, then by name
+    if a.live ~= b.live then return a.live end
+    return a.name < b.name
+  end)
   -- Leader locks and the database's clock, in one statement.
   local scans, lock_names = leader_locks()
   local cols = { "UNIX_TIMESTAMP(NOW(6)) AS now" }
