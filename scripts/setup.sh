@@ -34,6 +34,7 @@ packages=(
   openssl # the test MariaDB's TLS certificates
   faketime tzdata # tests/scenarios/clocks.lua (skewed clocks), time_zones.lua (host zones)
   clang libclang-rt-14-dev llvm # fuzz/: clang-14, its libFuzzer runtime, llvm-symbolizer
+  chromium nodejs npm fonts-liberation # tests/integration/fleet_page.sh: the fleet page in a real browser
 )
 
 # kubectl for examples/kubernetes/: Debian's kubernetes-client, unless a

@@ -26,6 +26,7 @@
 #include "oops_version.h"
 #include "runtime.h"
 #include "schema.h"
+#include "web.h"
 
 #define TICK_MS 200
 #define HEARTBEAT_MS 10000
@@ -47,6 +48,8 @@ typedef struct server_state {
     bool draining;
     int exit_code;
     char name_lock[96];
+    char pub_health[160], pub_hash[40]; /* what the last heartbeat published */
+    char *http_token; /* --http-token-file's token (web_token_free), NULL: no token asked */
     /* The database's schema is older than this oopsd's and this account may
      * not migrate it: nothing is driven until `oopsctl migrate` (schema_poll). */
     bool schema_waiting;
@@ -225,6 +228,23 @@ static void start_watchdog(server_state *d)
     log_msg(LOG_INFO, "systemd watchdog: a ping every %llu ms", (unsigned long long)every);
 }
 
+/* Why /healthz says 503, or NULL when it says 200 (also what the heartbeat
+ * publishes in the server table for the fleet page). */
+static const char *health_reason(server_state *d)
+{
+    if (!lock_registry_is_up(d->ctx.locks))
+        return "lock session down";
+    if (!d->ctx.policy_loaded)
+        return "no policy loaded";
+    if (d->schema_waiting)
+        return "waiting for `oopsctl migrate`: the database schema is older than this oopsd";
+    if (d->ctx.policy_error)
+        return "policy stale since a failed reload";
+    if (d->draining)
+        return "stopping";
+    return NULL;
+}
+
 /* ---- server registration ----------------------------------------------- */
 
 static void register_server(server_state *d)
@@ -243,16 +263,29 @@ static void register_server(server_state *d)
         log_msg(LOG_WARN, "registering in the server table: %s", err);
 }
 
+/* Also publishes what the fleet page shows of this server (schema 9): its
+ * health (what /healthz says: "ok" or why not), the policy it runs and its
+ * version. A server waiting for `oopsctl migrate` has no such columns yet. */
 static void heartbeat(server_state *d)
 {
     char err[512];
     if (db_conn_ensure(d->ctx.work, err, sizeof err))
         return;
+    if (d->schema_waiting) {
+        db_value p[] = {db_int((long long)lock_registry_connection_id(d->ctx.locks)),
+                        db_text(d->ctx.server_name)};
+        db_exec(d->ctx.work,
+                "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?", p, 2,
+                NULL, err, sizeof err);
+        return;
+    }
     db_value p[] = {db_int((long long)lock_registry_connection_id(d->ctx.locks)),
+                    db_text(d->pub_health), db_text(d->pub_hash), db_text(OOPS_VERSION),
                     db_text(d->ctx.server_name)};
     db_exec(d->ctx.work,
-            "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?", p, 2,
-            NULL, err, sizeof err);
+            "UPDATE server SET last_seen = NOW(6), lock_connection_id = ?, health = ?, "
+            "policy_hash = ?, oopsd_version = ? WHERE name = ?",
+            p, 5, NULL, err, sizeof err);
 }
 
 /* One server per name: the name lock lives as long as our lock session. */
@@ -517,6 +550,16 @@ static void on_tick(uv_timer_t *t)
         return;
     uint64_t now = uv_now(&d->loop);
     d->tick_heartbeat = now - d->last_heartbeat >= HEARTBEAT_MS;
+    /* A change of health or policy is published at once, not at the next
+     * heartbeat: the fleet page shows it within a tick. */
+    const char *health = health_reason(d);
+    if (!health)
+        health = "ok";
+    if (strcmp(health, d->pub_health) != 0 || strcmp(d->policy_hash, d->pub_hash) != 0) {
+        snprintf(d->pub_health, sizeof d->pub_health, "%s", health);
+        snprintf(d->pub_hash, sizeof d->pub_hash, "%s", d->policy_hash);
+        d->tick_heartbeat = true;
+    }
     if (d->tick_heartbeat)
         d->last_heartbeat = now;
     d->tick_schema = d->schema_waiting && !d->draining && now - d->schema_checked >= SCHEMA_POLL_MS;
@@ -531,17 +574,7 @@ static void on_tick(uv_timer_t *t)
 static void healthz(server_state *d, http_response *out)
 {
     bool up = lock_registry_is_up(d->ctx.locks);
-    const char *reason = NULL;
-    if (!up)
-        reason = "lock session down";
-    else if (!d->ctx.policy_loaded)
-        reason = "no policy loaded";
-    else if (d->schema_waiting)
-        reason = "waiting for `oopsctl migrate`: the database schema is older than this oopsd";
-    else if (d->ctx.policy_error)
-        reason = "policy stale since a failed reload";
-    else if (d->draining)
-        reason = "stopping";
+    const char *reason = health_reason(d);
     buf b = {0};
     bool first = true;
     buf_puts(&b, "{");
@@ -642,16 +675,98 @@ static void status(server_state *d, http_response *out)
     out->body = buf_take(&b);
 }
 
-static void on_http(void *ud, const char *method, const char *path, http_response *out)
+/* Headers of the fleet page and its JSON: never cached (it is live, and may
+ * sit behind a token), never framed, no script or style but our own. */
+static const char *const PAGE_HEADERS[] = {
+    "Cache-Control",
+    "no-store",
+    "X-Content-Type-Options",
+    "nosniff",
+    "Referrer-Policy",
+    "no-referrer",
+    "Content-Security-Policy",
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    NULL,
+};
+static const char *const ALLOW_GET[] = {"Allow", "GET", NULL};
+static const char *const AUTH_HEADERS[] = {"WWW-Authenticate", "Bearer realm=\"oopsd\"",
+                                           "Cache-Control", "no-store", NULL};
+
+static void http_text(http_response *out, int status, const char *text)
 {
-    (void)method;
+    out->status = status;
+    out->body = strdup(text);
+    out->len = out->body ? strlen(text) : 0;
+}
+
+/* engine.http(path) -> status, json: the fleet's JSON from the engine's
+ * in-memory snapshot (lua/oops/web.lua). It never waits on the database. */
+static void web_api(server_state *d, const char *path, http_response *out)
+{
+    lua_State *L = runtime_state(d->ctx.rt);
+    if (!d->ctx.rt || !engine_fn(d, "http")) {
+        http_text(out, 503, "no engine\n");
+        return;
+    }
+    lua_pushstring(L, path);
+    if (runtime_call(L, 1, 2, "engine.http", NULL, 0) != 0) {
+        http_text(out, 500, "internal error (logged)\n");
+        return;
+    }
+    size_t len = 0;
+    const char *body = lua_tolstring(L, -1, &len);
+    out->status = (int)lua_tointeger(L, -2);
+    if (body) {
+        out->body = malloc(len ? len : 1);
+        if (out->body)
+            memcpy(out->body, body, len);
+        out->len = out->body ? len : 0;
+    }
+    lua_pop(L, 2);
+    out->content_type = "application/json";
+    out->headers = PAGE_HEADERS;
+}
+
+static void on_http(void *ud, const http_incoming *in, http_response *out)
+{
     server_state *d = ud;
-    if (strcmp(path, "/healthz") == 0)
+    const char *path = in->path;
+    if (strcmp(in->method, "GET") != 0) { /* read-only, every path */
+        out->status = 405;
+        out->headers = ALLOW_GET;
+        return;
+    }
+    if (strcmp(path, "/healthz") == 0) { /* open: probes carry no token (README) */
         healthz(d, out);
-    else if (strcmp(path, "/metrics") == 0)
+        return;
+    }
+    if (d->http_token && !web_bearer_ok(http_incoming_header(in, "Authorization"), d->http_token)) {
+        http_text(out, 401, "a bearer token is required (Authorization: Bearer TOKEN)\n");
+        out->headers = AUTH_HEADERS;
+        return;
+    }
+    if (strcmp(path, "/metrics") == 0) {
         prom_metrics(d, out);
-    else if (strcmp(path, "/status") == 0)
+    } else if (strcmp(path, "/status") == 0) {
         status(d, out);
+    } else if (strncmp(path, "/api/", 5) == 0) {
+        web_api(d, path, out);
+    } else {
+        const web_asset *a = web_asset_find(path);
+        if (!a)
+            return; /* 404 */
+        out->body = malloc(a->len);
+        if (!out->body) {
+            out->status = 503;
+            return;
+        }
+        memcpy(out->body, a->data, a->len);
+        out->len = a->len;
+        out->status = 200;
+        out->content_type = a->content_type;
+        out->headers = PAGE_HEADERS;
+    }
 }
 
 /* ---- start and stop ---------------------------------------------------- */
@@ -877,6 +992,23 @@ int daemon_run(const daemon_options *o)
         rc = OOPSD_BAD_INPUT;
         goto out;
     }
+    if (!web_listen_is_loopback(d->o.listen) && !d->o.http_token_file) {
+        fprintf(
+            stderr,
+            "oopsd: --listen %s is not a loopback address: the fleet page and its data would be "
+            "open to the network; give --http-token-file FILE (a bearer token every request "
+            "but /healthz must carry) and put oopsd behind a reverse proxy (README \"The "
+            "fleet page\")\n",
+            d->o.listen);
+        rc = OOPSD_BAD_INPUT;
+        goto out;
+    }
+    if (d->o.http_token_file &&
+        web_token_read(d->o.http_token_file, &d->http_token, err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        rc = OOPSD_BAD_INPUT;
+        goto out;
+    }
     d->ctx.have_db = true;
     d->ctx.daemon = true;
     scrub_db_environment();
@@ -893,7 +1025,10 @@ int daemon_run(const daemon_options *o)
     d->ctx.policy_version = 1;
     read_policy_hash(d);
     if (strcmp(d->o.listen, "off") != 0) {
-        d->http = http_server_start(&d->loop, d->o.listen, on_http, d, err, sizeof err);
+        /* Every method reaches on_http (it answers 405 but to GET) so that it
+         * sees the Authorization header; a request has no business with a body. */
+        http_serve_options so = {.handler = on_http, .ud = d, .max_body = 4096};
+        d->http = http_server_serve(&d->loop, d->o.listen, &so, err, sizeof err);
         if (!d->http) {
             fprintf(stderr, "oopsd: %s\n", err);
             rc = OOPSD_BAD_INPUT;
@@ -937,6 +1072,7 @@ int daemon_run(const daemon_options *o)
     rc = d->exit_code;
 out:
     teardown(d);
+    web_token_free(d->http_token);
     free(d);
     process_done();
     return rc;

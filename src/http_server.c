@@ -215,6 +215,8 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, http_response 
     if (has_body)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 out->content_type ? out->content_type : HTTP_DEFAULT_CONTENT_TYPE);
+    for (const char *const *h = out->headers; h && h[0] && h[1]; h += 2)
+        MHD_add_response_header(r, h[0], h[1]);
     ok = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r); /* the queued connection holds its own ref */
     return ok;

@@ -62,13 +62,15 @@
 /* What a handler answers. The server pre-fills it with status 0, a NULL
  * content_type, a NULL body and len 0 before calling the handler. */
 typedef struct http_response {
-    int status;               /* e.g. 200, 503, 404; 0 = 200 with a body, 404 without;
-                                 outside 100..599 = answered as 500 */
-    const char *content_type; /* static string, e.g. "application/json";
-                                 NULL = "text/plain; charset=utf-8" */
-    char *body;               /* malloc'd by the handler; the server frees it
-                                 (also on error paths) */
-    size_t len;               /* bytes of body to send */
+    int status;                 /* e.g. 200, 503, 404; 0 = 200 with a body, 404 without;
+                                   outside 100..599 = answered as 500 */
+    const char *content_type;   /* static string, e.g. "application/json";
+                                   NULL = "text/plain; charset=utf-8" */
+    char *body;                 /* malloc'd by the handler; the server frees it
+                                   (also on error paths) */
+    size_t len;                 /* bytes of body to send */
+    const char *const *headers; /* NULL, or static "Name", "value" pairs ended by NULL:
+                                   more response headers (Cache-Control, Allow, ...) */
 } http_response;
 
 /* Called on the loop thread for every GET request; fill *out.

@@ -1,6 +1,6 @@
 /*
  * oopsd — the scheduler engine. Every backend server runs one:
- *   oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--check]
+ *   oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--http-token-file FILE]
  *   oopsd --check --policies DIR        validate the policies and exit (like nginx -t)
  *   oopsd lua SCRIPT [ARGS...]          run a Lua script with the oops module
  *   oopsd --version                     "oopsd VERSION (commit GIT-DESCRIBE)"
@@ -18,29 +18,33 @@
 
 static void usage(FILE *f)
 {
-    fputs(
-        "usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--drain MS] "
-        "[--db-connections N] [--log-level L]\n"
-        "       oopsd --check --policies DIR\n"
-        "       oopsd lua SCRIPT [ARGS...]\n"
-        "       oopsd --version\n"
-        "\n"
-        "  --db URL        mysql://user[:password]@host[:port]/database[?socket=PATH] (default "
-        "$OOPS_DB;\n"
-        "                  without a password in it: the systemd credential db-password,\n"
-        "                  the file $OOPS_DB_PASSWORD_FILE names, or $OOPS_DB_PASSWORD)\n"
-        "  --name NAME     this server's name, unique among the servers\n"
-        "  --policies DIR  the policy files (*.lua)\n"
-        "  --listen ADDR   /healthz, /metrics, /status (default 127.0.0.1:7070; \"off\" disables)\n"
-        "  --drain MS      how long SIGTERM waits for in-flight steps, 1 to 3600000 (default "
-        "10000)\n"
-        "  --db-connections N  work connections tasks share, 1 to 64 (default 4; the lock "
-        "session\n"
-        "                  is one more)\n"
-        "  --check         load and validate the policies, print ok or every error, exit 0 or 1\n"
-        "Each flag may be given once; --flag=value and --flag value are the same.\n"
-        "exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit\n",
-        f);
+    fputs("usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] "
+          "[--http-token-file FILE] [--drain MS] [--db-connections N] [--log-level L]\n"
+          "       oopsd --check --policies DIR\n"
+          "       oopsd lua SCRIPT [ARGS...]\n"
+          "       oopsd --version\n"
+          "\n"
+          "  --db URL        mysql://user[:password]@host[:port]/database[?socket=PATH] (default "
+          "$OOPS_DB;\n"
+          "                  without a password in it: the systemd credential db-password,\n"
+          "                  the file $OOPS_DB_PASSWORD_FILE names, or $OOPS_DB_PASSWORD)\n"
+          "  --name NAME     this server's name, unique among the servers\n"
+          "  --policies DIR  the policy files (*.lua)\n"
+          "  --listen ADDR   the fleet page (/), /healthz, /metrics, /status (default "
+          "127.0.0.1:7070;\n"
+          "                  \"off\" disables)\n"
+          "  --http-token-file FILE  a bearer token (one line, 16 to 4096 characters) every "
+          "request\n"
+          "                  but /healthz must carry; required when ADDR is not loopback\n"
+          "  --drain MS      how long SIGTERM waits for in-flight steps, 1 to 3600000 (default "
+          "10000)\n"
+          "  --db-connections N  work connections tasks share, 1 to 64 (default 4; the lock "
+          "session\n"
+          "                  is one more)\n"
+          "  --check         load and validate the policies, print ok or every error, exit 0 or 1\n"
+          "Each flag may be given once; --flag=value and --flag value are the same.\n"
+          "exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit\n",
+          f);
 }
 
 /* Every flag at most once, exact names only, no empty values (ctl_args.h). */
@@ -57,6 +61,7 @@ int main(int argc, char **argv)
         F_DRAIN,
         F_DB_CONNECTIONS,
         F_LOG_LEVEL,
+        F_HTTP_TOKEN_FILE,
         F_HELP,
         F_VERSION
     };
@@ -69,6 +74,7 @@ int main(int argc, char **argv)
         [F_DRAIN] = {"--drain", true, false, NULL},
         [F_DB_CONNECTIONS] = {"--db-connections", true, false, NULL},
         [F_LOG_LEVEL] = {"--log-level", true, false, NULL},
+        [F_HTTP_TOKEN_FILE] = {"--http-token-file", true, false, NULL},
         [F_HELP] = {"--help", false, false, NULL},
         [F_VERSION] = {"--version", false, false, NULL},
     };
@@ -98,6 +104,7 @@ int main(int argc, char **argv)
     o.name = f[F_NAME].value;
     o.policies = f[F_POLICIES].value;
     o.listen = f[F_LISTEN].value;
+    o.http_token_file = f[F_HTTP_TOKEN_FILE].value;
     if (f[F_LOG_LEVEL].given) {
         if (log_level_parse(f[F_LOG_LEVEL].value) < 0) {
             char q[300];

@@ -424,6 +424,17 @@ static const char *const v8[] = {
     " END",
     NULL,
 };
+/* v9: what the fleet page (issue 16) shows of each server, published by its
+ * heartbeat: its health ("ok" or what /healthz says is wrong), the policy it
+ * runs (version_hash) and its oopsd version. NULL for a server older than
+ * schema 9 (N-1 servers run on schema N and simply do not publish). */
+static const char *const v9[] = {
+    "ALTER TABLE server"
+    " ADD COLUMN IF NOT EXISTS health VARCHAR(255) NULL,"
+    " ADD COLUMN IF NOT EXISTS policy_hash VARCHAR(40) NULL,"
+    " ADD COLUMN IF NOT EXISTS oopsd_version VARCHAR(64) NULL",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -435,6 +446,7 @@ static const migration migrations[] = {
     {6, "external builds: job handle, submit count, one cancel claim", v6},
     {7, "indexes for every query of the scans and oopsctl, and for retention", v7},
     {8, "a transition in one round trip: the procedure oops_transition", v8},
+    {9, "the fleet page: servers publish their health, policy and version", v9},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

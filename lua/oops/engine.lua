@@ -11,6 +11,7 @@ local log = require("oops.log")
 local policy = require("oops.policy")
 local gateway = require("oops.gateway")
 local hooks = require("oops.hooks")
+local web = require("oops.web")
 
 local M = {}
 
@@ -123,7 +124,12 @@ function M.start()
   for _, def in ipairs(M.scans) do
     oops.task("scan " .. def.mod:match("[^.]+$"), loop, def)
   end
+  web.start(M.policy) -- the fleet page's refresher: idle until the page is asked for
 end
+
+-- The fleet page's JSON (`/api/...`), for the daemon's HTTP handler: memory
+-- only, never waits (lua/oops/web.lua). -> status, JSON text
+function M.http(path) return web.http(path) end
 
 -- SIGTERM: start no new tick; in-flight ticks finish (the daemon waits, bounded).
 function M.stop()

@@ -4,7 +4,8 @@
 # auto and manual pipelines to SUCCEEDED, a driver killed and taken over, a
 # stop, scheduled restarts, an alert episode, webhook notifications), the exec
 # gateway (builds, logs) and every oopsctl command that reads (list, show,
-# logs, locks, history) or writes (create, deploy, stop, rollback). The
+# logs, locks, history) or writes (create, deploy, stop, rollback), and the
+# fleet page's JSON (its snapshot and a pipeline's detail). The
 # statements are collected from the log with the values they ran with (one
 # example per shape: literals folded), the tables are then filled with tens of
 # thousands of finished pipelines, events, logs, notifications, jobs, calls and
@@ -115,6 +116,11 @@ rctl history --app t/web --env prod >/dev/null 2>&1
 wait_for 70 "the retention leader deleted the expired history (its DELETEs are in the log)" \
   bash -c "[[ \$(mariadb --no-defaults -N -B -S '$MDB_SOCKET' -uroot oops -e \"SELECT (SELECT COUNT(*) FROM pipeline
     WHERE id = 'expired00001') + (SELECT COUNT(*) FROM restart_run WHERE namespace = 'old')\") == 0 ]]"
+# The fleet page's reads (lua/oops/web.lua): its snapshot and a pipeline's detail.
+wait_for 20 "the fleet page's JSON is served (its statements are in the log)" \
+  bash -c "curl -s -m 5 '$(url ex1 /api/fleet)' | grep -q '\"pipelines\"'"
+wait_for 20 "... and a pipeline's detail" \
+  bash -c "curl -s -m 5 '$(url ex1 "/api/pipeline/$id")' | grep -q '\"events\"'"
 stop_servers
 root -e "SET GLOBAL general_log = 0"
 
@@ -132,7 +138,8 @@ check "the general log holds the statements ($(wc -l <"$work/all.sql") run, $n d
 for want in "FROM pipeline WHERE 1 = 1 AND status IN" "FROM pipeline_event WHERE pipeline_id" \
   "FROM pipeline_log WHERE pipeline_id" "FROM outbox o" "UPDATE pipeline SET status" \
   "FROM restart_run WHERE finished_at IS NULL" "FROM exec_job" "UPDATE outbox SET" "DELETE FROM pipeline" \
-  "UNION ALL (SELECT" "IF(status = 'SUCCEEDED', status_changed_at, created_at) DESC"; do
+  "UNION ALL (SELECT" "IF(status = 'SUCCEEDED', status_changed_at, created_at) DESC" \
+  "FROM pipeline ORDER BY created_at DESC LIMIT" "FROM outbox WHERE delivered_at IS NULL GROUP BY delivered_routes"; do
   check "... among them: $want" grep -qF "$want" "$work/distinct.tsv"
 done
 
