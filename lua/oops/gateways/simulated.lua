@@ -41,25 +41,6 @@ local function fault(tgt, call)
   return rows and rows[1] and (rows[1].outcome or "simulated failure") or nil
 end
 
--- Start (or restart) p's job of `kind`, ready `after_us` from now, unless a
--- fault is injected for `call` on p's target: one statement (the fault is
--- read only when the insert was refused for it).
-local function start_job(p, kind, after_us, call)
-  local done, err = exec(
-    "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
-    "SELECT ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ? FROM (SELECT 1) one " ..
-    "WHERE NOT EXISTS (SELECT 1 FROM sim_job f WHERE f.pipeline_id = ? AND f.kind = ?) " ..
-    "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
-    "outcome = NULL, server = VALUES(server)",
-    p.id, kind, after_us, oops.server_name(), target(p), "fail_" .. call)
-  if not done then return nil, err end
-  if done.affected == 0 then
-    local f = fault(target(p), call)
-    if f then return nil, f end -- else the row already was exactly that (the same microsecond)
-  end
-  return true
-end
-
 function M.new(cfg)
   local gw = { kind = "simulated" }
   local build_us = (cfg.build_ms or 2000) * 1000
@@ -69,7 +50,16 @@ function M.new(cfg)
   function gw.build_submit(p)
     local ok, err = record(p.id, target(p), "build_submit")
     if not ok then return nil, err end
-    return start_job(p, "build", build_us, "build_submit")
+    local f = fault(target(p), "build_submit")
+    if f then return nil, f end
+    ok, err = exec(
+      "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
+      "VALUES (?, 'build', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
+      "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
+      "outcome = NULL, server = VALUES(server)",
+      p.id, build_us, oops.server_name())
+    if not ok then return nil, err end
+    return true
   end
 
   function gw.build_status(p)
@@ -116,12 +106,17 @@ function M.new(cfg)
   function gw.deploy(p)
     local ok, err = record(p.id, target(p), "deploy")
     if not ok then return nil, err end
-    if deploy_ms > 0 then
-      local f = fault(target(p), "deploy") -- fail before the wait, as a real deploy would
-      if f then return nil, f end
-      oops.sleep(deploy_ms)
-    end
-    return start_job(p, "rollout", rollout_us, "deploy")
+    local f = fault(target(p), "deploy")
+    if f then return nil, f end
+    if deploy_ms > 0 then oops.sleep(deploy_ms) end
+    ok, err = exec(
+      "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
+      "VALUES (?, 'rollout', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
+      "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
+      "outcome = NULL, server = VALUES(server)",
+      p.id, rollout_us, oops.server_name())
+    if not ok then return nil, err end
+    return true
   end
 
   function gw.rollout_health(p)
