@@ -16,9 +16,18 @@
 
 typedef struct cached_stmt {
     char *sql;
+    uint64_t hash; /* of sql: a lookup compares 48 numbers, then one text */
     MYSQL_STMT *st;
     uint64_t used;
 } cached_stmt;
+
+static uint64_t sql_hash(const char *s)
+{
+    uint64_t h = 14695981039346656037ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
 
 struct db_conn {
     MYSQL *m;
@@ -340,8 +349,9 @@ static unsigned stmt_fail(db_conn *c, MYSQL_STMT *st, const char *what, char *er
 static MYSQL_STMT *cache_get(db_conn *c, const char *sql, char *err, size_t errlen, unsigned *code)
 {
     int free_slot = -1, lru = 0;
+    uint64_t hash = sql_hash(sql);
     for (int i = 0; i < STMT_CACHE_SIZE; i++) {
-        if (c->cache[i].sql && strcmp(c->cache[i].sql, sql) == 0) {
+        if (c->cache[i].sql && c->cache[i].hash == hash && strcmp(c->cache[i].sql, sql) == 0) {
             c->cache[i].used = ++c->clock;
             return c->cache[i].st;
         }
@@ -373,6 +383,7 @@ static MYSQL_STMT *cache_get(db_conn *c, const char *sql, char *err, size_t errl
         return NULL;
     }
     c->cache[slot].sql = strdup(sql);
+    c->cache[slot].hash = hash;
     c->cache[slot].st = st;
     c->cache[slot].used = ++c->clock;
     return st;
