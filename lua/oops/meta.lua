@@ -209,10 +209,13 @@ function oops.db.commit() end
 ---@return nil
 function oops.db.rollback() end
 
---- The database's clock (every age and timeout is computed on it).
+--- The database's clock (every age and timeout is computed on it). On
+--- success the third value is this server's clock (epoch seconds) at the
+--- middle of the statement's own round trip (a wait for a free connection
+--- excluded); on failure the error's name.
 ---@return number|nil epoch seconds with microseconds
 ---@return string? utc_or_msg "YYYY-MM-DD HH:MM:SS.ffffff" (UTC); the error message on failure
----@return oops.ErrorName|number|nil name_or_local on success: this server's clock (epoch seconds) at the middle of the statement's own round trip (a wait for a free connection excluded)
+---@return oops.ErrorName|number|nil name_or_local
 function oops.db.now() end
 
 --- How many statements the work connections have executed (for benches and
