@@ -34,8 +34,14 @@ packages=(
   openssl # the test MariaDB's TLS certificates
   faketime tzdata # tests/scenarios/clocks.lua (skewed clocks), time_zones.lua (host zones)
   clang libclang-rt-14-dev llvm # fuzz/: clang-14, its libFuzzer runtime, llvm-symbolizer
-  chromium nodejs npm fonts-liberation # tests/integration/fleet_page.sh: the fleet page in a real browser
+  chromium fonts-liberation # tests/integration/fleet_page.sh: the fleet page in a real browser
 )
+
+# node and npm drive that browser (puppeteer-core): Debian's nodejs and npm,
+# unless a node/npm is installed already (NodeSource's nodejs ships its own npm
+# and conflicts with Debian's npm package).
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 
 # kubectl for examples/kubernetes/: Debian's kubernetes-client, unless a
 # kubectl is installed already (another package owns /usr/bin/kubectl then).
