@@ -119,7 +119,14 @@ for suite in "${suites[@]}"; do
 done
 
 shopt -s nullglob
-reports=("$work"/sanitizer.*)
+reports=()
+for r in "$work"/sanitizer.*; do
+  # ASan says once per process that it "doesn't fully support
+  # makecontext/swapcontext": the database fibers (src/db_fiber.c) switch
+  # stacks with swapcontext and tell ASan so (__sanitizer_start_switch_fiber).
+  # A file holding only that warning is no report.
+  grep -qv "WARNING: ASan doesn't fully support makecontext/swapcontext" "$r" && reports+=("$r")
+done
 shopt -u nullglob
 if ((${#reports[@]})); then
   echo "== sanitizer reports from processes the tests started"

@@ -39,12 +39,12 @@ application "shop/a2" { environments = { "prod" } }
 application "shop/a3" { environments = { "prod" } }
 application "shop/a4" { environments = { "prod" } }
 EOF
-start_server f1 "$policies" --drain 1500 || exit 1
+start_server frz1 "$policies" --drain 1500 || exit 1
 ids=()
 for a in a1 a2 a3 a4; do ids+=("$(ctl create --policies "$policies" --app "shop/$a" --env prod --artifact "r/$a:1")"); done
 wait_for 20 "the server drives the pipelines (RUNNING)" \
   bash -c "[[ \$('$OOPS_BUILD/oopsctl' --db '$OOPS_TEST_DB' list --status RUNNING | grep -c RUNNING) -ge 4 ]]"
-is "$(http_code "$(url f1 /healthz)")" 200 "healthy before the freeze"
+is "$(http_code "$(url frz1 /healthz)")" 200 "healthy before the freeze"
 
 # --- freeze the database past the read timeout -------------------------------
 kill -STOP "$MDB_PID"
@@ -52,7 +52,7 @@ frozen_at=$SECONDS
 slow=0 answered=0 saw503=0 worst=0
 while ((SECONDS - frozen_at < read_timeout + 4)); do
   t0=$(date +%s%N)
-  code=$(curl -s -o /dev/null --max-time 2 -w '%{http_code}' "$(url f1 /healthz)")
+  code=$(curl -s -o /dev/null --max-time 2 -w '%{http_code}' "$(url frz1 /healthz)")
   ms=$((($(date +%s%N) - t0) / 1000000))
   ((ms > worst)) && worst=$ms
   if [[ $code == 200 || $code == 503 ]]; then answered=$((answered + 1)); else slow=$((slow + 1)); fi
@@ -61,23 +61,23 @@ while ((SECONDS - frozen_at < read_timeout + 4)); do
 done
 is "$slow" 0 "while the database is frozen, /healthz answers every probe within 2 s ($answered probes, slowest ${worst} ms)"
 is "$saw503" 1 "... and says 503 once the lock session's validation timed out ($read_timeout s read timeout)"
-like "$(curl -s --max-time 2 "$(url f1 /healthz)")" 'lock session down' "... naming the lock session"
-like "$(curl -s --max-time 2 "$(url f1 /metrics)")" 'oops_tasks [0-9]' "/metrics answers too"
+like "$(curl -s --max-time 2 "$(url frz1 /healthz)")" 'lock session down' "... naming the lock session"
+like "$(curl -s --max-time 2 "$(url frz1 /metrics)")" 'oops_tasks [0-9]' "/metrics answers too"
 
 # --- SIGTERM while frozen -------------------------------------------------------
 t0=$(date +%s%N)
-kill -TERM "${SRV_PID[f1]}"
-wait "${SRV_PID[f1]}"; rc=$?
+kill -TERM "${SRV_PID[frz1]}"
+wait "${SRV_PID[frz1]}"; rc=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
-unset 'SRV_PID[f1]'
+unset 'SRV_PID[frz1]'
 is "$rc" 0 "SIGTERM while the database is frozen: exit 0"
 ((ms < 1500 + 4000)); _tap $? "... within --drain 1500 ms + 4 s (${ms} ms; the read timeout is ${read_timeout} s)"
-like "$(cat "${SRV_LOG[f1]}")" 'database call\(s\) unanswered after 1500 ms: abandoning them' \
+like "$(cat "${SRV_LOG[frz1]}")" 'database call\(s\) unanswered after 1500 ms: abandoning them' \
   "... abandoning the unanswered statements, and saying so"
 
 # --- thaw: nothing was lost --------------------------------------------------
 kill -CONT "$MDB_PID"
-start_server f2 "$policies" || exit 1
+start_server frz2 "$policies" || exit 1
 for id in "${ids[@]}"; do
   wait_for 60 "pipeline $id finishes SUCCEEDED after the thaw" \
     bash -c "[[ \$('$OOPS_BUILD/oopsctl' --db '$OOPS_TEST_DB' --json show '$id') == *'\"status\":\"SUCCEEDED\"'* ]]"
@@ -85,6 +85,6 @@ done
 is "$(mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot freeze -e \
   "SELECT COUNT(*) FROM sim_call WHERE action = 'build_submit' GROUP BY pipeline_id HAVING COUNT(*) > 1" | wc -l)" 0 \
   "... each built once"
-kill -TERM "${SRV_PID[f2]}"; wait "${SRV_PID[f2]}"; is "$?" 0 "the second server stops cleanly"
-unset 'SRV_PID[f2]'
+kill -TERM "${SRV_PID[frz2]}"; wait "${SRV_PID[frz2]}"; is "$?" 0 "the second server stops cleanly"
+unset 'SRV_PID[frz2]'
 done_testing

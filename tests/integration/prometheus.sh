@@ -47,7 +47,10 @@ is "$rc:$out" "0:" "promtool check metrics passes on /metrics (no error, no lint
 for name in $(grep -vE '^ *#|summary:|description:' "$rules" | grep -oE 'oops_[a-z_]+' | sort -u); do
   check "the rules' $name is exported" grep -qE "^$name(\{| )" <<<"$text"
 done
-is "$(metric 'oops_leader{scan="restart"}')" 1 "oops_leader: the only server leads restart"
+# (The stats scan may tick before the restart scan has taken its lock: the
+# gauge follows at its next tick, every 15 s.)
+wait_for 40 "oops_leader: the only server leads restart" \
+  bash -c "curl -s -m 5 '$(url p1 /metrics)' | grep -q '^oops_leader{scan=\"restart\"} 1'"
 is "$(metric 'oops_pipeline_timeout_seconds{status="RUNNING"}')" 7200 \
   "oops_pipeline_timeout_seconds: RUNNING is build.timeout (default 2h)"
 is "$(metric 'oops_pipeline_timeout_seconds{status="DEPLOYING"}')" 6 "... DEPLOYING is deploy.timeout (6s here)"

@@ -10,6 +10,9 @@ start_server() {
   local name=$1 dir=$2; shift 2
   local port; port=$(_free_port)
   local log="$OOPS_TEST_WORK/$name.log"
+  # The log is appended to (a restarted server keeps its history): look for
+  # "started:" only in what this start writes, never in an earlier test's.
+  local from; from=$(stat -c %s "$log" 2>/dev/null || echo 0)
   "$OOPS_BUILD/oopsd" --db "$OOPS_TEST_DB" --name "$name" --policies "$dir" \
     --listen "127.0.0.1:$port" "$@" 2>>"$log" &
   SRV_PID[$name]=$!
@@ -17,7 +20,7 @@ start_server() {
   SRV_LOG[$name]=$log
   local end=$((SECONDS + 30))
   while ((SECONDS < end)); do
-    grep -q 'msg="started:' "$log" 2>/dev/null && return 0
+    tail -c +$((from + 1)) "$log" 2>/dev/null | grep -q 'msg="started:' && return 0
     kill -0 "${SRV_PID[$name]}" 2>/dev/null || { echo "# $name exited at start:"; sed 's/^/#   /' "$log"; return 1; }
     sleep 0.1
   done
