@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "db_fiber.h"
@@ -37,7 +38,8 @@ struct db_conn {
     unsigned last_error; /* db_last_error */
     uint64_t statements;
     uint64_t prepares;
-    uint64_t clock; /* for LRU */
+    uint64_t clock;   /* for LRU */
+    uint64_t used_ms; /* monotonic time of the last statement answered (or of the connect) */
     cached_stmt cache[STMT_CACHE_SIZE];
 };
 
@@ -59,6 +61,13 @@ static int nb_wait(MYSQL *m, int status)
         while (nb_status_)                                                                         \
             nb_status_ = cont_fn(&(ret), (obj), nb_wait((m), nb_status_));                         \
     } while (0)
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 /* ---- values ------------------------------------------------------------ */
 
@@ -277,6 +286,7 @@ db_conn *db_open(const db_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     c->alive = true;
+    c->used_ms = mono_ms();
     char e2[256];
     if (session_setup(c, e2, sizeof e2) != 0) {
         char where[300];
@@ -315,6 +325,12 @@ unsigned db_last_error(const db_conn *c) { return c ? c->last_error : 0; }
 
 unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
 {
+    /* A pool's connection can sit idle past its session wait_timeout (the
+     * server then closes it, and the next statement would fail "gone away"):
+     * open a fresh session instead when it is that old, 5 s to spare. */
+    if (c->alive && c->cfg.session_wait_timeout_s &&
+        mono_ms() - c->used_ms + 5000 > (uint64_t)c->cfg.session_wait_timeout_s * 1000u)
+        c->alive = false;
     if (c->alive)
         return 0;
     cache_clear(c);
@@ -324,6 +340,7 @@ unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
     if (!c->m)
         return c->last_error = DB_CR_CONN_HOST_ERROR;
     c->alive = true;
+    c->used_ms = mono_ms();
     unsigned rc = session_setup(c, err, errlen);
     if (rc)
         c->alive = false;
@@ -588,6 +605,7 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     NB(c->m, erc, mysql_stmt_execute_start(&erc, st), mysql_stmt_execute_cont, st);
     free(pb);
     free(pn);
+    c->used_ms = mono_ms();
     if (erc != 0) {
         code = stmt_fail(c, st, "execute", err, errlen);
         if (!c->alive)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include <mysql.h>
 
@@ -483,6 +484,28 @@ static void a_killed_work_connection_is_reopened_on_demand(void **state)
     db_close(admin);
 }
 
+/* A connection idle close to its session wait_timeout is reopened before its
+ * next statement instead of failing "gone away" (a pool's idle connection). */
+static void an_idle_connection_is_reopened_before_its_wait_timeout(void **state)
+{
+    (void)state;
+    db_config cfg;
+    testdb_config(&cfg);
+    cfg.session_wait_timeout_s = 6; /* reopened after 1 s idle (5 s to spare) */
+    char err[512];
+    db_conn *c = db_open(&cfg, err, sizeof err);
+    assert_non_null(c);
+    uint64_t first = db_connection_id(c);
+    assert_int_equal(db_conn_ensure(c, err, sizeof err), 0);
+    assert_true(db_connection_id(c) == first); /* fresh: kept */
+    sleep(2);
+    assert_int_equal(db_conn_ensure(c, err, sizeof err), 0);
+    assert_true(db_connection_id(c) != first);
+    assert_int_equal(testdb_int(c, "SELECT 7", NULL, 0), 7);
+    db_close(c);
+    db_config_free(&cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -499,6 +522,7 @@ int main(void)
         cmocka_unit_test(a_wrong_password_is_refused_naming_the_host_not_the_password),
         cmocka_unit_test(a_killed_work_connection_is_reopened_on_demand),
         cmocka_unit_test(session_settings_apply_on_open_and_reopen),
+        cmocka_unit_test(an_idle_connection_is_reopened_before_its_wait_timeout),
         /* last: left out where the test server has no ::1 (tests/lib/mariadb.sh) */
         cmocka_unit_test(connects_over_ipv6_with_a_bracketed_literal),
     };
