@@ -2,7 +2,7 @@
 # README's test command: install what is missing, build, and run every suite
 # twice — once normally, once under AddressSanitizer + UBSan — each against
 # its own throwaway MariaDB, after the style checks (clang-format, luacheck);
-# then the fuzz suite once (each libFuzzer harness of fuzz/ for 10 s — a smoke
+# then the fuzz suite once (each libFuzzer harness of fuzz/ for 5 s — a smoke
 # run plus its regressions — in build-fuzz/). Ends with one line:
 # "N passed, N failed".
 #   scripts/test.sh              both passes and the fuzz suite
@@ -62,6 +62,6 @@ else
   start 2 "AddressSanitizer + UBSan build" build-asan
   finish
 fi
-((quick)) || pass "fuzz: each harness 10 s (ASan + UBSan)" build-fuzz fuzz
+((quick)) || pass "fuzz: each harness 5 s (ASan + UBSan)" build-fuzz fuzz
 echo "$total_p passed, $total_f failed"
 ((total_f == 0))

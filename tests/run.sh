@@ -107,10 +107,10 @@ for suite in "${suites[@]}"; do
       run_one "style" bash "$here/style.sh" ;;
     fuzz)
       # Not a default suite: `tests/run.sh BUILD fuzz` (scripts/test.sh runs it
-      # once). Each libFuzzer harness for $OOPS_FUZZ_SECONDS (10) seconds plus
+      # once). Each libFuzzer harness for $OOPS_FUZZ_SECONDS (5) seconds plus
       # its fuzz/regressions/, against build-fuzz/ (scripts/setup.sh --fuzz).
       if [[ -d $root/build-fuzz ]]; then
-        FUZZ_BUILD=$root/build-fuzz run_one "fuzz" bash "$root/fuzz/run" "${OOPS_FUZZ_SECONDS:-10}"
+        FUZZ_BUILD=$root/build-fuzz run_one "fuzz" bash "$root/fuzz/run" "${OOPS_FUZZ_SECONDS:-5}"
       else
         run_one "fuzz" echo "ok 1 # SKIP no build-fuzz (bash scripts/setup.sh --fuzz builds it)"
       fi ;;
