@@ -293,6 +293,42 @@ int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, siz
     return found;
 }
 
+/* " AND status IN (?, ...)": one placeholder per status of the mask (bit
+ * per pipeline_status), its values appended to p; "" for mask 0. Returns the
+ * text's length. */
+static int status_in(unsigned mask, char *sql, size_t size, db_value *p, size_t *np)
+{
+    int len = 0;
+    sql[0] = '\0';
+    if (!mask)
+        return 0;
+    len += snprintf(sql + len, size - (size_t)len, " AND status IN (");
+    bool first = true;
+    for (int s = 0; s < PS__COUNT; s++) {
+        if (!(mask & (1u << s)))
+            continue;
+        len += snprintf(sql + len, size - (size_t)len, first ? "?" : ", ?");
+        first = false;
+        p[(*np)++] = db_text(pipeline_status_name((pipeline_status)s));
+    }
+    len += snprintf(sql + len, size - (size_t)len, ")");
+    return len;
+}
+
+/* The rows of r as pipelines (r freed); owner_col >= 0: lock_owner from that column. */
+static int rows_to_list(db_result *r, int owner_col, pipeline **out, size_t *n)
+{
+    *n = r->nrows;
+    *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
+    for (size_t i = 0; i < r->nrows; i++) {
+        row_to_pipeline(r, i, &(*out)[i]);
+        if (owner_col >= 0)
+            (*out)[i].lock_owner = db_get_int(r, i, (size_t)owner_col, 0);
+    }
+    db_result_free(r);
+    return 0;
+}
+
 int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out, size_t *n,
                         char *err, size_t errlen)
 {
@@ -303,18 +339,7 @@ int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out,
     int len = snprintf(
         sql, sizeof sql, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1",
         o->owned ? ", COALESCE(IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)), 0)" : "");
-    if (o->status_mask) {
-        len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status IN (");
-        bool first = true;
-        for (int s = 0; s < PS__COUNT; s++) {
-            if (!(o->status_mask & (1u << s)))
-                continue;
-            len += snprintf(sql + len, sizeof sql - (size_t)len, first ? "?" : ", ?");
-            first = false;
-            p[np++] = db_text(pipeline_status_name((pipeline_status)s));
-        }
-        len += snprintf(sql + len, sizeof sql - (size_t)len, ")");
-    }
+    len += status_in(o->status_mask, sql + len, sizeof sql - (size_t)len, p, &np);
     if (o->min_age_s > 0) {
         len += snprintf(sql + len, sizeof sql - (size_t)len,
                         " AND status_changed_at <= NOW(6) - INTERVAL ? MICROSECOND");
@@ -336,15 +361,7 @@ int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out,
     db_result *r = NULL;
     if (db_exec(c, sql, p, np, &r, err, errlen))
         return PSTORE_DB;
-    *n = r->nrows;
-    *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
-    for (size_t i = 0; i < r->nrows; i++) {
-        row_to_pipeline(r, i, &(*out)[i]);
-        if (o->owned)
-            (*out)[i].lock_owner = db_get_int(r, i, 15, 0);
-    }
-    db_result_free(r);
-    return 0;
+    return rows_to_list(r, o->owned ? 15 : -1, out, n);
 }
 
 int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,
@@ -361,34 +378,13 @@ int pipeline_store_list_owned(db_conn *c, unsigned status_mask, pipeline **out, 
     return pipeline_store_scan(c, &o, out, n, err, errlen);
 }
 
-static int rows_to_list(db_result *r, pipeline **out, size_t *n)
-{
-    *n = r->nrows;
-    *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
-    for (size_t i = 0; i < r->nrows; i++)
-        row_to_pipeline(r, i, &(*out)[i]);
-    db_result_free(r);
-    return 0;
-}
-
 /* The filters of q as " AND ..." with their parameters appended to p; the
  * same text is used twice by the default (recent) form. */
 static int query_filters(const pipeline_query *q, char *sql, size_t size, db_value *p, size_t *np)
 {
     int len = 0;
     sql[0] = '\0';
-    if (q->status_mask) {
-        len += snprintf(sql + len, size - (size_t)len, " AND status IN (");
-        bool first = true;
-        for (int s = 0; s < PS__COUNT; s++) {
-            if (!(q->status_mask & (1u << s)))
-                continue;
-            len += snprintf(sql + len, size - (size_t)len, first ? "?" : ", ?");
-            first = false;
-            p[(*np)++] = db_text(pipeline_status_name((pipeline_status)s));
-        }
-        len += snprintf(sql + len, size - (size_t)len, ")");
-    }
+    len += status_in(q->status_mask, sql + len, size - (size_t)len, p, np);
     const char *col[] = {"namespace", "application", "environment"};
     const char *val[] = {q->namespace, q->application, q->environment};
     for (int i = 0; i < 3; i++) {
@@ -450,7 +446,7 @@ int pipeline_store_query(db_conn *c, const pipeline_query *q, pipeline **out, si
     db_result *r = NULL;
     if (db_exec(c, sql, p, np, &r, err, errlen))
         return PSTORE_DB;
-    return rows_to_list(r, out, n);
+    return rows_to_list(r, -1, out, n);
 }
 
 int pipeline_store_history(db_conn *c, const char *namespace, const char *application,
@@ -479,7 +475,7 @@ int pipeline_store_history(db_conn *c, const char *namespace, const char *applic
              limit ? " LIMIT ?" : "");
     if (db_exec(c, sql, p, limit ? 4 : 3, &r, err, errlen))
         return PSTORE_DB;
-    return rows_to_list(r, out, n);
+    return rows_to_list(r, -1, out, n);
 }
 
 int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,
