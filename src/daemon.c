@@ -785,6 +785,10 @@ static void describe_metrics(metrics *m)
     metrics_describe(m, "oops_scan_duration_seconds", METRIC_HISTOGRAM, "scan tick durations");
     metrics_describe(m, "oops_transitions_total", METRIC_COUNTER,
                      "pipeline transitions made, by target status");
+    metrics_describe(m, "oops_transition_batches_total", METRIC_COUNTER,
+                     "transactions that made two transitions or more at once");
+    metrics_describe(m, "oops_transition_batched_total", METRIC_COUNTER,
+                     "transitions asked for in those transactions");
     metrics_describe(m, "oops_policy_reloads_total", METRIC_COUNTER, "policy reloads by result");
     metrics_describe(m, "oops_policy_version", METRIC_GAUGE, "successful policy loads");
     metrics_describe(m, "oops_policy_stale", METRIC_GAUGE, "1 when the last reload failed");

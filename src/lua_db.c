@@ -490,7 +490,7 @@ static const char *opt_field(lua_State *L, int t, const char *k)
 }
 
 /* A store call: what it asked, what it got. Strings it reads are copied. */
-typedef struct {
+typedef struct store_call {
     db_call base;
     int rc;              /* the store's result (PSTORE_* when negative) */
     unsigned last_error; /* the connection's error number after a PSTORE_DB */
@@ -511,6 +511,12 @@ typedef struct {
     size_t nv;
     /* events */
     pipeline_event_row *ev;
+    /* list's ids (its own copies), free's answer */
+    char **idv;
+    size_t nidv;
+    bool requested;
+    /* transition: the next one waiting for a batch */
+    struct store_call *next;
 } store_call;
 
 static const char *keep(store_call *s, const char *v)
@@ -536,6 +542,7 @@ static void store_release(db_call *b)
     pipeline_clear(&s->one);
     pipeline_list_free(s->v, s->nv);
     pipeline_events_free(s->ev, s->nv);
+    pipeline_ids_free(s->idv, s->nidv);
 }
 
 static store_call *store_new(void (*run)(db_call *), int (*push)(lua_State *, db_call *))
@@ -612,18 +619,24 @@ static int l_create(lua_State *L)
     return dbcall(L, &s->base);
 }
 
-static void transition_run(db_call *b)
+/* Fenced by our lock session when we have one (a server; not oopsctl).
+ * While it is down, a fence no session matches: nothing is changed. */
+static uint64_t transition_fence(oops_ctx *c)
 {
-    store_call *s = (store_call *)b;
-    oops_ctx *c = b->ctx;
-    /* Fenced by our lock session when we have one (a server; not oopsctl).
-     * While it is down, a fence no session matches: nothing is changed. */
     uint64_t session = 0;
     if (c->locks) {
         session = lock_registry_connection_id(c->locks);
         if (!session)
             session = UINT64_MAX;
     }
+    return session;
+}
+
+static void transition_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    oops_ctx *c = b->ctx;
+    uint64_t session = transition_fence(c);
     store_ran(b,
               pipeline_store_transition(b->conn, s->pid, s->from, s->to, s->message, c->server_name,
                                         c->server_name, session, s->err, sizeof s->err));
@@ -643,6 +656,107 @@ static int transition_push(lua_State *L, db_call *b)
     return 1;
 }
 
+/* ---- transitions in batches ----
+ * In the daemon, a task's transition waits for a work connection like any
+ * call; the transitions of other tasks that come meanwhile join it, and the
+ * first to get a connection makes them all in one transaction
+ * (pipeline_store_transitions: seven statements for up to 64). Nobody waits
+ * for a batch to fill: a transition alone goes as soon as a connection is
+ * free, and batches form only while the connections are busy. */
+static store_call *pend_head, *pend_tail;
+static size_t pend_n;
+static bool runner_waiting; /* a batch runner is in the pool's queue */
+
+typedef struct {
+    db_call base;
+    store_call *m[PIPELINE_BATCH_MAX];
+    size_t n;
+} batch_call;
+
+static void batch_body(void *arg)
+{
+    batch_call *bc = arg;
+    db_call *b = &bc->base;
+    char err[512];
+    unsigned rc = db_conn_ensure(b->conn, err, sizeof err);
+    if (rc) {
+        for (size_t i = 0; i < bc->n; i++) {
+            bc->m[i]->base.conn_rc = rc;
+            snprintf(bc->m[i]->base.conn_err, sizeof bc->m[i]->base.conn_err, "%s", err);
+        }
+        return;
+    }
+    pipeline_transition_req v[PIPELINE_BATCH_MAX];
+    for (size_t i = 0; i < bc->n; i++) {
+        store_call *s = bc->m[i];
+        v[i] = (pipeline_transition_req){
+            .id = s->pid, .from = s->from, .to = s->to, .message = s->message};
+    }
+    oops_ctx *c = b->ctx;
+    pipeline_store_transitions(b->conn, v, bc->n, c->server_name, c->server_name,
+                               transition_fence(c));
+    for (size_t i = 0; i < bc->n; i++) {
+        store_call *s = bc->m[i];
+        s->rc = v[i].rc;
+        s->last_error = v[i].last_error;
+        snprintf(s->err, sizeof s->err, "%s", v[i].err);
+        s->base.rc = s->rc < 0 ? (s->last_error ? s->last_error : 1) : 0;
+    }
+    if (bc->n > 1) {
+        metrics_add(c->metrics, "oops_transition_batches_total", NULL, 1);
+        metrics_add(c->metrics, "oops_transition_batched_total", NULL, (double)bc->n);
+    }
+}
+
+static void batch_done(void *arg)
+{
+    batch_call *bc = arg;
+    db_pool_put(bc->base.ctx->pool, bc->base.conn);
+    for (size_t i = 0; i < bc->n; i++) {
+        store_call *s = bc->m[i];
+        s->base.finished = true;
+        lua_State *co = s->base.co;
+        if (s->base.yielded) /* else it finished before its task yielded: it reads it itself */
+            runtime_resume(co, finish(co, &s->base));
+    }
+    free(bc);
+}
+
+static void batch_start(oops_ctx *c);
+
+static void batch_got(db_conn *conn, void *ud)
+{
+    batch_call *bc = ud;
+    bc->base.conn = conn;
+    runner_waiting = false;
+    while (pend_head && bc->n < PIPELINE_BATCH_MAX) {
+        store_call *s = pend_head;
+        pend_head = s->next;
+        s->next = NULL;
+        bc->m[bc->n++] = s;
+        pend_n--;
+    }
+    if (!pend_head)
+        pend_tail = NULL;
+    else
+        batch_start(bc->base.ctx); /* more than one batch's worth: the next waits */
+    if (db_fiber_run(bc->base.ctx->loop, batch_body, batch_done, bc) != 0) {
+        batch_body(bc);
+        batch_done(bc);
+    }
+}
+
+static void batch_start(oops_ctx *c)
+{
+    batch_call *bc = calloc(1, sizeof *bc);
+    if (!bc)
+        abort();
+    bc->base.kind = DBCALL_WORK;
+    bc->base.ctx = c;
+    runner_waiting = true;
+    db_pool_get(c->pool, batch_got, bc);
+}
+
 /* oops.store.transition(id, from, to, message) -> true (this call made it) |
  * false (it was not in `from`, or our lock session does not hold its lock) */
 static int l_transition(lua_State *L)
@@ -660,6 +774,24 @@ static int l_transition(lua_State *L)
     s->from = from;
     s->to = to;
     s->message = keep(s, msg);
+    oops_ctx *c = runtime_ctx(L);
+    if (c->pool && in_task(L) && !tx_of(L)) {
+        /* Joins the batch waiting for a connection, or starts one. */
+        s->base.ctx = c;
+        s->base.co = L;
+        if (pend_tail)
+            pend_tail->next = s;
+        else
+            pend_head = s;
+        pend_tail = s;
+        pend_n++;
+        if (!runner_waiting)
+            batch_start(c);
+        if (s->base.finished)
+            return finish(L, &s->base);
+        s->base.yielded = true;
+        return lua_yield(L, 0);
+    }
     return dbcall(L, &s->base);
 }
 
@@ -751,11 +883,92 @@ static int l_list(lua_State *L)
         } else if (!lua_isnil(L, -1)) {
             return luaL_error(L, "oops.store.list: after must be a pipeline (created_at, id)");
         }
+        lua_pop(L, 1);
+    }
+    char **ids = NULL;
+    size_t nids = 0;
+    if (lua_istable(L, 1) && lua_getfield(L, 1, "ids") != LUA_TNIL) {
+        if (!lua_istable(L, -1))
+            return luaL_error(L, "oops.store.list: ids must be an array of pipeline ids");
+        lua_Integer k = luaL_len(L, -1);
+        if (k < 1 || k > PIPELINE_IDS_MAX)
+            return luaL_error(L, "oops.store.list: ids holds 1 to %d ids, not %d", PIPELINE_IDS_MAX,
+                              (int)k);
+        for (lua_Integer i = 1; i <= k; i++)
+            if (lua_rawgeti(L, -1, i) != LUA_TSTRING)
+                return luaL_error(L, "oops.store.list: ids[%d] is not a string", (int)i);
+            else
+                lua_pop(L, 1);
+        if (!(ids = calloc((size_t)k, sizeof *ids)))
+            abort();
+        for (lua_Integer i = 1; i <= k; i++) {
+            lua_rawgeti(L, -1, i);
+            if (!(ids[nids++] = strdup(lua_tostring(L, -1))))
+                abort();
+            lua_pop(L, 1);
+        }
     }
     store_call *s = store_new(list_run, list_push);
     s->opts = o;
     s->opts.after_created = keep(s, o.after_created);
     s->opts.after_id = keep(s, o.after_id);
+    s->idv = ids;
+    s->nidv = nids;
+    s->opts.ids = (const char *const *)ids;
+    s->opts.nids = nids;
+    return dbcall(L, &s->base);
+}
+
+static void free_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    store_ran(b, pipeline_store_free(b->conn, s->opts.status_mask, s->requested, s->opts.limit,
+                                     &s->idv, &s->nidv, s->err, sizeof s->err));
+}
+
+static int free_push(lua_State *L, db_call *b)
+{
+    store_call *s = (store_call *)b;
+    if (s->rc < 0)
+        return store_fail(L, s);
+    lua_createtable(L, (int)s->nidv, 0);
+    for (size_t i = 0; i < s->nidv; i++) {
+        lua_pushstring(L, s->idv[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
+/* oops.store.free{statuses = {...}, limit = n, deploy_requested = bool} -> ids of the oldest
+ * pipelines in those statuses whose lock nobody holds, oldest first, at most n (1..65535);
+ * deploy_requested: BUILD_SUCCEEDED ones only with a deploy request. */
+static int l_free(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    unsigned mask = 0;
+    if (lua_getfield(L, 1, "statuses") != LUA_TTABLE)
+        return luaL_error(L, "oops.store.free: statuses must be an array of statuses");
+    lua_Integer k = luaL_len(L, -1);
+    for (lua_Integer i = 1; i <= k; i++) {
+        lua_rawgeti(L, -1, i);
+        mask |= 1u << check_status(L, lua_gettop(L));
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    if (!mask)
+        return luaL_error(L, "oops.store.free: statuses is empty");
+    lua_getfield(L, 1, "limit");
+    lua_Integer limit = luaL_checkinteger(L, -1);
+    if (limit < 1 || limit > 65535)
+        return luaL_error(L, "oops.store.free: limit must be 1 to 65535");
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "deploy_requested");
+    bool requested = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    store_call *s = store_new(free_run, free_push);
+    s->opts.status_mask = mask;
+    s->opts.limit = (size_t)limit;
+    s->requested = requested;
     return dbcall(L, &s->base);
 }
 
@@ -805,7 +1018,8 @@ void lua_register_db(lua_State *L)
     };
     static const luaL_Reg store[] = {
         {"create", l_create}, {"transition", l_transition}, {"get", l_get},
-        {"list", l_list},     {"events", l_events},         {NULL, NULL},
+        {"list", l_list},     {"events", l_events},         {"free", l_free},
+        {NULL, NULL},
     };
     lua_setfuncs_in(L, "db", db);
     lua_setfuncs_in(L, "store", store);

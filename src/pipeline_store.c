@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "buf.h"
 #include "lock_names.h"
 #include "log.h"
 
@@ -280,6 +281,251 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
     return PSTORE_DB;
 }
 
+/* The next power of two from 2: statements of a batch come in a few shapes
+ * (lists padded by repeating their last item), so the statement cache holds
+ * them all. */
+static size_t batch_shape(size_t n)
+{
+    size_t b = 2;
+    while (b < n)
+        b *= 2;
+    return b;
+}
+
+/* " IN (?, ...)" over ids[0..n) padded to `shape` placeholders. */
+static void in_ids(buf *sql, db_value *p, size_t *np, const char *const *ids, size_t n,
+                   size_t shape)
+{
+    buf_puts(sql, " IN (");
+    for (size_t i = 0; i < shape; i++) {
+        buf_puts(sql, i ? ", ?" : "?");
+        p[(*np)++] = db_text(ids[i < n ? i : n - 1]);
+    }
+    buf_puts(sql, ")");
+}
+
+/* "CASE id WHEN ? THEN ? ... END" mapping ids[i] to vals[i], padded like in_ids. */
+static void case_id(buf *sql, db_value *p, size_t *np, const char *const *ids,
+                    const char *const *vals, size_t n, size_t shape)
+{
+    buf_puts(sql, "CASE id");
+    for (size_t i = 0; i < shape; i++) {
+        size_t k = i < n ? i : n - 1;
+        buf_puts(sql, " WHEN ? THEN ?");
+        p[(*np)++] = db_text(ids[k]);
+        p[(*np)++] = db_text(vals[k]);
+    }
+    buf_puts(sql, " END");
+}
+
+/* One batch of n (2..PIPELINE_BATCH_MAX) in one transaction: 0 with every
+ * rc set, or an error number (rolled back, nothing set). */
+static unsigned batch_tx(db_conn *c, pipeline_transition_req *v, size_t n, const char *driver,
+                         const char *actor, uint64_t lock_session, char *e, size_t elen)
+{
+    long long fence = (long long)lock_session;
+    const char *ids[PIPELINE_BATCH_MAX], *from[PIPELINE_BATCH_MAX], *to[PIPELINE_BATCH_MAX],
+        *msgs[PIPELINE_BATCH_MAX], *types[PIPELINE_BATCH_MAX];
+    const char *wid[PIPELINE_BATCH_MAX], *wfrom[PIPELINE_BATCH_MAX], *wto[PIPELINE_BATCH_MAX],
+        *wmsg[PIPELINE_BATCH_MAX], *wtype[PIPELINE_BATCH_MAX];
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = v[i].id;
+        from[i] = pipeline_status_name(v[i].from);
+        to[i] = pipeline_status_name(v[i].to);
+        msgs[i] = v[i].message;
+        types[i] = pipeline_event_type(v[i].to);
+    }
+    /* Enough for the largest statement: the UPDATE's 3 CASEs of 2 values and
+     * 1 list per row, or the events' 7 values per row. */
+    db_value *p = malloc((8 * PIPELINE_BATCH_MAX + 8) * sizeof *p);
+    if (!p)
+        abort();
+    buf sql = {0};
+    db_result *r = NULL;
+    size_t np = 0, nw = 0, shape = batch_shape(n);
+    bool won[PIPELINE_BATCH_MAX] = {0};
+    unsigned rc = db_begin(c, e, elen);
+    if (rc)
+        goto out;
+    /* Which ones it makes: the rows in their `from` status, and (fenced)
+     * whose lock our session holds, locked until the commit. */
+    buf_puts(&sql, "SELECT id FROM pipeline WHERE id");
+    in_ids(&sql, p, &np, ids, n, shape);
+    buf_puts(&sql, " AND status = ");
+    case_id(&sql, p, &np, ids, from, n, shape);
+    buf_puts(&sql, " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX
+                   "', id)) <=> ?) FOR UPDATE");
+    p[np++] = db_int(fence);
+    p[np++] = db_int(fence);
+    if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
+        goto out;
+    for (size_t row = 0; row < r->nrows; row++) {
+        const char *id = db_get(r, row, 0);
+        for (size_t i = 0; id && i < n; i++) {
+            if (!won[i] && strcmp(ids[i], id) == 0) {
+                won[i] = true;
+                break;
+            }
+        }
+    }
+    db_result_free(r);
+    r = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (won[i]) {
+            wid[nw] = ids[i];
+            wfrom[nw] = from[i];
+            wto[nw] = to[i];
+            wmsg[nw] = msgs[i] ? msgs[i] : "";
+            wtype[nw] = types[i];
+            nw++;
+        }
+    }
+    if (nw) {
+        size_t ws = batch_shape(nw);
+        /* The update, of exactly those rows (still fenced: a session lost
+         * since the read changes fewer, and the whole batch is retried one
+         * by one). */
+        sql.len = 0;
+        np = 0;
+        buf_puts(&sql, "UPDATE pipeline SET status = ");
+        case_id(&sql, p, &np, wid, wto, nw, ws);
+        buf_puts(&sql, ", message = ");
+        case_id(&sql, p, &np, wid, wmsg, nw, ws);
+        buf_puts(&sql, ", status_changed_at = NOW(6), driven_by = COALESCE(?, driven_by) WHERE id");
+        p[np++] = db_text(driver);
+        in_ids(&sql, p, &np, wid, nw, ws);
+        buf_puts(&sql, " AND status = ");
+        case_id(&sql, p, &np, wid, wfrom, nw, ws);
+        buf_puts(&sql, " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX
+                       "', id)) <=> ?)");
+        p[np++] = db_int(fence);
+        p[np++] = db_int(fence);
+        if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
+            goto out;
+        uint64_t changed = r->affected;
+        db_result_free(r);
+        r = NULL;
+        if (changed != nw) {
+            snprintf(e, elen, "the batch changed %llu rows of %zu", (unsigned long long)changed, nw);
+            rc = 1;
+            goto out;
+        }
+        /* Their events, then their notifications: multi-row INSERT ...
+         * VALUES in chunks of a power of two (a few statement shapes). Not
+         * INSERT ... SELECT: InnoDB holds a table's AUTO-INC lock for the
+         * whole of such a "bulk" insert, against every other server's
+         * transitions. */
+        const char *actor_name = actor ? actor : driver ? driver : "unknown";
+        uint64_t first_event = 0;
+        for (size_t done = 0; done < nw;) {
+            size_t k = PIPELINE_BATCH_MAX;
+            while (k > nw - done)
+                k /= 2;
+            sql.len = 0;
+            np = 0;
+            buf_puts(&sql, "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, "
+                           "to_status, message, server, lock_session, created_at) VALUES ");
+            for (size_t i = done; i < done + k; i++) {
+                buf_puts(&sql, i > done ? ", (?, ?, ?, ?, ?, ?, NULLIF(?, 0), NOW(6))"
+                                        : "(?, ?, ?, ?, ?, ?, NULLIF(?, 0), NOW(6))");
+                p[np++] = db_text(wid[i]);
+                p[np++] = db_text(wtype[i]);
+                p[np++] = db_text(wfrom[i]);
+                p[np++] = db_text(wto[i]);
+                p[np++] = db_text(wmsg[i]);
+                p[np++] = db_text(actor_name);
+                p[np++] = db_int(fence);
+            }
+            if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
+                goto out;
+            if (!done)
+                first_event = r->insert_id;
+            db_result_free(r);
+            r = NULL;
+            done += k;
+        }
+        /* The events' ids: nobody else writes events for rows we hold
+         * locked, and ours are the newest. */
+        sql.len = 0;
+        np = 0;
+        buf_puts(&sql, "SELECT id FROM pipeline_event WHERE pipeline_id");
+        in_ids(&sql, p, &np, wid, nw, ws);
+        buf_puts(&sql, " AND id >= ?");
+        p[np++] = db_int((long long)first_event);
+        if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
+            goto out;
+        if (r->nrows != nw) {
+            snprintf(e, elen, "the batch read %zu events of %zu", r->nrows, nw);
+            rc = 1;
+            goto out;
+        }
+        db_result *rev = r;
+        r = NULL;
+        for (size_t done = 0; done < nw;) {
+            size_t k = PIPELINE_BATCH_MAX;
+            while (k > nw - done)
+                k /= 2;
+            sql.len = 0;
+            np = 0;
+            buf_puts(&sql, "INSERT INTO outbox (event_id, kind, ref_id) VALUES ");
+            for (size_t i = done; i < done + k; i++) {
+                buf_puts(&sql, i > done ? ", (CONCAT('pipeline-event-', ?), 'pipeline', ?)"
+                                        : "(CONCAT('pipeline-event-', ?), 'pipeline', ?)");
+                p[np++] = db_text(db_get(rev, i, 0));
+                p[np++] = db_text(db_get(rev, i, 0));
+            }
+            if ((rc = db_exec(c, sql.p, p, np, NULL, e, elen))) {
+                db_result_free(rev);
+                goto out;
+            }
+            done += k;
+        }
+        db_result_free(rev);
+    }
+    if ((rc = db_commit(c, e, elen)))
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        v[i].rc = won[i] ? 1 : 0;
+out:
+    if (r)
+        db_result_free(r);
+    if (rc)
+        db_rollback(c);
+    buf_free(&sql);
+    free(p);
+    return rc;
+}
+
+void pipeline_store_transitions(db_conn *c, pipeline_transition_req *v, size_t n,
+                                const char *driver, const char *actor, uint64_t lock_session)
+{
+    while (n > PIPELINE_BATCH_MAX) {
+        pipeline_store_transitions(c, v, PIPELINE_BATCH_MAX, driver, actor, lock_session);
+        v += PIPELINE_BATCH_MAX;
+        n -= PIPELINE_BATCH_MAX;
+    }
+    bool one_by_one = n < 2;
+    for (size_t i = 0; i < n && !one_by_one; i++) {
+        if (!pipeline_transition_allowed(v[i].from, v[i].to) || !v[i].id)
+            one_by_one = true; /* answered below, each with its own error */
+        for (size_t k = 0; k < i && !one_by_one; k++)
+            if (strcmp(v[i].id, v[k].id) == 0)
+                one_by_one = true; /* one pipeline twice: in order, one at a time */
+    }
+    if (!one_by_one) {
+        char e[512];
+        unsigned rc = batch_tx(c, v, n, driver, actor, lock_session, e, sizeof e);
+        if (rc == 0)
+            return;
+        log_msg(LOG_WARN, "a batch of %zu transitions is made one by one: %s", n, e);
+    }
+    for (size_t i = 0; i < n; i++) {
+        v[i].rc = pipeline_store_transition(c, v[i].id, v[i].from, v[i].to, v[i].message, driver,
+                                            actor, lock_session, v[i].err, sizeof v[i].err);
+        v[i].last_error = v[i].rc < 0 ? db_last_error(c) : 0;
+    }
+}
+
 int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen)
 {
     db_result *r = NULL;
@@ -332,36 +578,114 @@ static int rows_to_list(db_result *r, int owner_col, pipeline **out, size_t *n)
 int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out, size_t *n,
                         char *err, size_t errlen)
 {
-    /* The status list is bound as parameters: one placeholder per status. */
-    char sql[1280];
-    db_value p[PS__COUNT + 6];
+    if (o->nids > PIPELINE_IDS_MAX) {
+        snprintf(err, errlen, "at most %d ids in one list, not %zu", PIPELINE_IDS_MAX, o->nids);
+        return PSTORE_DB;
+    }
+    /* The status list and the ids are bound as parameters: one placeholder each. */
+    size_t size = 1280 + 3 * o->nids;
+    char *sql = malloc(size);
+    db_value *p = malloc((PS__COUNT + 6 + o->nids) * sizeof *p);
+    if (!sql || !p)
+        abort();
     size_t np = 0;
     int len = snprintf(
-        sql, sizeof sql, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1",
+        sql, size, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1",
         o->owned ? ", COALESCE(IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)), 0)" : "");
-    len += status_in(o->status_mask, sql + len, sizeof sql - (size_t)len, p, &np);
+    if (o->nids) {
+        len += snprintf(sql + len, size - (size_t)len, " AND id IN (");
+        for (size_t i = 0; i < o->nids; i++) {
+            len += snprintf(sql + len, size - (size_t)len, i ? ", ?" : "?");
+            p[np++] = db_text(o->ids[i]);
+        }
+        len += snprintf(sql + len, size - (size_t)len, ")");
+    }
+    len += status_in(o->status_mask, sql + len, size - (size_t)len, p, &np);
     if (o->min_age_s > 0) {
-        len += snprintf(sql + len, sizeof sql - (size_t)len,
+        len += snprintf(sql + len, size - (size_t)len,
                         " AND status_changed_at <= NOW(6) - INTERVAL ? MICROSECOND");
         p[np++] = db_int((long long)(o->min_age_s * 1e6));
     }
     if (o->after_created && o->after_id) {
         /* The next page after the last row read (keyset, in ORDER BY's order). */
-        len += snprintf(sql + len, sizeof sql - (size_t)len,
+        len += snprintf(sql + len, size - (size_t)len,
                         " AND (created_at > ? OR (created_at = ? AND id > ?))");
         p[np++] = db_text(o->after_created);
         p[np++] = db_text(o->after_created);
         p[np++] = db_text(o->after_id);
     }
-    len += snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at, id");
+    len += snprintf(sql + len, size - (size_t)len, " ORDER BY created_at, id");
     if (o->limit) {
-        snprintf(sql + len, sizeof sql - (size_t)len, " LIMIT ?");
+        snprintf(sql + len, size - (size_t)len, " LIMIT ?");
         p[np++] = db_int((long long)o->limit);
+    }
+    db_result *r = NULL;
+    unsigned rc = db_exec(c, sql, p, np, &r, err, errlen);
+    free(sql);
+    free(p);
+    if (rc)
+        return PSTORE_DB;
+    return rows_to_list(r, o->owned ? 15 : -1, out, n);
+}
+
+int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested, size_t limit,
+                        char ***out, size_t *n, char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    if (limit < 1 || limit > 65535 || !status_mask) {
+        snprintf(err, errlen, "a free list takes one status or more and 1 to 65535 rows, not %zu",
+                 limit);
+        return PSTORE_DB;
+    }
+    /* One derived table per status, each index-ordered with its own LIMIT
+     * (MariaDB reads a UNION part's own ORDER BY ... LIMIT with a sort
+     * unless it is a derived table), merged in the same order. */
+    char sql[4096];
+    db_value p[2 * PS__COUNT + 1];
+    size_t np = 0;
+    int len = 0, parts = 0;
+    for (int s = 0; s < PS__COUNT; s++) {
+        if (!(status_mask & (1u << s)))
+            continue;
+        len += snprintf(sql + len, sizeof sql - (size_t)len,
+                        "%sSELECT id, created_at FROM (SELECT id, created_at FROM pipeline"
+                        " WHERE status = ?%s AND IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX
+                        "', id)) IS NULL ORDER BY created_at, id LIMIT ?) f%d",
+                        parts ? " UNION ALL " : "",
+                        deploy_requested && s == PS_BUILD_SUCCEEDED
+                            ? " AND deploy_requested_at IS NOT NULL"
+                            : "",
+                        s);
+        p[np++] = db_text(pipeline_status_name((pipeline_status)s));
+        p[np++] = db_int((long long)limit);
+        parts++;
+    }
+    if (parts > 1) {
+        snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at, id LIMIT ?");
+        p[np++] = db_int((long long)limit);
     }
     db_result *r = NULL;
     if (db_exec(c, sql, p, np, &r, err, errlen))
         return PSTORE_DB;
-    return rows_to_list(r, o->owned ? 15 : -1, out, n);
+    *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
+    if (!*out)
+        abort();
+    for (size_t i = 0; i < r->nrows; i++) {
+        const char *id = db_get(r, i, 0);
+        if (!((*out)[i] = strdup(id ? id : "")))
+            abort();
+    }
+    *n = r->nrows;
+    db_result_free(r);
+    return 0;
+}
+
+void pipeline_ids_free(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
 }
 
 int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,

@@ -89,6 +89,34 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
                               const char *message, const char *driver, const char *actor,
                               uint64_t lock_session, char *err, size_t errlen);
 
+/* One transition of pipeline_store_transitions: id, from, to, message in;
+ * rc out (what pipeline_store_transition returns for it), err with it. */
+typedef struct pipeline_transition_req {
+    const char *id;
+    pipeline_status from, to;
+    const char *message;
+    int rc;
+    unsigned last_error; /* the connection's error number after a PSTORE_DB */
+    char err[256];
+} pipeline_transition_req;
+
+#define PIPELINE_BATCH_MAX 64
+
+/*
+ * Several transitions with one driver, actor and lock session, each with
+ * the guarantees of pipeline_store_transition (fenced, conditional, its
+ * event and outbox row in the same transaction) but together in one
+ * transaction of seven statements whatever their number (up to
+ * PIPELINE_BATCH_MAX; more go in several): the database does per row only
+ * the row's own work. Which ones are made is decided by a locking read of the
+ * rows first (SELECT ... FOR UPDATE, fenced), and the UPDATE must change
+ * exactly those. When anything in it fails (a second unfinished pipeline,
+ * a deadlock, a lost fence) it is rolled back and each transition is made
+ * on its own, so every one gets its own answer. One alone is made on its own.
+ */
+void pipeline_store_transitions(db_conn *c, pipeline_transition_req *v, size_t n,
+                                const char *driver, const char *actor, uint64_t lock_session);
+
 /* False once this process found it may not CALL oops_transition (the
  * account lacks EXECUTE): transitions then take five statements. */
 bool pipeline_store_transition_calls(void);
@@ -122,7 +150,13 @@ typedef struct pipeline_list_opts {
     /* Both set: only the rows after (after_created, after_id) in the list's
      * order — the next page after the last row of the previous one. */
     const char *after_created, *after_id;
+    /* nids > 0: only these pipelines (primary key lookups), at most
+     * PIPELINE_IDS_MAX: a server reads the ones it holds by id. */
+    const char *const *ids;
+    size_t nids;
 } pipeline_list_opts;
+
+#define PIPELINE_IDS_MAX 1000
 
 /*
  * The general form of the two lists above, oldest first (created_at, id),
@@ -131,6 +165,21 @@ typedef struct pipeline_list_opts {
  */
 int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out, size_t *n,
                         char *err, size_t errlen);
+
+/*
+ * The free candidates of a scan: ids of the pipelines in the statuses of
+ * status_mask whose lock oops:pipeline:ID no session holds, oldest first
+ * (created_at, id), at most `limit` (1..65535). One statement; each status is
+ * read in the order of the index ix_pipeline_status_created and stops at
+ * `limit` free rows, so the cost is what is taken (plus the held rows before
+ * them), not how many pipelines are active or finished. deploy_requested:
+ * BUILD_SUCCEEDED rows only when a deploy was requested (a manual pipeline
+ * waiting for its release is nobody's work). 0 with out (n strings, free
+ * with pipeline_ids_free) or PSTORE_DB.
+ */
+int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested, size_t limit,
+                        char ***out, size_t *n, char *err, size_t errlen);
+void pipeline_ids_free(char **v, size_t n);
 
 /* What pipeline_store_query selects; zero-initialise, then set what matters. */
 typedef struct pipeline_query {

@@ -435,6 +435,18 @@ static const char *const v9[] = {
     " ADD COLUMN IF NOT EXISTS oopsd_version VARCHAR(64) NULL",
     NULL,
 };
+/* v10: a scan reads what it takes (issue 15). Its free candidates are the
+ * oldest rows of one status whose lock is free, read in (status, created_at,
+ * id) order up to a LIMIT: ix_pipeline_status_created serves that without a
+ * sort, and makes ix_pipeline_status (status) redundant, so it replaces it:
+ * the same number of indexes to maintain per transition. Servers of schema 9
+ * run on it unchanged (no statement names an index). */
+static const char *const v10[] = {
+    "ALTER TABLE pipeline"
+    " ADD INDEX IF NOT EXISTS ix_pipeline_status_created (status, created_at),"
+    " DROP INDEX IF EXISTS ix_pipeline_status",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -447,6 +459,7 @@ static const migration migrations[] = {
     {7, "indexes for every query of the scans and oopsctl, and for retention", v7},
     {8, "a transition in one round trip: the procedure oops_transition", v8},
     {9, "the fleet page: servers publish their health, policy and version", v9},
+    {10, "scans read their free candidates in (status, created_at) order", v10},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

@@ -280,6 +280,7 @@ oops.store = {}
 ---@field limit? integer at most this many, oldest first (default no limit)
 ---@field lock_owner? boolean fill lock_owner: the connection id holding the pipeline's lock, absent when free
 ---@field after? {created_at: string, id: string} only those after this one (the last row of the previous page)
+---@field ids? string[] only these pipelines (1 to 1000 ids, read by primary key)
 
 --- Insert an INITIALIZED pipeline and its CREATED event (server = this
 --- server's name), in one transaction. Raises when opts is not a table or a
@@ -324,6 +325,16 @@ function oops.store.get(id) end
 ---@return string? msg
 ---@return oops.ErrorName? name
 function oops.store.list(opts) end
+
+--- Ids of the oldest pipelines in these statuses whose lock no session holds,
+--- oldest first, at most opts.limit (1..65535); one statement that stops
+--- there. deploy_requested: BUILD_SUCCEEDED ones only with a deploy request.
+--- Raises on an unknown or missing status or a bad limit.
+---@param opts {statuses: oops.Status[], limit: integer, deploy_requested?: boolean}
+---@return string[]|nil ids
+---@return string? msg
+---@return oops.ErrorName? name
+function oops.store.free(opts) end
 
 --- The event trail of one pipeline, oldest first (empty for an unknown id).
 ---@param id string

@@ -40,20 +40,10 @@ local function live_servers()
   return math.max(n, 1)
 end
 
--- Live servers and free candidates (no session holds their lock) in one
--- statement, for a listing longer than a page. `where` is the scan's own
--- constant condition on top of the statuses (no value in it).
-local function live_and_free(statuses, where)
-  local marks = ("?, "):rep(#statuses):sub(1, -3)
-  local sql = "SELECT (" .. LIVE_SQL .. ") AS live, (SELECT COUNT(*) FROM pipeline WHERE status IN (" .. marks ..
-    ")" .. (where and (" AND " .. where) or "") .. " AND IS_USED_LOCK(CONCAT(?, id)) IS NULL) AS free"
-  local args = { SERVER_PREFIX }
-  for _, st in ipairs(statuses) do args[#args + 1] = st end
-  args[#args + 1] = PIPELINE_PREFIX
-  local rows, err = oops.db.exec(sql, table.unpack(args))
-  if not rows then return nil, err end
-  return math.max(rows[1].live or 1, 1), rows[1].free or 0
-end
+-- The live servers of the last tick that took new pipelines: a tick asks
+-- for max_new x this many free ones first, and asks again only when more
+-- servers are alive now and the answer was full.
+local live_hint = 1
 
 -- Ours (held, and the row says our session holds it), free (nobody holds
 -- it), or nil (another server's, or ours by our books but not the
@@ -125,21 +115,32 @@ local function refuse(p, why, scan)
   M.transition(p, p.status, "ERROR", msg.refused .. why, scan)
 end
 
--- Drive a scan's candidates a page at a time, so a tick holds one page of
--- rows however many pipelines wait:
---   o.scan, o.pol, o.handlers (status -> step(p)), o.statuses (listed);
---   o.wanted(p): is this listed row a candidate (default: every row);
---   o.where: the same as o.wanted, as a constant SQL condition (for the count);
---   o.seen(p): called for every listed row (the rollout's sweep).
--- The pipelines this server holds are stepped as their page is read; of the
--- free ones it takes its fair share, ceil(free / live servers) but at most
--- the policy's scan.max_new, in ONE GET_LOCK statement once every page is
--- read, chosen at random among the oldest (live servers x share) free ones
--- (other servers' ticks take the others: fewer collisions; the oldest go
--- first). Pipelines held by another server are not asked for at all. Steps
--- run side by side (tasks.pool, bounded); returns when all are done, so a
--- tick never overlaps the next. true, or nil, err when listing failed; with
--- the lock session down nothing more is driven (logged) and it returns true.
+-- A copy of v[i..j].
+local function slice(v, i, j) return table.move(v, i, j, 1, {}) end
+
+-- Drive a scan's pipelines, reading only what it drives (issue 15: a tick's
+-- cost follows what this server holds and takes, not how many pipelines
+-- are active or finished):
+--   o.scan, o.pol, o.handlers (status -> step(p)), o.statuses (its statuses);
+--   o.wanted(p): is a held row of those statuses a candidate (default: all);
+--   o.free: { statuses = {...}, deploy_requested = bool }, the statuses in
+--     which a pipeline nobody holds is taken (oops.store.free);
+--   o.held: ids of the pipelines this server holds (default: its locks now);
+--     the rollout passes the snapshot its sweep compares against;
+--   o.seen(p): called for every held row listed in o.statuses (the sweep).
+-- 1. The pipelines held, read by id a page of ids at a time, and stepped as
+--    their page is read.
+-- 2. The new ones: its fair share of the free ones, ceil(free / live
+--    servers) but at most the policy's scan.max_new, chosen at random among
+--    the oldest (live servers x share) free ones (other servers' ticks take
+--    the others: fewer collisions; the oldest go first), in ONE GET_LOCK
+--    statement, then read again under their lock and stepped. The free ones
+--    are asked for by one statement that stops after live x max_new of them,
+--    so it never counts or reads the rest.
+-- Steps run side by side (tasks.pool, bounded); returns when all are done,
+-- so a tick never overlaps the next. true, or nil, err when reading failed;
+-- with the lock session down nothing more is driven (logged) and it returns
+-- true.
 function M.stream(o)
   local scan, pol = o.scan, o.pol
   local max_new = pol and pol.scan and pol.scan.max_new or DEFAULT_MAX_NEW
@@ -156,53 +157,29 @@ function M.stream(o)
       pool:run(function() fn(p) end)
     end
   end
-  local share, window -- known once the first page is read
-  local seen_free, chosen = 0, {}
-  local after, first, down = nil, true, false
-  repeat
-    local page, err = oops.store.list { statuses = o.statuses, lock_owner = true, limit = M.PAGE, after = after }
-    if not page then
-      pool:wait()
-      return nil, err
+  local function fail(err)
+    pool:wait()
+    return nil, err
+  end
+  local held = o.held
+  if not held then
+    held = {}
+    for _, name in ipairs(oops.locks.held()) do
+      local id = M.lock_id(name)
+      if id then held[#held + 1] = id end
     end
-    after = page[#page]
-    if first then
-      first = false
-      local free, live = 0, 1
-      if #page < M.PAGE then -- the whole listing: count here
-        for _, p in ipairs(page) do
-          if wanted(p) and whose(p, me) == "free" then free = free + 1 end
-        end
-        if free > 0 then live = live_servers() end
-      else
-        local l, f = live_and_free(o.statuses, o.where)
-        if not l then
-          pool:wait()
-          return nil, f
-        end
-        live, free = l, f
-      end
-      share = math.min(math.ceil(free / live), max_new)
-      window = math.min(free, live * share)
-    end
+  end
+  local down = false
+  for i = 1, #held, M.PAGE do
+    local page, err = oops.store.list { ids = slice(held, i, math.min(i + M.PAGE - 1, #held)),
+                                        statuses = o.statuses, lock_owner = true }
+    if not page then return fail(err) end
     if not oops.locks.is_up() then down = true end
     for _, p in ipairs(page) do
       if o.seen then o.seen(p) end
       if not down and wanted(p) then
-        local w = whose(p, me)
-        if w == "mine" then
+        if whose(p, me) == "mine" then
           step(p)
-        elseif w == "free" then
-          -- A random `share` of the first `window` free ones (reservoir).
-          seen_free = seen_free + 1
-          if seen_free <= window then
-            if #chosen < share then
-              chosen[#chosen + 1] = p
-            else
-              local j = math.random(seen_free)
-              if j <= share then chosen[j] = p end
-            end
-          end
         elseif oops.locks.holds(M.lock_name(p.id)) then
           -- The query read the lock's owner: when it is not our session, our
           -- session is gone (cut, or frozen past its timeout) and we do not
@@ -214,24 +191,63 @@ function M.stream(o)
         end
       end
     end
-  until #page < M.PAGE
+  end
+  if not down and not oops.locks.is_up() then down = true end
   if down then
     log.warn("lock session down: driving nothing", { scan = scan })
-  elseif #chosen > 0 then
-    local names = {}
-    for i, p in ipairs(chosen) do names[i] = M.lock_name(p.id) end
-    local got, sent = oops.locks.acquire_many(names) -- sent: statements, or why it failed
-    if not got then
-      log.warn("lock session down: driving nothing new (" .. tostring(sent) .. ")", { scan = scan })
-    else
-      -- The bench reads these: one statement per scan, whatever the number of
-      -- pipelines (acquire_many says how many it sent).
-      oops.metrics.inc("oops_lock_acquire_statements_total", { scan = scan }, sent)
-      oops.metrics.inc("oops_lock_acquire_batches_total", { scan = scan })
-      for i, p in ipairs(chosen) do
-        if got[names[i]] then
-          log.info("driving", { pipeline = p.id, app = p.app, env = p.environment })
-          step(p)
+    pool:wait()
+    return true
+  end
+  if o.free then
+    local function free_ids(n)
+      return oops.store.free { statuses = o.free.statuses, deploy_requested = o.free.deploy_requested,
+                               limit = math.min(n, 65535) }
+    end
+    local limit = max_new * live_hint
+    local free, err = free_ids(limit)
+    if not free then return fail(err) end
+    if #free > 0 then
+      local live = live_servers()
+      if live > live_hint and #free == limit then
+        free, err = free_ids(max_new * live)
+        if not free then return fail(err) end
+      end
+      live_hint = live
+      local share = math.min(math.ceil(#free / live), max_new)
+      local window = math.min(#free, live * share)
+      -- A random `share` of the first `window` (a partial Fisher-Yates).
+      for k = 1, share do
+        local j = math.random(k, window)
+        free[k], free[j] = free[j], free[k]
+      end
+      local names = {}
+      for k = 1, share do names[k] = M.lock_name(free[k]) end
+      local got, sent = oops.locks.acquire_many(names) -- sent: statements, or why it failed
+      if not got then
+        log.warn("lock session down: driving nothing new (" .. tostring(sent) .. ")", { scan = scan })
+      else
+        -- The bench reads these: one statement per scan, whatever the number of
+        -- pipelines (acquire_many says how many it sent).
+        oops.metrics.inc("oops_lock_acquire_statements_total", { scan = scan }, sent)
+        oops.metrics.inc("oops_lock_acquire_batches_total", { scan = scan })
+        local won = {}
+        for k = 1, share do
+          if got[names[k]] then won[#won + 1] = free[k] end
+        end
+        free = nil -- only the ones taken are kept
+        -- Read again under the lock: what is stepped is what the row says
+        -- now (a pipeline stopped meanwhile is not listed, and the sweep
+        -- lets its lock go).
+        for i = 1, #won, M.PAGE do
+          local page, lerr = oops.store.list { ids = slice(won, i, math.min(i + M.PAGE - 1, #won)),
+                                               statuses = o.statuses, lock_owner = true }
+          if not page then return fail(lerr) end
+          for _, p in ipairs(page) do
+            if wanted(p) and whose(p, me) == "mine" then
+              log.info("driving", { pipeline = p.id, app = p.app, env = p.environment })
+              step(p)
+            end
+          end
         end
       end
     end

@@ -13,6 +13,9 @@
 # address its certificate does not name. Exported: MDB_TLS_CA, MDB_TLS_CERT,
 # MDB_TLS_KEY (the client's), MDB_TLS_OTHER_HOST=127.0.0.2. Without MDB_TLS
 # nothing changes.
+#
+# MDB_EXTRA_ARGS (words, unquoted) adds server options, e.g.
+# "--performance-schema=ON" for bench/cpu.sh's statement profile.
 
 MDB_DIR=""
 MDB_PID=""
@@ -47,7 +50,7 @@ mariadb_start() {
       --pid-file="$MDB_DIR/mysqld.pid" --log-error="$MDB_DIR/error.log" \
       --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --skip-log-bin \
       --max-connections=500 --innodb-flush-log-at-trx-commit=2 --skip-name-resolve \
-      --innodb-fast-shutdown=2 "${tls_args[@]}" >/dev/null 2>&1 &
+      --innodb-fast-shutdown=2 "${tls_args[@]}" ${MDB_EXTRA_ARGS:-} >/dev/null 2>&1 &
     MDB_PID=$!
     disown "$MDB_PID" 2>/dev/null # no "Killed" job report from the shell when it is stopped
     for _ in $(seq 300); do

@@ -605,6 +605,50 @@ describe("oops.store (needs OOPS_TEST_DB)", function()
     raises("after needs created_at and id", oops.store.list, { after = { id = "x" } })
     raises("limit must be >= 0", oops.store.list, { limit = -1 })
   end)
+
+  it("store.list{ids} reads those pipelines only; store.free the oldest nobody holds, up to its limit", function()
+    local a = assert(new_pipeline("free-a"))
+    local b = assert(new_pipeline("free-b"))
+    local c = assert(new_pipeline("free-c"))
+    local by_id = assert(oops.store.list { ids = { c, a, "nosuchid0000" }, lock_owner = true })
+    local got = {}
+    for _, p in ipairs(by_id) do got[#got + 1] = p.id end
+    assert.are.same({ a, c }, got) -- oldest first; an unknown id is not there
+    assert.are.same({}, assert(oops.store.list { ids = { a }, statuses = { "RUNNING" } }))
+    raises("ids holds 1 to 1000 ids", oops.store.list, { ids = {} })
+    raises("ids[1] is not a string", oops.store.list, { ids = { 1 } })
+
+    -- Every free INITIALIZED one, oldest first: a, b, c among them in order.
+    local function free(opts)
+      local ids = assert(oops.store.free(opts))
+      local pos = {}
+      for i, id in ipairs(ids) do pos[id] = i end
+      return ids, pos
+    end
+    local all, pos = free { statuses = { "INITIALIZED" }, limit = 65535 }
+    assert.is_true(pos[a] < pos[b] and pos[b] < pos[c])
+    -- A held one is not free, and the limit is the most it answers.
+    assert.is_true(oops.locks.acquire("oops:pipeline:" .. b))
+    local _, pos2 = free { statuses = { "INITIALIZED" }, limit = 65535 }
+    assert.is_nil(pos2[b])
+    assert.is_true(pos2[a] ~= nil and pos2[c] ~= nil)
+    assert.is_true(#assert(oops.store.free { statuses = { "INITIALIZED" }, limit = 1 }) == 1)
+    assert.are.equal(#all - 1, #assert(oops.store.free { statuses = { "INITIALIZED" }, limit = 65535 }))
+    oops.locks.release("oops:pipeline:" .. b)
+    -- Several statuses: merged, oldest first; BUILD_SUCCEEDED only with a
+    -- deploy request when deploy_requested says so.
+    assert(oops.db.exec("UPDATE pipeline SET status = 'BUILD_SUCCEEDED' WHERE id = ?", b))
+    local _, p3 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535 }
+    assert.is_true(p3[a] < p3[b] and p3[b] < p3[c])
+    local _, p4 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535, deploy_requested = true }
+    assert.is_nil(p4[b])
+    assert(oops.db.exec("UPDATE pipeline SET deploy_requested_at = NOW(6) WHERE id = ?", b))
+    local _, p5 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535, deploy_requested = true }
+    assert.is_true(p5[a] < p5[b] and p5[b] < p5[c])
+    raises("limit must be 1 to 65535", oops.store.free, { statuses = { "INITIALIZED" }, limit = 0 })
+    raises("statuses is empty", oops.store.free, { statuses = {}, limit = 1 })
+    raises('unknown status "NOPE"', oops.store.free, { statuses = { "NOPE" }, limit = 1 })
+  end)
 end)
 
 describe("oops.locks (needs OOPS_TEST_DB)", function()

@@ -344,6 +344,42 @@ local function bounded_tick_cases()
     for _, id in ipairs(ids) do assert.are.equal("RUNNING", status_of(id)) end
   end)
 
+  it("a tick reads only what it drives: the free ones it may take (live x max_new), the held ones by id", function()
+    local ids = {}
+    for i = 1, 9 do ids[i] = new_pipeline("INITIALIZED").id end
+    local mine = new_pipeline("RUNNING").id
+    assert.is_true(oops.locks.acquire(P.lock_name(mine)))
+    local frees, listed = {}, {}
+    local unfree = wrap(oops.store, "free", function(real, opts)
+      local got = real(opts)
+      frees[#frees + 1] = { limit = opts.limit, n = #got }
+      return got
+    end)
+    local unlist = wrap(oops.store, "list", function(real, opts)
+      local rows = real(opts)
+      for _, p in ipairs(rows) do listed[#listed + 1] = p.id end
+      return rows
+    end)
+    local gw = recorder { build_submit = function() return true end }
+    local ok, err = pcall(function()
+      oops.wait(function() require("oops.scans.build").run(with_policy(2), gw) end)
+    end)
+    unfree()
+    unlist()
+    assert(ok, err)
+    -- One server alive (this one): at most 2 x 1 free ones asked for, and
+    -- only those two are read in full, with the one it holds: never the
+    -- other seven waiting.
+    assert.are.same({ { limit = 2, n = 2 } }, frees)
+    table.sort(listed)
+    local want = { mine, ids[1], ids[2] }
+    table.sort(want)
+    assert.are.same(want, listed)
+    assert.are.equal("RUNNING", status_of(ids[1]))
+    assert.are.equal("RUNNING", status_of(ids[2]))
+    assert.are.equal("INITIALIZED", status_of(ids[3]))
+  end)
+
   it("drives more pipelines than a page in a tick, reading a page at a time, one GET_LOCK for the new ones", function()
     local page = P.PAGE
     local held, free = {}, {}
@@ -355,7 +391,8 @@ local function bounded_tick_cases()
     local lists, biggest = 0, 0
     local unwrap = wrap(oops.store, "list", function(real, opts)
       lists = lists + 1
-      assert.are.equal(3, opts.limit)
+      -- Held and new pipelines are read by id, a page of ids at a time.
+      assert.is_true(#opts.ids >= 1 and #opts.ids <= 3, "ids per read: " .. #opts.ids)
       local rows = real(opts)
       biggest = math.max(biggest, #rows)
       return rows
@@ -369,7 +406,7 @@ local function bounded_tick_cases()
     P.PAGE = page
     unwrap()
     assert(ok, err)
-    assert.is_true(lists >= 4, "12 rows, 3 a page")
+    assert.are.equal(5, lists, "7 held (3 reads of 3 ids at most), then the 5 taken (2 reads)")
     assert.are.equal(3, biggest)
     for _, id in ipairs(held) do assert.is_true(contains(gw.calls, "build_status " .. id), id) end
     for _, id in ipairs(free) do

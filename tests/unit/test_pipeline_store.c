@@ -181,6 +181,103 @@ static void a_fenced_transition_needs_the_lock_held_by_that_session(void **state
     db_close(c);
 }
 
+/* Several transitions in one transaction (pipeline_store_transitions): each
+ * made exactly when it would be made alone — in its `from` status, its lock
+ * held by the fencing session — with one event and one outbox row for each
+ * made; the others change nothing. */
+static void a_batch_of_transitions_makes_each_as_alone_would(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open(), *holder = testdb_open();
+    enum { N = 9 };
+    char ids[N][25], name[256], err[512];
+    uint64_t mine = db_connection_id(holder);
+    for (int i = 0; i < N; i++) {
+        char app[32];
+        snprintf(app, sizeof app, "batch%d", i);
+        create_app(c, app, "prod", ids[i]);
+        snprintf(name, sizeof name, "oops:pipeline:%s", ids[i]);
+        db_value n[] = {db_text(name)};
+        if (i != 3) /* 3: nobody holds its lock */
+            assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", n, 1), 1);
+    }
+    /* 5 has moved on already: not in its `from` any more. */
+    assert_int_equal(pipeline_store_transition(c, ids[5], PS_INITIALIZED, PS_RUNNING, "b", "s1",
+                                               NULL, mine, err, sizeof err),
+                     1);
+    pipeline_transition_req v[N];
+    for (int i = 0; i < N; i++)
+        v[i] = (pipeline_transition_req){
+            .id = ids[i], .from = PS_INITIALIZED, .to = PS_RUNNING, .message = "Build started."};
+    v[7].to = PS_ERROR;
+    v[7].message = "it's \"quoted\"";
+    db_value cnt[] = {db_text("s1")};
+    long long outbox0 = testdb_int(c, "SELECT COUNT(*) FROM outbox", NULL, 0);
+    long long events0 = testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE server = ?", cnt, 1);
+    pipeline_store_transitions(c, v, N, "s1", "s1", mine);
+    for (int i = 0; i < N; i++) {
+        int want = i == 3 || i == 5 ? 0 : 1;
+        assert_int_equal(v[i].rc, want);
+        pipeline p = {0};
+        assert_int_equal(pipeline_store_get(c, ids[i], &p, err, sizeof err), 1);
+        assert_string_equal(pipeline_status_name(p.status),
+                            i == 3 ? "INITIALIZED" : i == 7 ? "ERROR" : "RUNNING");
+        if (want) {
+            assert_string_equal(p.message, v[i].message);
+            assert_string_equal(p.driven_by, "s1");
+        }
+        pipeline_clear(&p);
+    }
+    /* One event and one notification per transition made (7), each event's
+     * own, with the session that fenced it. */
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE server = ?", cnt, 1) -
+                         events0,
+                     7);
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM outbox", NULL, 0) - outbox0, 7);
+    for (int i = 0; i < N; i++) {
+        if (i == 3 || i == 5)
+            continue;
+        db_value e[] = {db_text(ids[i])};
+        assert_int_equal(testdb_int(c,
+                                    "SELECT COUNT(*) FROM pipeline_event e JOIN outbox o ON "
+                                    "o.ref_id = e.id AND o.event_id = CONCAT('pipeline-event-', "
+                                    "e.id) WHERE e.pipeline_id = ? AND e.from_status = "
+                                    "'INITIALIZED' AND e.server = 's1'",
+                                    e, 1),
+                         1);
+    }
+    db_value e7[] = {db_text(ids[7])};
+    assert_int_equal(testdb_int(c,
+                                "SELECT lock_session FROM pipeline_event WHERE pipeline_id = ? "
+                                "AND to_status = 'ERROR' AND event_type = 'FAILED' "
+                                "AND message = 'it''s \"quoted\"'",
+                                e7, 1),
+                     (long long)mine);
+    /* A batch where one would make a second unfinished pipeline: made one
+     * by one, that one answers PSTORE_EXISTS and the others are made. */
+    char again[25], dup[25];
+    create_app(c, "batch7", "prod", again); /* 7 is finished (ERROR): batch7 is free again */
+    create_app(c, "batchdup", "prod", dup);
+    assert_int_equal(pipeline_store_transition(c, dup, PS_INITIALIZED, PS_RUNNING, "b", NULL, "op",
+                                               0, err, sizeof err),
+                     1);
+    db_exec(c, "UPDATE pipeline SET status = 'BUILD_SUCCEEDED' WHERE id = ?",
+            (db_value[]){db_text(dup)}, 1, NULL, err, sizeof err);
+    char dup2[25];
+    create_app(c, "batchdup", "prod", dup2); /* unfinished beside the BUILD_SUCCEEDED one */
+    pipeline_transition_req w[3] = {
+        {.id = dup, .from = PS_BUILD_SUCCEEDED, .to = PS_DEPLOYING, .message = "d"},
+        {.id = again, .from = PS_INITIALIZED, .to = PS_RUNNING, .message = "b"},
+        {.id = dup2, .from = PS_INITIALIZED, .to = PS_RUNNING, .message = "b"},
+    };
+    pipeline_store_transitions(c, w, 3, "op", "op", 0);
+    assert_int_equal(w[0].rc, PSTORE_EXISTS);
+    assert_int_equal(w[1].rc, 1);
+    assert_int_equal(w[2].rc, 1);
+    db_close(holder);
+    db_close(c);
+}
+
 typedef struct race {
     pthread_barrier_t *go;
     const char *id;
@@ -1231,6 +1328,7 @@ int main(void)
         cmocka_unit_test(an_illegal_transition_sends_no_sql),
         cmocka_unit_test(a_transition_records_its_event_time_and_driver),
         cmocka_unit_test(a_fenced_transition_needs_the_lock_held_by_that_session),
+        cmocka_unit_test(a_batch_of_transitions_makes_each_as_alone_would),
         cmocka_unit_test(two_connections_race_one_transition_and_exactly_one_wins),
         cmocka_unit_test(concurrent_creates_for_one_app_and_env_leave_exactly_one),
         cmocka_unit_test(a_finished_pipeline_frees_its_app_and_env_for_the_next),

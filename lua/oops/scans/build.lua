@@ -97,15 +97,15 @@ local function running(p, gw, pol)
   end
 end
 
--- Candidates a page at a time (pipelines.stream): INITIALIZED, RUNNING, and
--- BUILD_SUCCEEDED with a deploy request.
+-- Candidates (pipelines.stream): INITIALIZED, RUNNING, and BUILD_SUCCEEDED
+-- with a deploy request, held or free.
 local STATUSES = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }
 local function wanted(p) return p.status ~= "BUILD_SUCCEEDED" or p.deploy_requested_at ~= nil end
-local WANTED_SQL = "(status <> 'BUILD_SUCCEEDED' OR deploy_requested_at IS NOT NULL)"
+local FREE = { statuses = STATUSES, deploy_requested = true }
 
 function M.run(pol, gw)
   local ok, err = P.stream {
-    scan = SCAN, pol = pol, statuses = STATUSES, wanted = wanted, where = WANTED_SQL,
+    scan = SCAN, pol = pol, statuses = STATUSES, wanted = wanted, free = FREE,
     handlers = {
       INITIALIZED = function(p) initialized(p, gw) end,
       RUNNING = function(p) running(p, gw, pol) end,

@@ -123,18 +123,21 @@ local function rolling_out(p, pol, gw)
 end
 
 local function wanted(p) return p.status == "DEPLOYING" or p.status == "ROLLING_OUT" end
-local WANTED_SQL = "status IN ('DEPLOYING', 'ROLLING_OUT')"
+local FREE = { statuses = { "DEPLOYING", "ROLLING_OUT" } }
 
 function M.run(pol, gw)
   -- The snapshot, before the query (see the header): the pipeline locks held,
-  -- struck off as the pages list them active; what is left is swept.
-  local gone = {}
+  -- struck off as the query lists them active; what is left is swept.
+  local gone, held = {}, {}
   for _, name in ipairs(oops.locks.held()) do
     local id = P.lock_id(name)
-    if id then gone[id] = name end
+    if id then
+      gone[id] = name
+      held[#held + 1] = id
+    end
   end
   local ok, err = P.stream {
-    scan = SCAN, pol = pol, statuses = ACTIVE, wanted = wanted, where = WANTED_SQL,
+    scan = SCAN, pol = pol, statuses = ACTIVE, wanted = wanted, free = FREE, held = held,
     seen = function(p) gone[p.id] = nil end,
     handlers = {
       DEPLOYING = function(p) deploying(p, pol) end,
