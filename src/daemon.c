@@ -892,6 +892,7 @@ static void teardown(server_state *d)
     if (d->ctx.rt)
         runtime_free(d->ctx.rt);
     d->ctx.rt = NULL;
+    db_fiber_forget_all(); /* the kept watchers, freed as they close */
     uv_walk(&d->loop, close_walk, NULL);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     uv_loop_close(&d->loop);

@@ -40,6 +40,7 @@ struct db_conn {
     uint64_t prepares;
     uint64_t clock;   /* for LRU */
     uint64_t used_ms; /* monotonic time of the last statement answered (or of the connect) */
+    int fd; /* the session's socket (its kept watcher: db_fiber_wait_kept), -1 when none */
     cached_stmt cache[STMT_CACHE_SIZE];
 };
 
@@ -61,6 +62,24 @@ static int nb_wait(MYSQL *m, int status)
         while (nb_status_)                                                                         \
             nb_status_ = cont_fn(&(ret), (obj), nb_wait((m), nb_status_));                         \
     } while (0)
+
+/* A statement on an established session waits on the socket's kept watcher
+ * (no system call to arm it); the connect above does not. */
+static int nb_wait_kept(MYSQL *m, int status)
+{
+    unsigned t = (status & MYSQL_WAIT_TIMEOUT) ? mysql_get_timeout_value_ms(m) : 0;
+    return db_fiber_wait_kept((int)mysql_get_socket(m), status, t);
+}
+
+#define NBK(m, ret, start_call, cont_fn, obj)                                                      \
+    do {                                                                                           \
+        int nb_status_ = (start_call);                                                             \
+        while (nb_status_)                                                                         \
+            nb_status_ = cont_fn(&(ret), (obj), nb_wait_kept((m), nb_status_));                    \
+    } while (0)
+
+/* Before the session's socket may close (an error, a close): its kept watcher goes. */
+static void forget_socket(db_conn *c) { db_fiber_forget(c->fd); }
 
 static uint64_t mono_ms(void)
 {
@@ -279,12 +298,14 @@ db_conn *db_open(const db_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     db_config_copy(&c->cfg, cfg);
+    c->fd = -1;
     c->m = open_session(cfg, err, errlen);
     if (!c->m) {
         db_config_free(&c->cfg);
         free(c);
         return NULL;
     }
+    c->fd = (int)mysql_get_socket(c->m);
     c->alive = true;
     c->used_ms = mono_ms();
     char e2[256];
@@ -301,8 +322,10 @@ db_conn *db_open(const db_config *cfg, char *err, size_t errlen)
 db_conn *db_conn_new(const db_config *cfg)
 {
     db_conn *c = calloc(1, sizeof *c);
-    if (c)
+    if (c) {
+        c->fd = -1;
         db_config_copy(&c->cfg, cfg);
+    }
     return c;
 }
 
@@ -311,6 +334,7 @@ void db_close(db_conn *c)
     if (!c)
         return;
     cache_clear(c);
+    forget_socket(c);
     if (c->m)
         mysql_close(c->m);
     db_config_free(&c->cfg);
@@ -334,11 +358,13 @@ unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
     if (c->alive)
         return 0;
     cache_clear(c);
+    forget_socket(c);
     if (c->m)
         mysql_close(c->m);
     c->m = open_session(&c->cfg, err, errlen);
     if (!c->m)
         return c->last_error = DB_CR_CONN_HOST_ERROR;
+    c->fd = (int)mysql_get_socket(c->m);
     c->alive = true;
     c->used_ms = mono_ms();
     unsigned rc = session_setup(c, err, errlen);
@@ -358,6 +384,9 @@ static unsigned stmt_fail(db_conn *c, MYSQL_STMT *st, const char *what, char *er
         msg = "unknown error";
     }
     snprintf(err, errlen, "%s: %s", what, msg);
+    /* The library may have closed the socket (a lost session): its watcher
+     * must not outlive it. Any error will do: they are rare. */
+    forget_socket(c);
     if (db_errno_is_connection(code))
         c->alive = false;
     return code;
@@ -392,8 +421,8 @@ static MYSQL_STMT *cache_get(db_conn *c, const char *sql, char *err, size_t errl
     mysql_stmt_attr_set(st, STMT_ATTR_UPDATE_MAX_LENGTH, &on);
     c->prepares++;
     int prc = 0;
-    NB(c->m, prc, mysql_stmt_prepare_start(&prc, st, sql, strlen(sql)), mysql_stmt_prepare_cont,
-       st);
+    NBK(c->m, prc, mysql_stmt_prepare_start(&prc, st, sql, strlen(sql)), mysql_stmt_prepare_cont,
+        st);
     if (prc != 0) {
         *code = stmt_fail(c, st, "prepare", err, errlen);
         mysql_stmt_close(st);
@@ -602,7 +631,7 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     }
     c->statements++;
     int erc = 0;
-    NB(c->m, erc, mysql_stmt_execute_start(&erc, st), mysql_stmt_execute_cont, st);
+    NBK(c->m, erc, mysql_stmt_execute_start(&erc, st), mysql_stmt_execute_cont, st);
     free(pb);
     free(pn);
     c->used_ms = mono_ms();
@@ -618,7 +647,7 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     MYSQL_RES *meta = mysql_stmt_result_metadata(st);
     if (meta) {
         int src = 0;
-        NB(c->m, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
+        NBK(c->m, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
         if (src != 0 || fetch_all(st, meta, r) != 0) {
             code = stmt_fail(c, st, "fetch", err, errlen);
             mysql_free_result(meta);
@@ -639,7 +668,7 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
      * the next statement. */
     while (mysql_stmt_more_results(st)) {
         int nrc = 0;
-        NB(c->m, nrc, mysql_stmt_next_result_start(&nrc, st), mysql_stmt_next_result_cont, st);
+        NBK(c->m, nrc, mysql_stmt_next_result_start(&nrc, st), mysql_stmt_next_result_cont, st);
         if (nrc > 0) {
             code = stmt_fail(c, st, "execute", err, errlen);
             db_result_free(r);
@@ -653,8 +682,8 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
             MYSQL_RES *more = mysql_stmt_result_metadata(st);
             bool keep = r->ncols == 0 && more;
             int src = 0;
-            NB(c->m, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont,
-               st);
+            NBK(c->m, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont,
+                st);
             if (src != 0 || (keep && fetch_all(st, more, r) != 0)) {
                 code = stmt_fail(c, st, "fetch", err, errlen);
                 if (more)

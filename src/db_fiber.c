@@ -34,9 +34,10 @@ typedef struct fiber {
     void *arg;
     uv_loop_t *loop;
     uv_timer_t timer;
-    uv_poll_t *poll; /* while waiting on a socket */
-    int fd;          /* the socket waited on, -1 when none */
-    int ready;       /* what happened, handed to the wait's caller */
+    uv_poll_t *poll;   /* while waiting on a socket */
+    struct kwatch *kw; /* while waiting on a kept watcher */
+    int fd;            /* the socket waited on, -1 when none */
+    int ready;         /* what happened, handed to the wait's caller */
     bool waiting, finished;
     struct fiber *prev, *next; /* the live fibers */
 #ifdef FIBER_ASAN
@@ -194,6 +195,17 @@ int db_fiber_run(uv_loop_t *loop, db_fiber_fn fn, db_fiber_fn done, void *arg)
 
 static void poll_closed(uv_handle_t *h) { free(h); }
 
+/* A watcher kept on an established connection's socket (db_fiber_wait_kept):
+ * started once and left watching, so a wait is no system call; stopped when
+ * it fires with nobody waiting (the server closed an idle session). */
+typedef struct kwatch {
+    uv_poll_t *h;
+    int events;    /* what it watches now, 0 = stopped */
+    fiber *waiter; /* the fiber waiting on it, or NULL */
+} kwatch;
+#define KEPT_MAX 1024
+static kwatch kept_fds[KEPT_MAX];
+
 static void wake(fiber *f, int ready)
 {
     if (!f->waiting)
@@ -203,15 +215,37 @@ static void wake(fiber *f, int ready)
         uv_close((uv_handle_t *)f->poll, poll_closed);
         f->poll = NULL;
     }
+    if (f->kw) {
+        f->kw->waiter = NULL;
+        f->kw = NULL;
+    }
     uv_timer_stop(&f->timer);
     f->ready = ready;
     enter(f);
     after(f);
 }
 
+static int ready_bits(int status, int events);
+
 static void on_poll(uv_poll_t *p, int status, int events)
 {
     fiber *f = p->data;
+    wake(f, ready_bits(status, events));
+}
+
+static void on_kept(uv_poll_t *p, int status, int events)
+{
+    kwatch *k = p->data;
+    if (!k->waiter) {
+        uv_poll_stop(p);
+        k->events = 0;
+        return;
+    }
+    wake(k->waiter, ready_bits(status, events));
+}
+
+static int ready_bits(int status, int events)
+{
     int ready = 0;
     if (status < 0) {
         ready = MYSQL_WAIT_READ | MYSQL_WAIT_WRITE; /* let the library find the error */
@@ -223,7 +257,7 @@ static void on_poll(uv_poll_t *p, int status, int events)
         if (events & UV_PRIORITIZED)
             ready |= MYSQL_WAIT_EXCEPT;
     }
-    wake(f, ready);
+    return ready;
 }
 
 static void on_timeout(uv_timer_t *t) { wake(t->data, MYSQL_WAIT_TIMEOUT); }
@@ -289,6 +323,64 @@ int db_fiber_wait(int fd, int status, unsigned timeout_ms)
     leave(f, false);
     f->fd = -1;
     return f->ready;
+}
+
+int db_fiber_wait_kept(int fd, int status, unsigned timeout_ms)
+{
+    fiber *f = current;
+    int events = 0;
+    if (status & MYSQL_WAIT_READ)
+        events |= UV_READABLE;
+    if (status & MYSQL_WAIT_WRITE)
+        events |= UV_WRITABLE;
+    if (status & MYSQL_WAIT_EXCEPT)
+        events |= UV_PRIORITIZED;
+    if (!f || aborting || fd < 0 || fd >= KEPT_MAX || !events)
+        return db_fiber_wait(fd, status, timeout_ms);
+    kwatch *k = &kept_fds[fd];
+    if (k->waiter) /* one waiter per socket: never, but not twice on one watcher */
+        return db_fiber_wait(fd, status, timeout_ms);
+    if (!k->h) {
+        k->h = malloc(sizeof *k->h);
+        if (!k->h || uv_poll_init(f->loop, k->h, fd) != 0) {
+            free(k->h);
+            k->h = NULL;
+            return db_fiber_wait(fd, status, timeout_ms);
+        }
+        k->h->data = k;
+        k->events = 0;
+    }
+    if (k->events != events) {
+        uv_poll_start(k->h, events, on_kept);
+        k->events = events;
+    }
+    k->waiter = f;
+    f->kw = k;
+    f->fd = fd;
+    if (status & MYSQL_WAIT_TIMEOUT)
+        uv_timer_start(&f->timer, on_timeout, timeout_ms, 0);
+    f->waiting = true;
+    leave(f, false);
+    f->fd = -1;
+    return f->ready;
+}
+
+void db_fiber_forget(int fd)
+{
+    if (fd < 0 || fd >= KEPT_MAX || !kept_fds[fd].h)
+        return;
+    kwatch *k = &kept_fds[fd];
+    if (k->waiter) /* its fiber is told the socket failed */
+        wake(k->waiter, MYSQL_WAIT_READ | MYSQL_WAIT_WRITE);
+    if (!uv_is_closing((uv_handle_t *)k->h))
+        uv_close((uv_handle_t *)k->h, poll_closed);
+    *k = (kwatch){0};
+}
+
+void db_fiber_forget_all(void)
+{
+    for (int fd = 0; fd < KEPT_MAX; fd++)
+        db_fiber_forget(fd);
 }
 
 void db_fiber_abort_all(void)

@@ -46,6 +46,18 @@ bool db_fiber_inside(void);
  */
 int db_fiber_wait(int fd, int status, unsigned timeout_ms);
 
+/*
+ * The same, for the socket of an established connection: the watcher on fd
+ * is kept between waits (and left watching), so a statement's wait costs no
+ * epoll_ctl. Whoever owns the socket must call db_fiber_forget(fd) before
+ * closing it, and whenever the library may have closed it (after an error).
+ */
+int db_fiber_wait_kept(int fd, int status, unsigned timeout_ms);
+/* Drop the kept watcher of fd, if any (a no-op for -1). */
+void db_fiber_forget(int fd);
+/* Drop every kept watcher: before the loop's handles are closed. */
+void db_fiber_forget_all(void);
+
 /* Fibers alive now (started, not yet done). */
 size_t db_fiber_count(void);
 

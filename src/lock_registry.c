@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "buf.h"
 #include "strset.h"
 
 /* Names per GET_LOCK statement: MariaDB's limit of placeholders in one
@@ -346,6 +347,57 @@ int lock_registry_release(lock_registry *r, const char *name)
     int released = v && strcmp(v, "1") == 0;
     db_result_free(res);
     strset_del(&r->held, name);
+    return released;
+}
+
+int lock_registry_release_many(lock_registry *r, const char *const *names, size_t n)
+{
+    enum { RELEASE_BATCH = 1000 };
+    if (!r->conn)
+        return LOCK_DOWN;
+    int released = 0;
+    char(*shortn)[LOCK_NAME_MAX + 1] = malloc(RELEASE_BATCH * sizeof *shortn);
+    db_value *p = malloc(RELEASE_BATCH * sizeof *p);
+    const char **which = malloc(RELEASE_BATCH * sizeof *which);
+    if (!shortn || !p || !which)
+        abort();
+    buf sql = {0};
+    strset seen = {0};
+    size_t i = 0;
+    while (i < n && released >= 0) {
+        size_t k = 0;
+        for (; i < n && k < RELEASE_BATCH; i++) {
+            if (!strset_has(&r->held, names[i]) || !strset_add(&seen, names[i]))
+                continue; /* not ours, or twice in the input */
+            lock_name_shorten(names[i], shortn[k]);
+            p[k] = db_text(shortn[k]);
+            which[k++] = names[i];
+        }
+        if (!k)
+            break;
+        sql.len = 0;
+        buf_puts(&sql, "SELECT ");
+        for (size_t j = 0; j < k; j++)
+            buf_puts(&sql, j ? ", RELEASE_LOCK(?)" : "RELEASE_LOCK(?)");
+        db_result *res = NULL;
+        char e[256];
+        if (q(r, sql.p, p, k, &res, e, sizeof e)) {
+            go_down(r);
+            released = LOCK_DOWN;
+            break;
+        }
+        for (size_t j = 0; j < k; j++) {
+            const char *v = db_get(res, 0, j);
+            released += v && strcmp(v, "1") == 0;
+            strset_del(&r->held, which[j]);
+        }
+        db_result_free(res);
+    }
+    buf_free(&sql);
+    strset_clear(&seen);
+    free(shortn);
+    free(p);
+    free(which);
     return released;
 }
 

@@ -93,6 +93,9 @@ int lock_registry_acquire_many(lock_registry *r, const char *const *names, size_
 
 /* RELEASE_LOCK. 1 released, 0 it was not held here, LOCK_DOWN. */
 int lock_registry_release(lock_registry *r, const char *name);
+/* The same for many names, in one statement per 1,000: how many were
+ * released (names not held here are skipped), or LOCK_DOWN. */
+int lock_registry_release_many(lock_registry *r, const char *const *names, size_t n);
 /* Release every lock held; the session stays open. */
 void lock_registry_release_all(lock_registry *r);
 

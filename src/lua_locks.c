@@ -24,7 +24,7 @@ typedef struct {
     int what;            /* ACQ_ONE, ACQ_MANY, REL_ONE, REL_ALL */
 } lock_call;
 
-enum { ACQ_ONE, ACQ_MANY, REL_ONE, REL_ALL };
+enum { ACQ_ONE, ACQ_MANY, REL_ONE, REL_MANY, REL_ALL };
 
 static void lock_run(db_call *b)
 {
@@ -44,6 +44,9 @@ static void lock_run(db_call *b)
         break;
     }
     case REL_ONE: k->rc = lock_registry_release(r, k->names[0]); break;
+    case REL_MANY:
+        k->rc = lock_registry_release_many(r, (const char *const *)k->names, k->n);
+        break;
     default: lock_registry_release_all(r); k->rc = 0;
     }
 }
@@ -63,6 +66,10 @@ static int lock_push(lua_State *L, db_call *b)
         }
         lua_pushinteger(L, (lua_Integer)k->statements);
         return 2;
+    }
+    if (k->what == REL_MANY) {
+        lua_pushinteger(L, k->rc);
+        return 1;
     }
     lua_pushboolean(L, k->what == ACQ_ONE ? k->got[0] : k->rc == 1);
     return 1;
@@ -140,6 +147,30 @@ static int l_release(lua_State *L)
         return down(L);
     lock_call *k = lock_new(REL_ONE, 1);
     lock_name(k, 0, name);
+    return dbcall(L, &k->base);
+}
+
+/* release_many({names}) -> how many were released (one statement per 1,000 names; names
+ * not held here are skipped) | nil, "lock session down", "gone" */
+static int l_release_many(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, 1);
+    if (n < 0)
+        n = 0;
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
+            luaL_error(L, "names[%d] is a %s, not a string", (int)i, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    if (!reg(L))
+        return down(L);
+    lock_call *k = lock_new(REL_MANY, (size_t)n);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, 1, i);
+        lock_name(k, (size_t)i - 1, lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
     return dbcall(L, &k->base);
 }
 
@@ -248,6 +279,7 @@ void lua_register_locks(lua_State *L)
         {"acquire", l_acquire},
         {"acquire_many", l_acquire_many},
         {"release", l_release},
+        {"release_many", l_release_many},
         {"release_all", l_release_all},
         {"holds", l_holds},
         {"held", l_held},

@@ -396,8 +396,8 @@ static unsigned batch_tx(db_conn *c, pipeline_transition_req *v, size_t n, const
         in_ids(&sql, p, &np, wid, nw, ws);
         buf_puts(&sql, " AND status = ");
         case_id(&sql, p, &np, wid, wfrom, nw, ws);
-        buf_puts(&sql, " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX
-                       "', id)) <=> ?)");
+        buf_puts(&sql,
+                 " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)");
         p[np++] = db_int(fence);
         p[np++] = db_int(fence);
         if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
@@ -406,7 +406,8 @@ static unsigned batch_tx(db_conn *c, pipeline_transition_req *v, size_t n, const
         db_result_free(r);
         r = NULL;
         if (changed != nw) {
-            snprintf(e, elen, "the batch changed %llu rows of %zu", (unsigned long long)changed, nw);
+            snprintf(e, elen, "the batch changed %llu rows of %zu", (unsigned long long)changed,
+                     nw);
             rc = 1;
             goto out;
         }
@@ -517,7 +518,7 @@ void pipeline_store_transitions(db_conn *c, pipeline_transition_req *v, size_t n
         unsigned rc = batch_tx(c, v, n, driver, actor, lock_session, e, sizeof e);
         if (rc == 0)
             return;
-        log_msg(LOG_WARN, "a batch of %zu transitions is made one by one: %s", n, e);
+        log_msg(LOG_INFO, "a batch of %zu transitions is made one by one: %s", n, e);
     }
     for (size_t i = 0; i < n; i++) {
         v[i].rc = pipeline_store_transition(c, v[i].id, v[i].from, v[i].to, v[i].message, driver,

@@ -392,6 +392,14 @@ function oops.locks.acquire_many(names) end
 ---@return oops.ErrorName? err_name "gone"
 function oops.locks.release(name) end
 
+--- RELEASE_LOCK of many names in one statement (per 1,000); names not held
+--- here are skipped. Raises when a name is not a string.
+---@param names string[]
+---@return integer|nil released how many were held here and released
+---@return string? msg "lock session down"
+---@return oops.ErrorName? err_name "gone"
+function oops.locks.release_many(names) end
+
 --- Release every lock held; the session stays open.
 ---@return nil
 function oops.locks.release_all() end

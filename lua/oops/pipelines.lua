@@ -234,7 +234,6 @@ function M.stream(o)
         for k = 1, share do
           if got[names[k]] then won[#won + 1] = free[k] end
         end
-        free = nil -- only the ones taken are kept
         -- Read again under the lock: what is stepped is what the row says
         -- now (a pipeline stopped meanwhile is not listed, and the sweep
         -- lets its lock go).

@@ -669,6 +669,27 @@ describe("oops.locks (needs OOPS_TEST_DB)", function()
     assert.is_false(contains(oops.locks.held(), name))
   end)
 
+  it("release_many lets go of the names held here, in one statement", function()
+    local names = {}
+    for i = 1, 5 do
+      names[i] = "spec:many:" .. RUN .. ":" .. i
+      assert.is_true(oops.locks.acquire(names[i]))
+    end
+    local before = oops.locks.statements()
+    -- Twice one name, and one never held: skipped.
+    assert.are.equal(4, oops.locks.release_many({ names[1], names[2], names[2], names[3], names[4],
+                                                   "spec:many:never" }))
+    assert.are.equal(1, oops.locks.statements() - before)
+    for i = 1, 4 do assert.is_false(oops.locks.holds(names[i])) end
+    assert.is_true(oops.locks.holds(names[5]))
+    -- Another session may take them now.
+    local free = assert(oops.db.exec("SELECT IS_FREE_LOCK(?) AS f", names[1]))
+    assert.are.equal(1, free[1].f)
+    assert.are.equal(0, oops.locks.release_many({}))
+    assert.are.equal(1, oops.locks.release_many({ names[5] }))
+    raises("names[1] is a number", oops.locks.release_many, { 7 })
+  end)
+
   it("acquire returns false for a lock held by another session", function()
     local name = "spec:other:" .. RUN
     -- the work connection is another session than the lock session

@@ -213,15 +213,17 @@ static void a_batch_of_transitions_makes_each_as_alone_would(void **state)
     v[7].message = "it's \"quoted\"";
     db_value cnt[] = {db_text("s1")};
     long long outbox0 = testdb_int(c, "SELECT COUNT(*) FROM outbox", NULL, 0);
-    long long events0 = testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE server = ?", cnt, 1);
+    long long events0 =
+        testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE server = ?", cnt, 1);
     pipeline_store_transitions(c, v, N, "s1", "s1", mine);
     for (int i = 0; i < N; i++) {
         int want = i == 3 || i == 5 ? 0 : 1;
         assert_int_equal(v[i].rc, want);
         pipeline p = {0};
         assert_int_equal(pipeline_store_get(c, ids[i], &p, err, sizeof err), 1);
-        assert_string_equal(pipeline_status_name(p.status),
-                            i == 3 ? "INITIALIZED" : i == 7 ? "ERROR" : "RUNNING");
+        assert_string_equal(pipeline_status_name(p.status), i == 3   ? "INITIALIZED"
+                                                            : i == 7 ? "ERROR"
+                                                                     : "RUNNING");
         if (want) {
             assert_string_equal(p.message, v[i].message);
             assert_string_equal(p.driven_by, "s1");
@@ -230,9 +232,8 @@ static void a_batch_of_transitions_makes_each_as_alone_would(void **state)
     }
     /* One event and one notification per transition made (7), each event's
      * own, with the session that fenced it. */
-    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE server = ?", cnt, 1) -
-                         events0,
-                     7);
+    assert_int_equal(
+        testdb_int(c, "SELECT COUNT(*) FROM pipeline_event WHERE server = ?", cnt, 1) - events0, 7);
     assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM outbox", NULL, 0) - outbox0, 7);
     for (int i = 0; i < N; i++) {
         if (i == 3 || i == 5)

@@ -20,33 +20,48 @@ local ACTIVE = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED", "DEPLOYING", "ROLL
 local function t(p, from, to, message) return P.transition(p, from, to, message, SCAN) end
 
 -- gone: id → lock name of each held pipeline lock whose pipeline the query
--- did not list as active.
+-- did not list as active. They are read SWEEP_PAGE ids at a time (one
+-- statement each), and the locks to let go are released together (one
+-- statement per page): a fifth of a scan's page, as the whole rows are kept
+-- until their locks go.
+local SWEEP_PAGE = 100
 local function sweep(gone, gw)
-  for id, name in pairs(gone) do
-    local p, gerr = oops.store.get(id)
-    local release = true
-    if p == nil then
-      -- Cannot read it: keep the lock (its build may need stopping), try
+  local ids = {}
+  for id in pairs(gone) do ids[#ids + 1] = id end
+  table.sort(ids)
+  for i = 1, #ids, SWEEP_PAGE do
+    local chunk = table.move(ids, i, math.min(i + SWEEP_PAGE - 1, #ids), 1, {})
+    local rows, lerr = oops.store.list { ids = chunk }
+    if not rows then
+      -- Cannot read them: keep the locks (a build may need stopping), try
       -- again next tick.
-      log.warn("reading a finished pipeline failed, lock kept: " .. tostring(gerr), { scan = SCAN, pipeline = id })
-      release = false
-    elseif p and p.status ~= "STOPPED" and gw.release then
-      -- ERROR or SUCCEEDED: a deploy or health command still running for it
-      -- (a timeout failed it) is stopped before the lock goes.
-      gw.release(p)
-    end
-    if p and p.status == "STOPPED" then
-      local ok, err = gw.build_stop(p)
-      if not ok then
-        -- Keep the lock: the next tick tries to stop the job again.
-        log.warn("stopping the build of a stopped pipeline failed: " .. tostring(err),
-          { scan = SCAN, pipeline = id })
-        release = false
-      else
-        log.info("stopped: build job stopped, lock released", { scan = SCAN, pipeline = id })
+      log.warn("reading finished pipelines failed, their locks kept: " .. tostring(lerr), { scan = SCAN })
+    else
+      local by_id = {}
+      for _, p in ipairs(rows) do by_id[p.id] = p end
+      local release = {}
+      for _, id in ipairs(chunk) do
+        local p, keep = by_id[id], false
+        if p and p.status == "STOPPED" then
+          local ok, err = gw.build_stop(p)
+          if not ok then
+            -- Keep the lock: the next tick tries to stop the job again.
+            log.warn("stopping the build of a stopped pipeline failed: " .. tostring(err),
+              { scan = SCAN, pipeline = id })
+            keep = true
+          else
+            log.info("stopped: build job stopped, lock released", { scan = SCAN, pipeline = id })
+          end
+        elseif p and gw.release then
+          -- ERROR or SUCCEEDED: a deploy or health command still running for
+          -- it (a timeout failed it) is stopped before the lock goes.
+          gw.release(p)
+        end
+        -- (A pipeline no longer there at all has nothing left to stop.)
+        if not keep then release[#release + 1] = gone[id] end
       end
+      if #release > 0 then oops.locks.release_many(release) end
     end
-    if release then oops.locks.release(name) end
   end
 end
 
