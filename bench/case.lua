@@ -296,6 +296,14 @@ gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
   -- The simulated gateway's own statements (a real gateway is no database
   -- client); absent from a build older than its counter.
   local sim = after[1]["oops_sim_statements_total"] and C.sum(d, "oops_sim_statements_total") or nil
+  -- Since its rows and point reads go through oops.db.insert and
+  -- oops.db.lookup (batched), those statements are counted by the binding,
+  -- per table.
+  if sim then
+    sim = sim + C.sum(d, "oops_db_insert_statements_total", { table = "sim_call" }) +
+      C.sum(d, "oops_db_insert_statements_total", { table = "sim_job" }) +
+      C.sum(d, "oops_db_lookup_statements_total", { table = "sim_job" })
+  end
   local out = {
     n = n, servers = nservers, wall_s = t1 - t0,
     round_trips = trips, round_trips_per_pipeline = trips / n,

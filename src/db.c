@@ -478,6 +478,40 @@ void db_result_free(db_result *r)
     free(r);
 }
 
+db_result *db_result_rows_keyed(const db_result *r, const char *key)
+{
+    db_result *o = calloc(1, sizeof *o);
+    size_t nc = r->ncols, n = 0;
+    for (size_t i = 0; i < r->nrows; i++)
+        n += r->cells[i * nc].s && strcmp(r->cells[i * nc].s, key) == 0;
+    if (!o || !(o->names = calloc(nc ? nc : 1, sizeof *o->names)) ||
+        !(o->types = calloc(nc ? nc : 1, sizeof *o->types)) ||
+        !(o->cells = calloc(n * nc > 0 ? n * nc : 1, sizeof *o->cells)))
+        abort();
+    o->ncols = nc;
+    for (size_t j = 0; j < nc; j++) {
+        if (!(o->names[j] = strdup(r->names[j])))
+            abort();
+        o->types[j] = r->types[j];
+    }
+    for (size_t i = 0; i < r->nrows; i++) {
+        const db_cell *row = &r->cells[i * nc];
+        if (!row[0].s || strcmp(row[0].s, key) != 0)
+            continue;
+        for (size_t j = 0; j < nc; j++) {
+            db_cell *c = &o->cells[o->nrows * nc + j];
+            c->len = row[j].len;
+            if (row[j].s) {
+                if (!(c->s = malloc(row[j].len + 1)))
+                    abort();
+                memcpy(c->s, row[j].s, row[j].len + 1);
+            }
+        }
+        o->nrows++;
+    }
+    return o;
+}
+
 const char *db_get(const db_result *r, size_t row, size_t col)
 {
     if (!r || row >= r->nrows || col >= r->ncols)

@@ -115,6 +115,9 @@ unsigned db_exec(db_conn *c, const char *sql, const db_value *params, size_t npa
                  db_result **out, char *err, size_t errlen);
 void db_result_free(db_result *r);
 /* Cell text or NULL; row/col out of range → NULL. */
+/* A new result holding the rows of r whose column 0 is `key` (text), in
+ * order, with r's columns. */
+db_result *db_result_rows_keyed(const db_result *r, const char *key);
 const char *db_get(const db_result *r, size_t row, size_t col);
 long long db_get_int(const db_result *r, size_t row, size_t col, long long dflt);
 

@@ -12,6 +12,8 @@
 
 #include "db_fiber.h"
 #include "error_names.h"
+#include "buf.h"
+#include "log.h"
 #include "lua_dbcall.h"
 #include "pipeline_store.h"
 #include "runtime.h"
@@ -219,7 +221,7 @@ static void push_cell(lua_State *L, const db_result *r, size_t row, size_t col)
 }
 
 /* One statement: its text and parameters copied (the task may wait), its result. */
-typedef struct {
+typedef struct exec_call {
     db_call base;
     char *sql;
     db_value *p;
@@ -228,6 +230,7 @@ typedef struct {
     char err[512];
     int what;              /* EXEC_ROWS, EXEC_OK (true), EXEC_NOW */
     double sent, answered; /* EXEC_NOW: this host's clock around the statement itself */
+    struct exec_call *next; /* oops.db.insert: the next row waiting for its batch */
 } exec_call;
 
 static double wall_clock(void)
@@ -311,6 +314,8 @@ static exec_call *exec_new(const char *sql, int what, dbcall_tx tx)
     return e;
 }
 
+static void take_params(lua_State *L, exec_call *e, int first, int n);
+
 /* oops.db.exec(sql, ...) -> rows (array of {column = value}) for a query,
  * {affected = n, insert_id = n} for a change; nil, msg, name on failure. */
 static int l_exec(lua_State *L)
@@ -323,12 +328,19 @@ static int l_exec(lua_State *L)
             return luaL_argerror(L, i + 2, "parameters are nil, booleans, numbers or strings");
     }
     exec_call *e = exec_new(sql, EXEC_ROWS, DBCALL_PLAIN);
+    take_params(L, e, 2, n);
+    return dbcall(L, &e->base);
+}
+
+/* Lua values first..first+n-1 (checked already) as e's parameters, copied. */
+static void take_params(lua_State *L, exec_call *e, int first, int n)
+{
     e->p = calloc((size_t)(n ? n : 1), sizeof *e->p);
     if (!e->p)
         abort();
     e->n = (size_t)n;
     for (int i = 0; i < n; i++) {
-        int idx = i + 2;
+        int idx = i + first;
         switch (lua_type(L, idx)) {
         case LUA_TBOOLEAN: e->p[i] = db_int(lua_toboolean(L, idx)); break;
         case LUA_TNUMBER:
@@ -348,7 +360,358 @@ static int l_exec(lua_State *L)
         default: e->p[i] = db_null(); break;
         }
     }
-    return dbcall(L, &e->base);
+}
+
+/* ---- rows inserted in batches (oops.db.insert) ----
+ * The same single-row INSERT from several tasks while the connections are
+ * busy is sent as one multi-row INSERT (like the transitions: nobody waits
+ * for a batch to fill). Rows are grouped by their statement (head, row,
+ * tail); a few kinds at once. */
+#define INS_KINDS 32
+
+/* The next power of two from 2 (statement shapes to cache: a few). */
+static size_t batch_shape_of(size_t n)
+{
+    size_t b = 2;
+    while (b < n)
+        b *= 2;
+    return b;
+}
+typedef struct {
+    char *key; /* head \x1f row \x1f tail; for a lookup: its SQL */
+    bool lookup; /* oops.db.lookup: head is the SQL before "IN (?)", tail after it */
+    char *head, *row, *tail;
+    char label[80]; /* table="NAME", for oops_db_insert_statements_total */
+    exec_call *first, *last;
+    bool runner_waiting;
+} ins_kind;
+static ins_kind ins_kinds[INS_KINDS];
+
+typedef struct {
+    db_call base;
+    ins_kind *kind;
+    exec_call *m[PIPELINE_BATCH_MAX];
+    size_t n;
+} ins_batch;
+
+static void ins_start(ins_kind *k, oops_ctx *c);
+
+/* Rows m[0..n) in one statement; 0 or its error number. */
+static unsigned ins_rows(db_conn *conn, ins_kind *k, exec_call **m, size_t n, char *err,
+                         size_t errlen)
+{
+    buf sql = {0};
+    size_t np = 0, per = m[0]->n;
+    db_value *p = malloc((n * per > 0 ? n * per : 1) * sizeof *p);
+    if (!p)
+        abort();
+    buf_printf(&sql, "%s VALUES ", k->head);
+    for (size_t i = 0; i < n; i++) {
+        buf_puts(&sql, i ? ", " : "");
+        buf_puts(&sql, k->row);
+        for (size_t j = 0; j < per; j++)
+            p[np++] = m[i]->p[j];
+    }
+    if (*k->tail)
+        buf_printf(&sql, " %s", k->tail);
+    unsigned rc = db_exec(conn, sql.p, p, np, NULL, err, errlen);
+    buf_free(&sql);
+    free(p);
+    return rc;
+}
+
+/* The lookups of bb in one statement: the keys (each once) padded to a
+ * power of two in the IN list; each caller gets the rows of its key. */
+static void lookup_body(ins_batch *bb, db_conn *conn)
+{
+    ins_kind *k = bb->kind;
+    const char *keys[PIPELINE_BATCH_MAX];
+    size_t nk = 0;
+    for (size_t i = 0; i < bb->n; i++) {
+        const char *key = bb->m[i]->p[0].s;
+        bool seen = false;
+        for (size_t j = 0; j < nk && !seen; j++)
+            seen = strcmp(keys[j], key) == 0;
+        if (!seen)
+            keys[nk++] = key;
+    }
+    unsigned rc = 1;
+    db_result *r = NULL;
+    char err[512];
+    if (bb->n > 1) {
+        size_t shape = batch_shape_of(nk);
+        buf sql = {0};
+        db_value p[PIPELINE_BATCH_MAX];
+        buf_printf(&sql, "%sIN (", k->head);
+        for (size_t i = 0; i < shape; i++) {
+            buf_puts(&sql, i ? ", ?" : "?");
+            p[i] = db_text(keys[i < nk ? i : nk - 1]);
+        }
+        buf_printf(&sql, ")%s", k->tail);
+        rc = db_exec(conn, sql.p, p, shape, &r, err, sizeof err);
+        if (rc)
+            log_msg(LOG_DEBUG, "a batch of %zu lookups is made one by one: %s", bb->n, err);
+        buf_free(&sql);
+        metrics_add(bb->base.ctx->metrics, "oops_db_lookup_batches_total", NULL, 1);
+        metrics_add(bb->base.ctx->metrics, "oops_db_lookup_batched_total", NULL, (double)bb->n);
+    }
+    size_t statements = bb->n > 1;
+    for (size_t i = 0; i < bb->n; i++) {
+        exec_call *e = bb->m[i];
+        e->base.conn = conn;
+        if (rc == 0) {
+            e->r = db_result_rows_keyed(r, e->p[0].s);
+            e->base.rc = 0;
+        } else {
+            exec_run(&e->base); /* alone, or the batch failed: on its own */
+            statements++;
+        }
+    }
+    db_result_free(r);
+    metrics_add(bb->base.ctx->metrics, "oops_db_lookup_statements_total", k->label,
+                (double)statements);
+}
+
+static void ins_body(void *arg)
+{
+    ins_batch *bb = arg;
+    db_conn *conn = bb->base.conn;
+    char err[512];
+    unsigned rc = db_conn_ensure(conn, err, sizeof err);
+    if (rc) {
+        for (size_t i = 0; i < bb->n; i++) {
+            bb->m[i]->base.conn_rc = rc;
+            snprintf(bb->m[i]->base.conn_err, sizeof bb->m[i]->base.conn_err, "%s", err);
+        }
+        return;
+    }
+    if (bb->kind->lookup) {
+        lookup_body(bb, conn);
+        return;
+    }
+    /* Chunks of a power of two rows: a few statement shapes to cache. */
+    size_t statements = 0;
+    for (size_t done = 0; done < bb->n;) {
+        size_t k = PIPELINE_BATCH_MAX;
+        while (k > bb->n - done)
+            k /= 2;
+        exec_call **m = bb->m + done;
+        statements += k > 1;
+        if (k == 1 || ins_rows(conn, bb->kind, m, k, err, sizeof err) != 0) {
+            /* Alone, or the rows together failed: each on its own, for its own answer. */
+            for (size_t i = 0; i < k; i++) {
+                m[i]->base.conn = conn;
+                exec_run(&m[i]->base);
+            }
+            statements += k;
+        }
+        done += k;
+    }
+    metrics_add(bb->base.ctx->metrics, "oops_db_insert_statements_total", bb->kind->label,
+                (double)statements);
+    if (bb->n > 1) {
+        metrics_add(bb->base.ctx->metrics, "oops_db_insert_batches_total", NULL, 1);
+        metrics_add(bb->base.ctx->metrics, "oops_db_insert_batched_total", NULL, (double)bb->n);
+    }
+}
+
+static void ins_done(void *arg)
+{
+    ins_batch *bb = arg;
+    db_pool_put(bb->base.ctx->pool, bb->base.conn);
+    for (size_t i = 0; i < bb->n; i++) {
+        exec_call *e = bb->m[i];
+        e->base.finished = true;
+        if (e->base.yielded) {
+            lua_State *co = e->base.co;
+            runtime_resume(co, finish(co, &e->base));
+        }
+    }
+    free(bb);
+}
+
+static void ins_got(db_conn *conn, void *ud)
+{
+    ins_batch *bb = ud;
+    ins_kind *k = bb->kind;
+    bb->base.conn = conn;
+    k->runner_waiting = false;
+    while (k->first && bb->n < PIPELINE_BATCH_MAX) {
+        exec_call *e = k->first;
+        k->first = e->next;
+        e->next = NULL;
+        bb->m[bb->n++] = e;
+    }
+    if (!k->first)
+        k->last = NULL;
+    else
+        ins_start(k, bb->base.ctx);
+    if (db_fiber_run(bb->base.ctx->loop, ins_body, ins_done, bb) != 0) {
+        ins_body(bb);
+        ins_done(bb);
+    }
+}
+
+static void ins_start(ins_kind *k, oops_ctx *c)
+{
+    ins_batch *bb = calloc(1, sizeof *bb);
+    if (!bb)
+        abort();
+    bb->base.kind = DBCALL_WORK;
+    bb->base.ctx = c;
+    bb->kind = k;
+    k->runner_waiting = true;
+    db_pool_get(c->pool, ins_got, bb);
+}
+
+/* table="NAME": the word after `after` (INTO, FROM) in sql. */
+static void insert_label(const char *sql, const char *after, char *out, size_t size)
+{
+    const char *t = strcasestr(sql, after);
+    t = t ? t + strlen(after) : sql;
+    while (*t == ' ')
+        t++;
+    size_t tl = strcspn(t, " (`\"\\");
+    snprintf(out, size, "table=\"%.*s\"", (int)(tl < 60 ? tl : 60), t);
+}
+
+static ins_kind *ins_kind_of(const char *head, const char *row, const char *tail, bool lookup)
+{
+    size_t len = strlen(head) + strlen(row) + strlen(tail) + 3;
+    char *key = malloc(len);
+    if (!key)
+        abort();
+    snprintf(key, len, "%s\x1f%s\x1f%s", head, row, tail); /* a lookup's row is "" */
+    ins_kind *free_slot = NULL;
+    for (size_t i = 0; i < INS_KINDS; i++) {
+        if (ins_kinds[i].key && strcmp(ins_kinds[i].key, key) == 0) {
+            free(key);
+            return &ins_kinds[i];
+        }
+        if (!ins_kinds[i].key && !free_slot)
+            free_slot = &ins_kinds[i];
+    }
+    if (!free_slot) {
+        free(key);
+        return NULL; /* too many kinds: this one is not batched */
+    }
+    free_slot->key = key;
+    free_slot->lookup = lookup;
+    insert_label(head, lookup ? "FROM " : "INTO ", free_slot->label, sizeof free_slot->label);
+    if (!(free_slot->head = strdup(head)) || !(free_slot->row = strdup(row)) ||
+        !(free_slot->tail = strdup(tail)))
+        abort();
+    return free_slot;
+}
+
+/* oops.db.lookup(sql, key) -> rows, as oops.db.exec(sql, key) | nil, msg, name.
+ * sql holds one placeholder, in "IN (?)", and its first column is the key
+ * (compared as text), e.g.
+ *   oops.db.lookup("SELECT pipeline_id, outcome FROM sim_job WHERE kind = 'x' AND pipeline_id IN (?)", id)
+ * Lookups that tasks make meanwhile with the same sql go in one statement
+ * (each key once); each gets the rows of its own key. When that statement
+ * fails, each runs on its own. */
+static int l_lookup(lua_State *L)
+{
+    const char *sql = luaL_checkstring(L, 1);
+    luaL_checkstring(L, 2);
+    if (lua_gettop(L) != 2)
+        return luaL_error(L, "oops.db.lookup: one key");
+    const char *in = strstr(sql, "IN (?)");
+    int marks = 0;
+    for (const char *q = sql; *q; q++)
+        marks += *q == '?';
+    if (!in || marks != 1)
+        return luaL_error(L, "oops.db.lookup: the statement holds one placeholder, in \"IN (?)\"");
+    exec_call *e = exec_new(sql, EXEC_ROWS, DBCALL_PLAIN);
+    take_params(L, e, 2, 1);
+    oops_ctx *c = runtime_ctx(L);
+    ins_kind *k = NULL;
+    if (c->pool && in_task(L) && !tx_of(L)) {
+        size_t hl = (size_t)(in - sql);
+        char *head = malloc(hl + 1);
+        if (!head)
+            abort();
+        memcpy(head, sql, hl);
+        head[hl] = '\0';
+        k = ins_kind_of(head, "", in + strlen("IN (?)"), true);
+        free(head);
+    }
+    if (!k || !k->lookup) {
+        char label[80];
+        insert_label(sql, "FROM ", label, sizeof label);
+        metrics_add(c->metrics, "oops_db_lookup_statements_total", label, 1);
+        return dbcall(L, &e->base);
+    }
+    e->base.ctx = c;
+    e->base.co = L;
+    if (k->last)
+        k->last->next = e;
+    else
+        k->first = e;
+    k->last = e;
+    if (!k->runner_waiting)
+        ins_start(k, c);
+    if (e->base.finished)
+        return finish(L, &e->base);
+    e->base.yielded = true;
+    return lua_yield(L, 0);
+}
+
+/* oops.db.insert(head, row, tail, ...) -> true | nil, msg, name: the row
+ * `head VALUES row tail` with the row's parameters `...`, e.g.
+ *   oops.db.insert("INSERT INTO t (a, b)", "(?, NOW(6))", "", a)
+ * Rows that tasks insert meanwhile with the same head, row and tail go in the
+ * same statement (tail may be ON DUPLICATE KEY UPDATE ... with VALUES(col));
+ * when that statement fails, each row is inserted on its own and answered
+ * on its own. Only the row may hold placeholders. */
+static int l_insert(lua_State *L)
+{
+    const char *head = luaL_checkstring(L, 1), *row = luaL_checkstring(L, 2);
+    const char *tail = luaL_optstring(L, 3, "");
+    if (strchr(head, '?') || strchr(tail, '?'))
+        return luaL_error(L, "oops.db.insert: only the row may hold placeholders");
+    int n = lua_gettop(L) - 3, marks = 0;
+    for (const char *q = row; *q; q++)
+        marks += *q == '?';
+    if (n < 0)
+        n = 0;
+    if (marks != n)
+        return luaL_error(L, "oops.db.insert: the row has %d placeholders for %d values", marks, n);
+    for (int i = 0; i < n; i++) {
+        int t = lua_type(L, i + 4);
+        if (t != LUA_TNIL && t != LUA_TBOOLEAN && t != LUA_TNUMBER && t != LUA_TSTRING)
+            return luaL_argerror(L, i + 4, "parameters are nil, booleans, numbers or strings");
+    }
+    size_t len = strlen(head) + strlen(row) + strlen(tail) + 16;
+    char *one = malloc(len);
+    if (!one)
+        abort();
+    snprintf(one, len, "%s VALUES %s%s%s", head, row, *tail ? " " : "", tail);
+    exec_call *e = exec_new(one, EXEC_OK, DBCALL_PLAIN);
+    free(one);
+    take_params(L, e, 4, n);
+    oops_ctx *c = runtime_ctx(L);
+    ins_kind *k = c->pool && in_task(L) && !tx_of(L) ? ins_kind_of(head, row, tail, false) : NULL;
+    if (!k) {
+        char label[80];
+        insert_label(head, "INTO ", label, sizeof label);
+        metrics_add(c->metrics, "oops_db_insert_statements_total", label, 1);
+        return dbcall(L, &e->base);
+    }
+    e->base.ctx = c;
+    e->base.co = L;
+    if (k->last)
+        k->last->next = e;
+    else
+        k->first = e;
+    k->last = e;
+    if (!k->runner_waiting)
+        ins_start(k, c);
+    if (e->base.finished)
+        return finish(L, &e->base);
+    e->base.yielded = true;
+    return lua_yield(L, 0);
 }
 
 static void end_run(db_call *b)
@@ -1012,7 +1375,7 @@ static int l_events(lua_State *L)
 void lua_register_db(lua_State *L)
 {
     static const luaL_Reg db[] = {
-        {"exec", l_exec},         {"begin", l_begin}, {"commit", l_commit},
+        {"exec", l_exec},         {"insert", l_insert}, {"lookup", l_lookup},         {"begin", l_begin}, {"commit", l_commit},
         {"rollback", l_rollback}, {"now", l_now},     {"statements", l_statements},
         {"pool", l_pool},         {NULL, NULL},
     };

@@ -54,6 +54,52 @@ describe("database calls from tasks with a pool (needs OOPS_TEST_DB)", function(
     for i = 1, 7 do assert.are.equal(i, got[i]) end
   end)
 
+  it("rows that tasks insert meanwhile go in one statement; each row is answered on its own", function()
+    local function insert_stmts()
+      return oops.metrics.get("oops_db_insert_statements_total", { table = "spec_dbcall" }) or 0
+    end
+    local before = insert_stmts()
+    local answers, fns = {}, {}
+    -- Both connections busy first: the rows queue up behind them.
+    for i = 1, 2 do fns[i] = function() rows("SELECT SLEEP(0.2) AS s") end end
+    for i = 1, 10 do
+      fns[#fns + 1] = function()
+        oops.sleep(50)
+        answers[i] = { oops.db.insert("INSERT INTO spec_dbcall (k)", "(?)", "", "ins-" .. RUN .. "-" .. i) }
+      end
+    end
+    side_by_side(fns)
+    for i = 1, 10 do assert.are.same({ true }, answers[i]) end
+    assert.are.equal(10, rows("SELECT COUNT(*) AS n FROM spec_dbcall WHERE k LIKE ?", "ins-" .. RUN .. "-%")[1].n)
+    local sent = insert_stmts() - before
+    assert.is_true(sent >= 1 and sent <= 3, "10 rows in " .. sent .. " statements")
+    -- One row of a batch fails (its key exists): the others are written,
+    -- and only that one gets the error, with its name.
+    answers, fns = {}, {}
+    for i = 1, 2 do fns[i] = function() rows("SELECT SLEEP(0.2) AS s") end end
+    for i = 1, 4 do
+      fns[#fns + 1] = function()
+        oops.sleep(50)
+        local k = i == 2 and ("ins-" .. RUN .. "-1") or ("dup-" .. RUN .. "-" .. i)
+        answers[i] = { oops.db.insert("INSERT INTO spec_dbcall (k)", "(?)", "", k) }
+      end
+    end
+    side_by_side(fns)
+    for i = 1, 4 do
+      if i == 2 then
+        assert.is_nil(answers[i][1])
+        assert.are.equal("exists", answers[i][3])
+      else
+        assert.are.same({ true }, answers[i])
+      end
+    end
+    assert.are.equal(3, rows("SELECT COUNT(*) AS n FROM spec_dbcall WHERE k LIKE ?", "dup-" .. RUN .. "-%")[1].n)
+    assert.has_error(function() oops.db.insert("INSERT INTO spec_dbcall (k)", "(?)", "", 1, 2) end,
+      "oops.db.insert: the row has 1 placeholders for 2 values")
+    assert.has_error(function() oops.db.insert("INSERT INTO spec_dbcall (k)", "(?)", "WHERE ?", 1) end,
+      "oops.db.insert: only the row may hold placeholders")
+  end)
+
   it("a transaction keeps its connection: another task does not see it until COMMIT", function()
     local key = "tx-" .. RUN
     local seen = {}

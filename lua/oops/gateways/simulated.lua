@@ -27,18 +27,37 @@ local function exec(sql, ...)
   return oops.db.exec(sql, ...)
 end
 
+-- Its rows go through oops.db.insert: the same row from many pipelines at
+-- once is one statement (counted by the binding in
+-- oops_db_insert_statements_total, per table).
+local SIM_JOB_UPSERT = "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), " ..
+  "ready_at = VALUES(ready_at), outcome = NULL, server = VALUES(server)"
+
 local function target(p) return p.namespace .. "/" .. p.application .. "/" .. p.environment end
 
 local function record(pipeline_id, tgt, action)
-  return exec("INSERT INTO sim_call (pipeline_id, target, action, server) VALUES (?, ?, ?, ?)",
+  return oops.db.insert("INSERT INTO sim_call (pipeline_id, target, action, server)", "(?, ?, ?, ?)", "",
     pipeline_id, tgt, action, oops.server_name())
 end
 
--- The injected error for this target and call, or nil.
+-- The injected error for this target and call, or nil. A point read that
+-- other pipelines' calls meanwhile share (oops.db.lookup).
 local function fault(tgt, call)
-  local rows = exec("SELECT outcome FROM sim_job WHERE pipeline_id = ? AND kind = ?",
-    tgt, "fail_" .. call)
+  local rows = oops.db.lookup("SELECT pipeline_id, outcome FROM sim_job WHERE kind = 'fail_" .. call ..
+    "' AND pipeline_id IN (?)", tgt)
   return rows and rows[1] and (rows[1].outcome or "simulated failure") or nil
+end
+
+-- A job's row (nil when missing) and the outcome of a fault injected for
+-- this status call (nil when none, or when it has no outcome), or nil, nil, err.
+local function job_and_fault(p, kind, call, cols)
+  local rows, err = oops.db.lookup("SELECT pipeline_id, outcome, NOW(6) >= ready_at AS ready" .. (cols or "") ..
+    " FROM sim_job WHERE kind = '" .. kind .. "' AND pipeline_id IN (?)", p.id)
+  if not rows then return nil, nil, err end
+  local faults, ferr = oops.db.lookup("SELECT pipeline_id, outcome FROM sim_job WHERE kind = 'fail_" .. call ..
+    "' AND pipeline_id IN (?)", target(p))
+  if not faults then return nil, nil, ferr end
+  return rows[1], faults[1] and faults[1].outcome
 end
 
 function M.new(cfg)
@@ -52,27 +71,18 @@ function M.new(cfg)
     if not ok then return nil, err end
     local f = fault(target(p), "build_submit")
     if f then return nil, f end
-    ok, err = exec(
-      "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
-      "VALUES (?, 'build', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
-      "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
-      "outcome = NULL, server = VALUES(server)",
+    ok, err = oops.db.insert("INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server)",
+      "(?, 'build', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?)", SIM_JOB_UPSERT,
       p.id, build_us, oops.server_name())
     if not ok then return nil, err end
     return true
   end
 
   function gw.build_status(p)
-    -- One statement: the job and any injected fault.
-    local rows, err = exec(
-      "SELECT j.outcome, NOW(6) >= j.ready_at AS ready, j.pipeline_id IS NOT NULL AS present, " ..
-      "(SELECT f.outcome FROM sim_job f WHERE f.pipeline_id = ? AND f.kind = 'fail_build_status') AS fault " ..
-      "FROM (SELECT 1) one LEFT JOIN sim_job j ON j.pipeline_id = ? AND j.kind = 'build'",
-      target(p), p.id)
-    if not rows then return nil, err end
-    local job = rows[1]
-    if job.fault then return nil, job.fault end
-    if job.present ~= 1 then return "missing" end
+    local job, fault_outcome, err = job_and_fault(p, "build", "build_status")
+    if err then return nil, err end
+    if fault_outcome then return nil, fault_outcome end
+    if not job then return "missing" end
     if job.outcome == "pending" then return "pending" end
     if job.outcome == "failed" then return "failed" end
     if job.outcome == "stopped" then return "failed" end
@@ -109,27 +119,19 @@ function M.new(cfg)
     local f = fault(target(p), "deploy")
     if f then return nil, f end
     if deploy_ms > 0 then oops.sleep(deploy_ms) end
-    ok, err = exec(
-      "INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server) " ..
-      "VALUES (?, 'rollout', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?) " ..
-      "ON DUPLICATE KEY UPDATE started_at = VALUES(started_at), ready_at = VALUES(ready_at), " ..
-      "outcome = NULL, server = VALUES(server)",
+    ok, err = oops.db.insert("INSERT INTO sim_job (pipeline_id, kind, started_at, ready_at, outcome, server)",
+      "(?, 'rollout', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, NULL, ?)", SIM_JOB_UPSERT,
       p.id, rollout_us, oops.server_name())
     if not ok then return nil, err end
     return true
   end
 
   function gw.rollout_health(p)
-    local rows, err = exec(
-      "SELECT j.outcome, NOW(6) >= j.ready_at AS ready, j.pipeline_id IS NOT NULL AS present, " ..
-      "TIMESTAMPDIFF(MICROSECOND, j.started_at, NOW(6)) / 1e6 AS age, " ..
-      "(SELECT f.outcome FROM sim_job f WHERE f.pipeline_id = ? AND f.kind = 'fail_rollout_health') AS fault " ..
-      "FROM (SELECT 1) one LEFT JOIN sim_job j ON j.pipeline_id = ? AND j.kind = 'rollout'",
-      target(p), p.id)
-    if not rows then return nil, err end
-    local job = rows[1]
-    if job.fault then return nil, job.fault end
-    if job.present ~= 1 then return { missing = true } end
+    local job, fault_outcome, err = job_and_fault(p, "rollout", "rollout_health",
+      ", TIMESTAMPDIFF(MICROSECOND, started_at, NOW(6)) / 1e6 AS age")
+    if err then return nil, err end
+    if fault_outcome then return nil, fault_outcome end
+    if not job then return { missing = true } end
     if job.outcome then return { failure = job.outcome } end
     if job.ready == 1 then return { complete = true } end
     return { not_ready_for = job.age }
