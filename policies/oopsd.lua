@@ -15,7 +15,10 @@
 -- takes per tick, its fair share of them bounded so: default 500 (1 to
 -- 65535). A flood of new pipelines is taken over several ticks, oldest
 -- first, in bounded memory.
-scan { interval = "5s", max_new = 500 }
+-- `parallel`: the most pipelines a scan steps side by side: default 128 (1
+-- to 1024). Their database calls are sent together, so more means fewer
+-- statements; fewer means fewer gateway commands running at once.
+scan { interval = "5s", max_new = 500, parallel = 128 }
 
 -- How long a build may run (or its gateway keep failing to say how it is
 -- doing) before the pipeline is failed and the build stopped. Default 2h.

@@ -30,6 +30,7 @@ M.PAGE = 500
 -- The most new pipelines a server takes per tick when the policy does not say
 -- (the spec's hand-made policies): the policy language's default.
 local DEFAULT_MAX_NEW = require("oops.policy").DEFAULTS.scan.max_new
+local DEFAULT_PARALLEL = require("oops.policy").DEFAULTS.scan.parallel
 
 -- Servers alive now: those whose name lock (held for the life of their lock
 -- session) is taken. A SIGKILLed server drops out the moment its session does.
@@ -137,7 +138,8 @@ local function slice(v, i, j) return table.move(v, i, j, 1, {}) end
 --    statement, then read again under their lock and stepped. The free ones
 --    are asked for by one statement that stops after live x max_new of them,
 --    so it never counts or reads the rest.
--- Steps run side by side (tasks.pool, bounded); returns when all are done,
+-- Steps run side by side (tasks.pool, at most the policy's scan.parallel);
+-- returns when all are done,
 -- so a tick never overlaps the next. true, or nil, err when reading failed;
 -- with the lock session down nothing more is driven (logged) and it returns
 -- true.
@@ -146,7 +148,7 @@ function M.stream(o)
   local max_new = pol and pol.scan and pol.scan.max_new or DEFAULT_MAX_NEW
   local wanted = o.wanted or function() return true end
   local me = oops.locks.connection_id()
-  local pool = tasks.pool(scan .. " step")
+  local pool = tasks.pool(scan .. " step", pol and pol.scan and pol.scan.parallel or DEFAULT_PARALLEL)
   local function step(p)
     local fn = o.handlers[p.status]
     if not fn then return end

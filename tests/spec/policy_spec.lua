@@ -66,7 +66,7 @@ local FAILS = {
     'bad_cron/apps.lua:3: application "shop/api": restart.prod: "61 * * * *": minute 61 out of range 0-59',
   },
   bad_unknown_key = {
-    'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval, max_new)',
+    'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval, max_new, parallel)',
     'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" ' ..
       '(known: build, deploy, env, environments, health, limits, restart, restart_command, timeouts)',
     'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
@@ -298,7 +298,8 @@ describe("the shipped policies/", function()
   end)
 
   it("carries the documented defaults", function()
-    assert.are.same({ interval_ms = 5000, max_new = policy.DEFAULTS.scan.max_new }, p.scan)
+    assert.are.same({ interval_ms = 5000, max_new = policy.DEFAULTS.scan.max_new,
+                      parallel = policy.DEFAULTS.scan.parallel }, p.scan)
     assert.are.same({ timeout_ms = 600000 }, p.deploy)
     assert.are.same({ timeout_ms = 300000, max_ms = 1800000 }, p.rollout)
     assert.are.same({ validate_every_ms = 30000 }, p.locks)
@@ -345,7 +346,8 @@ describe("a good policy", function()
   before_each(function() p = assert_loads("good") end)
 
   it("fills every declaration", function()
-    assert.are.same({ interval_ms = 2000, max_new = policy.DEFAULTS.scan.max_new }, p.scan)
+    assert.are.same({ interval_ms = 2000, max_new = policy.DEFAULTS.scan.max_new,
+                      parallel = policy.DEFAULTS.scan.parallel }, p.scan)
     assert.are.same({ timeout_ms = 900000 }, p.deploy)
     -- rollout.max defaults to 30m, or the timeout when that is longer
     assert.are.same({ timeout_ms = 5400000, max_ms = 5400000 }, p.rollout)
@@ -577,8 +579,19 @@ describe("scan { max_new }", function()
     assert.are.equal(1, assert(load_text("scan { max_new = 1 }\n")).scan.max_new)
     assert.are.equal(65535, assert(load_text("scan { max_new = 65535 }\n")).scan.max_new)
     assert.are.equal(200, assert(load_text("scan { max_new = 200.0 }\n")).scan.max_new)
-    assert.are.same({ interval_ms = 2000, max_new = 7 },
+    assert.are.same({ interval_ms = 2000, max_new = 7, parallel = policy.DEFAULTS.scan.parallel },
       assert(load_text('scan { interval = "2s", max_new = 7 }\n')).scan)
+  end)
+
+  it("scan.parallel defaults to policy.DEFAULTS and takes a whole number from 1 to 1024", function()
+    assert.are.equal(policy.DEFAULTS.scan.parallel, assert(load_text('scan { interval = "1s" }\n')).scan.parallel)
+    assert.are.equal(1, assert(load_text("scan { parallel = 1 }\n")).scan.parallel)
+    assert.are.equal(1024, assert(load_text("scan { parallel = 1024 }\n")).scan.parallel)
+    for _, bad in ipairs({ "0", "1025", "2.5", '"8"' }) do
+      local p, errs = load_text("\nscan { parallel = " .. bad .. " }\n")
+      assert.is_nil(p)
+      assert.are.same({ path .. ":2: scan.parallel: " .. bad .. ": must be a whole number from 1 to 1024" }, errs)
+    end
   end)
 
   it("refuses anything else with one line naming the file, the line and the key", function()
@@ -624,6 +637,7 @@ describe("the defaults, written once", function()
     local ms = function(s) return assert(require("oops.duration").parse(s)) end
     assert.are.equal(ms(D.scan.interval), p.scan.interval_ms)
     assert.are.equal(D.scan.max_new, p.scan.max_new)
+    assert.are.equal(D.scan.parallel, p.scan.parallel)
     assert.are.equal(ms(D.build.timeout), p.build.timeout_ms)
     assert.are.equal(ms(D.deploy.timeout), p.deploy.timeout_ms)
     assert.are.equal(ms(D.rollout.timeout), p.rollout.timeout_ms)
@@ -645,6 +659,8 @@ describe("the defaults, written once", function()
     says(oopsd, "scan {", "Default " .. D.scan.interval .. ".")
     says(oopsd, "scan {", ("`max_new`: the most new pipelines (ones no server drives yet) this server " ..
       "takes per tick, its fair share of them bounded so: default %d (1 to 65535)."):format(D.scan.max_new))
+    says(oopsd, "scan {", ("`parallel`: the most pipelines a scan steps side by side: default %d (1 " ..
+      "to 1024)."):format(D.scan.parallel))
     says(oopsd, "build { timeout", "Default " .. D.build.timeout .. ".")
     says(oopsd, "deploy {", "Default " .. D.deploy.timeout .. ".")
     says(oopsd, "rollout {", "Default " .. D.rollout.timeout .. ".")
