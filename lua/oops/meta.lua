@@ -189,6 +189,33 @@ oops.db = {}
 ---@return oops.ErrorName? name
 function oops.db.exec(sql, ...) end
 
+--- Insert one row: `head VALUES row tail` with the row's parameters, e.g.
+--- oops.db.insert("INSERT INTO t (a, b)", "(?, NOW(6))", "", a). Rows other
+--- tasks insert meanwhile with the same head, row and tail go in the same
+--- multi-row statement (tail may be ON DUPLICATE KEY UPDATE ... VALUES(col));
+--- when it fails each row is inserted on its own and answered on its own.
+--- Only the row may hold placeholders (raises otherwise, or on a count or
+--- parameter type that does not fit).
+---@param head string
+---@param row string
+---@param tail? string
+---@param ... nil|boolean|integer|number|string
+---@return true|nil ok
+---@return string? msg
+---@return oops.ErrorName? name
+function oops.db.insert(head, row, tail, ...) end
+
+--- A point read: sql holds one placeholder, in "IN (?)", and its first
+--- column is the key. Lookups other tasks make meanwhile with the same sql go
+--- in one statement (each key once); each caller gets the rows of its own
+--- key (compared as text), as oops.db.exec returns them.
+---@param sql string
+---@param key string
+---@return (table<string, any>[])|nil rows
+---@return string? msg
+---@return oops.ErrorName? name
+function oops.db.lookup(sql, key) end
+
 --- START TRANSACTION on the work connection. From a task with a pool (the
 --- daemon; oops.db.pool in scripts) the task keeps that connection until
 --- commit/rollback, and it is rolled back if the task ends first; a second
