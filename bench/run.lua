@@ -13,13 +13,14 @@ local files = require("oops.scenario.files")
 local USAGE = [[
 usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
                  [--samples K] [--bound SECONDS] [--idle SECONDS] [--out DIR] [--build DIR]
-                 [--compare REV]
+                 [--faults F,F] [--compare REV]
   --quick        small sizes for development: --sizes 100,300 --servers 1,3
                  --samples 2 --bound 10 --idle 5 (and 100 pipelines for the reaction)
   --only         a comma-separated subset of scale,failover,reaction,footprint
   --sizes        pipelines per scale case (default 100,1000,10000)
   --servers      servers per scale case (default 1,3,5)
   --samples      failover rounds per kind of lock session (default 3)
+  --faults       the failover faults to run (default kill,cut,freeze,partition)
   --bound        how long a takeover is awaited where the lock session keeps the
                  database server's default wait_timeout (default 60 s)
   --idle         the idle footprint's window (default 30 s)
@@ -81,6 +82,14 @@ do
     elseif a == "--samples" then given.samples = list_of_numbers(value(a), a)[1]
     elseif a == "--bound" then given.bound = list_of_numbers(value(a), a)[1]
     elseif a == "--idle" then given.idle = list_of_numbers(value(a), a)[1]
+    elseif a == "--faults" then
+      opt.faults = {}
+      for f in value(a):gmatch("[^,]+") do
+        if not ({ kill = 1, cut = 1, freeze = 1, partition = 1 })[f] then
+          die("--faults: unknown fault " .. f .. " (kill, cut, freeze, partition)")
+        end
+        opt.faults[#opt.faults + 1] = f
+      end
     elseif a == "--only" then
       opt.only = {}
       for s in value(a):gmatch("[^,]+") do
@@ -250,7 +259,7 @@ end
 
 local function failover()
   results.failover, before.failover = {}, {}
-  for _, f in ipairs(FAULTS) do each_side(function(side) failover_one(f, side) end) end
+  for _, f in ipairs(opt.faults or FAULTS) do each_side(function(side) failover_one(f, side) end) end
 end
 
 local function reaction()
