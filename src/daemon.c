@@ -793,14 +793,12 @@ static void describe_metrics(metrics *m)
                      "statements sent for oops.db.insert rows, by table");
     metrics_describe(m, "oops_db_insert_batches_total", METRIC_COUNTER,
                      "oops.db.insert batches of two rows or more");
-    metrics_describe(m, "oops_db_insert_batched_total", METRIC_COUNTER,
-                     "rows in those batches");
+    metrics_describe(m, "oops_db_insert_batched_total", METRIC_COUNTER, "rows in those batches");
     metrics_describe(m, "oops_db_lookup_statements_total", METRIC_COUNTER,
                      "statements sent for oops.db.lookup calls, by table");
     metrics_describe(m, "oops_db_lookup_batches_total", METRIC_COUNTER,
                      "oops.db.lookup batches of two calls or more");
-    metrics_describe(m, "oops_db_lookup_batched_total", METRIC_COUNTER,
-                     "calls in those batches");
+    metrics_describe(m, "oops_db_lookup_batched_total", METRIC_COUNTER, "calls in those batches");
     metrics_describe(m, "oops_policy_reloads_total", METRIC_COUNTER, "policy reloads by result");
     metrics_describe(m, "oops_policy_version", METRIC_GAUGE, "successful policy loads");
     metrics_describe(m, "oops_policy_stale", METRIC_GAUGE, "1 when the last reload failed");

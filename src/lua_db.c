@@ -228,8 +228,8 @@ typedef struct exec_call {
     size_t n;
     db_result *r;
     char err[512];
-    int what;              /* EXEC_ROWS, EXEC_OK (true), EXEC_NOW */
-    double sent, answered; /* EXEC_NOW: this host's clock around the statement itself */
+    int what;               /* EXEC_ROWS, EXEC_OK (true), EXEC_NOW */
+    double sent, answered;  /* EXEC_NOW: this host's clock around the statement itself */
     struct exec_call *next; /* oops.db.insert: the next row waiting for its batch */
 } exec_call;
 
@@ -378,7 +378,7 @@ static size_t batch_shape_of(size_t n)
     return b;
 }
 typedef struct {
-    char *key; /* head \x1f row \x1f tail; for a lookup: its SQL */
+    char *key;   /* head \x1f row \x1f tail; for a lookup: its SQL */
     bool lookup; /* oops.db.lookup: head is the SQL before "IN (?)", tail after it */
     char *head, *row, *tail;
     char label[80]; /* table="NAME", for oops_db_insert_statements_total */
@@ -607,10 +607,9 @@ static ins_kind *ins_kind_of(const char *head, const char *row, const char *tail
 /* oops.db.lookup(sql, key) -> rows, as oops.db.exec(sql, key) | nil, msg, name.
  * sql holds one placeholder, in "IN (?)", and its first column is the key
  * (compared as text), e.g.
- *   oops.db.lookup("SELECT pipeline_id, outcome FROM sim_job WHERE kind = 'x' AND pipeline_id IN (?)", id)
- * Lookups that tasks make meanwhile with the same sql go in one statement
- * (each key once); each gets the rows of its own key. When that statement
- * fails, each runs on its own. */
+ *   oops.db.lookup("SELECT pipeline_id, outcome FROM sim_job WHERE kind = 'x' AND pipeline_id IN
+ * (?)", id) Lookups that tasks make meanwhile with the same sql go in one statement (each key
+ * once); each gets the rows of its own key. When that statement fails, each runs on its own. */
 static int l_lookup(lua_State *L)
 {
     const char *sql = luaL_checkstring(L, 1);
@@ -1375,9 +1374,10 @@ static int l_events(lua_State *L)
 void lua_register_db(lua_State *L)
 {
     static const luaL_Reg db[] = {
-        {"exec", l_exec},         {"insert", l_insert}, {"lookup", l_lookup},         {"begin", l_begin}, {"commit", l_commit},
-        {"rollback", l_rollback}, {"now", l_now},     {"statements", l_statements},
-        {"pool", l_pool},         {NULL, NULL},
+        {"exec", l_exec},   {"insert", l_insert},         {"lookup", l_lookup},
+        {"begin", l_begin}, {"commit", l_commit},         {"rollback", l_rollback},
+        {"now", l_now},     {"statements", l_statements}, {"pool", l_pool},
+        {NULL, NULL},
     };
     static const luaL_Reg store[] = {
         {"create", l_create}, {"transition", l_transition}, {"get", l_get},

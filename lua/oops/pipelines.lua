@@ -139,10 +139,9 @@ local function slice(v, i, j) return table.move(v, i, j, 1, {}) end
 --    are asked for by one statement that stops after live x max_new of them,
 --    so it never counts or reads the rest.
 -- Steps run side by side (tasks.pool, at most the policy's scan.parallel);
--- returns when all are done,
--- so a tick never overlaps the next. true, or nil, err when reading failed;
--- with the lock session down nothing more is driven (logged) and it returns
--- true.
+-- returns when all are done, so a tick never overlaps the next. true, or
+-- nil, err when reading failed; with the lock session down nothing more is
+-- driven (logged) and it returns true.
 function M.stream(o)
   local scan, pol = o.scan, o.pol
   local max_new = pol and pol.scan and pol.scan.max_new or DEFAULT_MAX_NEW
