@@ -228,7 +228,7 @@ typedef struct exec_call {
     size_t n;
     db_result *r;
     char err[512];
-    int what;               /* EXEC_ROWS, EXEC_OK (true), EXEC_NOW */
+    int what;               /* EXEC_ROWS, EXEC_KEYED, EXEC_OK (true), EXEC_NOW */
     double sent, answered;  /* EXEC_NOW: this host's clock around the statement itself */
     struct exec_call *next; /* oops.db.insert: the next row waiting for its batch */
 } exec_call;
@@ -240,7 +240,10 @@ static double wall_clock(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-enum { EXEC_ROWS, EXEC_OK, EXEC_NOW };
+/* EXEC_KEYED (oops.db.lookup): the rows whose first column is the key
+ * p[0] byte for byte, alone as in a batch (lookup_body), so the column's
+ * collation (case, PAD SPACE) never makes a batch answer otherwise. */
+enum { EXEC_ROWS, EXEC_KEYED, EXEC_OK, EXEC_NOW };
 
 static void exec_run(db_call *b)
 {
@@ -249,6 +252,11 @@ static void exec_run(db_call *b)
     b->rc = db_exec(b->conn, e->sql, e->p, e->n, e->what == EXEC_OK ? NULL : &e->r, e->err,
                     sizeof e->err);
     e->answered = wall_clock();
+    if (b->rc == 0 && e->what == EXEC_KEYED) {
+        db_result *all = e->r;
+        e->r = db_result_rows_keyed(all, e->p[0].s);
+        db_result_free(all);
+    }
 }
 
 static int exec_push(lua_State *L, db_call *b)
@@ -605,24 +613,28 @@ static ins_kind *ins_kind_of(const char *head, const char *row, const char *tail
 }
 
 /* oops.db.lookup(sql, key) -> rows, as oops.db.exec(sql, key) | nil, msg, name.
- * sql holds one placeholder, in "IN (?)", and its first column is the key
- * (compared as text), e.g.
+ * sql holds one placeholder, in "IN (?)", and its first column is the key:
+ * only the rows whose first column equals the key byte for byte are
+ * returned (alone or batched: EXEC_KEYED), e.g.
  *   oops.db.lookup("SELECT pipeline_id, outcome FROM sim_job WHERE kind = 'x' AND pipeline_id IN
  * (?)", id) Lookups that tasks make meanwhile with the same sql go in one statement (each key
  * once); each gets the rows of its own key. When that statement fails, each runs on its own. */
 static int l_lookup(lua_State *L)
 {
     const char *sql = luaL_checkstring(L, 1);
-    luaL_checkstring(L, 2);
+    size_t klen;
+    const char *key = luaL_checklstring(L, 2, &klen);
     if (lua_gettop(L) != 2)
         return luaL_error(L, "oops.db.lookup: one key");
+    if (strlen(key) != klen)
+        return luaL_error(L, "oops.db.lookup: the key holds a NUL byte");
     const char *in = strstr(sql, "IN (?)");
     int marks = 0;
     for (const char *q = sql; *q; q++)
         marks += *q == '?';
     if (!in || marks != 1)
         return luaL_error(L, "oops.db.lookup: the statement holds one placeholder, in \"IN (?)\"");
-    exec_call *e = exec_new(sql, EXEC_ROWS, DBCALL_PLAIN);
+    exec_call *e = exec_new(sql, EXEC_KEYED, DBCALL_PLAIN);
     take_params(L, e, 2, 1);
     oops_ctx *c = runtime_ctx(L);
     ins_kind *k = NULL;

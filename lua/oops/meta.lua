@@ -208,7 +208,11 @@ function oops.db.insert(head, row, tail, ...) end
 --- A point read: sql holds one placeholder, in "IN (?)", and its first
 --- column is the key. Lookups other tasks make meanwhile with the same sql go
 --- in one statement (each key once); each caller gets the rows of its own
---- key (compared as text), as oops.db.exec returns them.
+--- key, as oops.db.exec returns them. Only rows whose first column equals
+--- the key byte for byte are returned, alone or batched (on a _ci or PAD
+--- SPACE column the database also matches "ABC" or "abc " for "abc": those
+--- are left out either way, so batching never changes an answer). A key
+--- holding a NUL byte raises.
 ---@param sql string
 ---@param key string
 ---@return (table<string, any>[])|nil rows

@@ -229,3 +229,78 @@ describe("database calls from tasks with a pool (needs OOPS_TEST_DB)", function(
       .. "WHERE e.pipeline_id = ? AND e.to_status = 'RUNNING'", id)[1].n)
   end)
 end)
+
+-- oops.db.lookup batches point reads of many tasks into one IN (...)
+-- statement and hands each caller the rows of its own key. The database
+-- compares by the column's collation (case-insensitive, PAD SPACE for
+-- utf8mb4_general_ci; PAD SPACE for utf8mb4_bin) but the caller's key by
+-- bytes: a batched lookup must answer every caller exactly as the same
+-- lookup made alone does, whatever the column's collation.
+describe("oops.db.lookup batched or alone (needs OOPS_TEST_DB)", function()
+  local KEYS = { "abc", "ABC", "Abc", "abc ", "abc  ", " abc", "aBC ", "zzz", "ABC\t" }
+  local TABLES = {
+    spec_lookup_ci = "utf8mb4_general_ci", spec_lookup_bin = "utf8mb4_bin",
+    spec_lookup_nopad = "utf8mb4_nopad_bin",
+  }
+
+  setup(function()
+    require("support.db").connect()
+    for t, coll in pairs(TABLES) do
+      assert(oops.db.exec("DROP TABLE IF EXISTS " .. t))
+      assert(oops.db.exec("CREATE TABLE " .. t .. " (id INT AUTO_INCREMENT PRIMARY KEY, " ..
+        "k VARCHAR(16) CHARACTER SET utf8mb4 COLLATE " .. coll .. " NOT NULL, v INT NOT NULL, KEY (k))"))
+      for i, k in ipairs({ "abc", "ABC", "abc ", "Abc  ", "zzz", "other" }) do
+        assert(oops.db.exec("INSERT INTO " .. t .. " (k, v) VALUES (?, ?)", k, i))
+      end
+    end
+    assert(oops.db.pool(2))
+  end)
+  teardown(function() assert(oops.db.pool(0)) end)
+
+  -- The v of each row, sorted: what a caller got.
+  local function vs(rows)
+    local out = {}
+    for i, r in ipairs(rows) do out[i] = r.v end
+    table.sort(out)
+    return out
+  end
+
+  local function batches() return oops.metrics.get("oops_db_lookup_batches_total") or 0 end
+
+  for t in pairs(TABLES) do
+    it("on a " .. TABLES[t] .. " column: each caller of a batch gets what its lookup alone gets", function()
+      local sql = "SELECT k, v FROM " .. t .. " WHERE k IN (?)"
+      local alone, batched = {}, {}
+      -- Alone: one task at a time, so nothing shares its statement.
+      for i, k in ipairs(KEYS) do
+        side_by_side { function() alone[i] = vs(assert(oops.db.lookup(sql, k))) end }
+      end
+      -- Batched: both connections busy first, so every lookup queues up.
+      local before = batches()
+      local fns = {}
+      for i = 1, 2 do fns[i] = function() rows("SELECT SLEEP(0.2) AS s") end end
+      for i, k in ipairs(KEYS) do
+        fns[#fns + 1] = function()
+          oops.sleep(50)
+          batched[i] = vs(assert(oops.db.lookup(sql, k)))
+        end
+      end
+      side_by_side(fns)
+      assert.is_true(batches() > before, "the lookups went in a batch")
+      for i, k in ipairs(KEYS) do
+        assert.are.same(alone[i], batched[i], ("key %q: alone %s, batched %s"):format(k,
+          table.concat(alone[i], ","), table.concat(batched[i], ",")))
+      end
+      -- And alone is the rows whose key is the caller's byte for byte.
+      assert.are.same({ 1 }, alone[1])
+      assert.are.same({ 2 }, alone[2])
+      assert.are.same({ 3 }, alone[4])
+      assert.are.same({}, alone[3])
+    end)
+  end
+
+  it("refuses a key holding a NUL byte (it would compare as its prefix)", function()
+    assert.has_error(function() oops.db.lookup("SELECT k, v FROM spec_lookup_ci WHERE k IN (?)", "abc\0x") end,
+      "oops.db.lookup: the key holds a NUL byte")
+  end)
+end)
