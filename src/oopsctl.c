@@ -338,8 +338,12 @@ static int cmd_migrate(ctl *c, int argc, char **argv)
  * application and environment up. 0 when declared; otherwise 1 after a
  * message naming what is wrong (or every error of a broken policy).
  */
+/* The servers' own checks, before anything is created: the application is
+ * declared, the environment one of its environments, and (exec gateway) no
+ * command of it would take a field of the new pipeline for an option
+ * (exec.lua's refusal, as pipelines.refusal runs it before every step). */
 static const char POLICY_CHECK[] =
-    "local dir, app, env = ...\n"
+    "local dir, app, env, artifact, source = ...\n"
     "local p, errs = require('oops.policy').load_dir(dir, { cron_parse = "
     "require('oops').cron.parse })\n"
     "if not p then return 'broken', table.concat(errs, '\\n') end\n"
@@ -351,10 +355,17 @@ static const char POLICY_CHECK[] =
     "  if #names > 10 then names[11] = '...'; for i = #names, 12, -1 do names[i] = nil end end\n"
     "  return 'app', #names > 0 and table.concat(names, ', ') or 'none'\n"
     "end\n"
-    "for _, e in ipairs(a.environments) do if e == env then return 'ok' end end\n"
-    "return 'env', table.concat(a.environments, ', ')\n";
+    "local known = false\n"
+    "for _, e in ipairs(a.environments) do known = known or e == env end\n"
+    "if not known then return 'env', table.concat(a.environments, ', ') end\n"
+    "if p.gateway.kind ~= 'exec' then return 'ok' end\n"
+    "local why = require('oops.gateways.exec').refusal(a, { id = 'new', namespace = a.namespace,\n"
+    "  application = a.application, environment = env, artifact = artifact, source = source })\n"
+    "if why then return 'refused', why end\n"
+    "return 'ok'\n";
 
-static int check_policy(const char *cmd, const char *dir, const char *app, const char *env)
+static int check_policy(const char *cmd, const char *dir, const char *app, const char *env,
+                        const char *artifact, const char *source)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -376,7 +387,9 @@ static int check_policy(const char *cmd, const char *dir, const char *app, const
     lua_pushstring(L, dir);
     lua_pushstring(L, app);
     lua_pushstring(L, env);
-    if (runtime_call(L, 3, 2, "checking the policy", err, sizeof err) != 0) {
+    lua_pushstring(L, artifact); /* NULL: nil */
+    lua_pushstring(L, source);
+    if (runtime_call(L, 5, 2, "checking the policy", err, sizeof err) != 0) {
         fail(EXIT_INPUT, "%s: checking against the policies in %s: %s", cmd, dir, err);
         goto out;
     }
@@ -391,6 +404,9 @@ static int check_policy(const char *cmd, const char *dir, const char *app, const
              "%s: --env \"%s\" is not an environment of %s in the policies in %s (it declares: "
              "%s)",
              cmd, env, app, dir, detail ? detail : "?");
+    else if (verdict && strcmp(verdict, "refused") == 0)
+        fail(EXIT_INPUT, "%s: the servers would refuse this pipeline (policies in %s): %s", cmd,
+             dir, detail ? detail : "?");
     else
         fail(EXIT_INPUT,
              "%s: the policies in %s did not load, so nothing was checked or created:\n%s", cmd,
@@ -454,7 +470,8 @@ static int cmd_create(ctl *c, int argc, char **argv)
     char app[2 * PIPELINE_LABEL_MAX + 2];
     snprintf(app, sizeof app, "%s/%s", ns, name);
     int rc;
-    if (checked && (rc = check_policy("create", dir, app, f[F_ENV].value)) != EXIT_OK)
+    if (checked && (rc = check_policy("create", dir, app, f[F_ENV].value, f[F_ARTIFACT].value,
+                                      f[F_SOURCE].value)) != EXIT_OK)
         return rc;
     if ((rc = open_db(c)) != EXIT_OK)
         return rc;
@@ -521,7 +538,7 @@ static int cmd_rollback(ctl *c, int argc, char **argv)
     char app[2 * PIPELINE_LABEL_MAX + 2];
     snprintf(app, sizeof app, "%s/%s", ns, name);
     int rc;
-    if (checked && (rc = check_policy("rollback", dir, app, env)) != EXIT_OK)
+    if (checked && (rc = check_policy("rollback", dir, app, env, NULL, NULL)) != EXIT_OK)
         return rc;
     if ((rc = open_db(c)) != EXIT_OK)
         return rc;

@@ -6,6 +6,10 @@
 --   deploy(p)       → true | nil, err        rollout_health(p) → {missing} | {failure=} |
 --   restart(app, env) → true | nil, err        {complete} | {not_ready_for=s} | nil, err
 --   probe(target)   → {pods} | nil, err
+-- A failure may carry a third value, "invalid": the gateway refused to run
+-- a command for it (an argument that would be taken for an option:
+-- exec.lua's M.substitute). The scans fail the pipeline at once with
+-- messages.refused, rather than asking again.
 -- Optional:
 --   build_orphans(limit) → { pipeline id... } | nil, err: STOPPED or ERROR
 --     pipelines whose build still runs (their driver died before stopping

@@ -76,7 +76,12 @@ end
 --   - every field that can reach a command's argv must be what it claims:
 --     namespace, application, environment lowercase DNS labels, the id
 --     [a-z0-9], and the artifact neither starting with "-" (a command would
---     take it for an option) nor holding control characters.
+--     take it for an option) nor holding control characters;
+--   - with the exec gateway, no command of the application may expand to an
+--     argument that starts with "-" where the policy's argument does not,
+--     nor put a control character into one, whatever field fills it: the
+--     source's values ({source.KEY}) included (exec.lua's M.refusal names
+--     the command, the argument and the field).
 function M.refusal(pol, p)
   local app = tostring(p.namespace) .. "/" .. tostring(p.application)
   for _, f in ipairs({ "namespace", "application", "environment" }) do
@@ -100,6 +105,9 @@ function M.refusal(pol, p)
   if not listed(a.environments, p.environment) then
     return ("environment %s is not one of %s's environments (%s)"):format(
       show(p.environment), app, table.concat(a.environments or {}, ", "))
+  end
+  if pol and pol.gateway and pol.gateway.kind == "exec" then
+    return require("oops.gateways.exec").refusal(a, p)
   end
   return nil
 end

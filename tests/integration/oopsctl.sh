@@ -131,6 +131,29 @@ polid2=$(OOPS_POLICIES="$brokenpol" ctl create --app pol/web --env staging --pol
 unchecked=$(env -u OOPS_POLICIES "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" create --app pol/unchecked --env anything 2>"$OOPS_TEST_WORK/ctl.err"); is "$?" 0 "without a policy directory the create still happens"
 is "$(cat "$OOPS_TEST_WORK/ctl.err")" "oopsctl: create: not checked against a policy: pass --policies DIR or set OOPS_POLICIES" "... saying on stderr that it was not checked"
 out=$(OOPS_POLICIES= ctl create --app pol/unchecked2 --env anything 2>&1 >/dev/null); like "$out" "not checked against a policy" "an empty OOPS_POLICIES is no policy, and says so"
+# With the exec gateway, a field the servers would refuse (a placeholder that
+# would become an option, a control character: issue 22) refuses the create.
+xpol="$OOPS_TEST_WORK/ctl-exec-policies"; mkdir -p "$xpol"
+cat >"$xpol/apps.lua" <<'EOF'
+gateway "exec" {}
+application "pol/git" {
+  environments = { "prod" },
+  build = { submit = { "./ci", "submit", "{id}", "{source.repo}" }, status = { "./ci", "{job}" },
+            cancel = { "./ci", "cancel", "{job}" } },
+  deploy = { "./deploy", "{artifact}" }, health = { "true" },
+}
+EOF
+before=$(sql "SELECT COUNT(*) FROM pipeline")
+out=$(ctl create --app pol/git --env prod --source '{"repo": "--upload-pack=touch /tmp/x"}' --policies "$xpol" 2>&1)
+is "$?" 1 "a --source value the build would take for an option is refused (exit 1)"
+is "$out" "oopsctl: create: the servers would refuse this pipeline (policies in $xpol): build.submit argument 4: {source.repo}: its source's \"repo\" \"--upload-pack=touch /tmp/x\" would start the argument with \"-\" (a command would take it for an option)" "... in one line naming the command, the argument and the source's key"
+out=$(ctl create --app pol/git --env prod --source '{"repo": "a\u001bb"}' --policies "$xpol" 2>&1); is "$?" 1 "a --source value holding a control character is refused"
+like "$out" "\{source.repo\}: its source's \"repo\" holds a control character" "... naming the key"
+out=$(ctl create --app pol/git --env prod --artifact=-x --policies "$xpol" 2>&1); is "$?" 1 "an artifact the deploy would take for an option is refused"
+like "$out" "deploy argument 2: \{artifact\}: its artifact" "... naming the deploy's argument"
+is "$(sql "SELECT COUNT(*) FROM pipeline")" "$before" "... and nothing was created"
+gitid=$(ctl create --app pol/git --env prod --source '{"repo": "git@example.org:x.git"}' --policies "$xpol" 2>&1); is "$?" 0 "a plain source is created"
+sql "UPDATE pipeline SET status = 'STOPPED' WHERE id = '$gitid'" >/dev/null
 
 # --- terminal escapes: text output is safe, JSON exact (issue 11) ------------
 # Every C0 byte but NUL (a C string ends there; logs shows NUL too), DEL, and

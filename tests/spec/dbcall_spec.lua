@@ -258,9 +258,9 @@ describe("oops.db.lookup batched or alone (needs OOPS_TEST_DB)", function()
   teardown(function() assert(oops.db.pool(0)) end)
 
   -- The v of each row, sorted: what a caller got.
-  local function vs(rows)
+  local function vs(got)
     local out = {}
-    for i, r in ipairs(rows) do out[i] = r.v end
+    for i, r in ipairs(got) do out[i] = r.v end
     table.sort(out)
     return out
   end

@@ -16,8 +16,9 @@
 --
 -- Placeholders {id} (the pipeline id; {pipeline} also works) {namespace}
 -- {application} {environment} {artifact} are replaced inside arguments by
--- plain text substitution; the values are never looked at again, so a field
--- holding "$(touch x)" or "{id}" reaches the command as that literal text.
+-- plain text substitution; the values are never rescanned, so a field
+-- holding "$(touch x)" or "{id}" reaches the command as that literal text
+-- (but see "Pipeline fields in argv" below for what is refused).
 -- Build commands also get {source} (the pipeline's --source JSON) and
 -- {source.KEY} (a top-level string or integer of it); a KEY the source lacks
 -- fails the step before anything runs. Unknown ones stay as written.
@@ -37,12 +38,18 @@
 -- OOPS_DB* ever reaches a command (the daemon removed them from its own
 -- environment once connected, and the binding refuses them).
 --
--- Pipeline fields in argv: the engine never steps a pipeline whose fields
--- could be taken for an option (pipelines.refusal): namespace, application
--- and environment are lowercase DNS labels and declared by the policy, the id
--- is [a-z0-9], the artifact does not start with "-". A placeholder thus never
--- expands to an argument starting with "-" unless the policy's own text puts
--- one there.
+-- Pipeline fields in argv: a placeholder never expands to an argument
+-- starting with "-" unless the policy's own text starts it so, nor puts a
+-- control character into one (oopsd.policy(5) promises it). M.substitute,
+-- which builds every argv this gateway runs, refuses such an argument
+-- (nothing runs; the step fails with kind "invalid"); M.refusal runs the
+-- same expansion for every command of the application before each step
+-- (pipelines.refusal), so a pipeline whose fields would do it — a source
+-- value "--upload-pack=...", say — fails at once, naming the field; a job
+-- handle is checked when submit prints it (M.check_handle). The engine
+-- also constrains the fields themselves: namespace, application and
+-- environment lowercase DNS labels declared by the policy, the id
+-- [a-z0-9], the artifact not starting with "-".
 --
 -- One-command builds run in the background (build_submit returns at once).
 -- Such a build process belongs to this server: exec_job records (pipeline,
@@ -69,6 +76,7 @@ local log = require("oops.log")
 local duration = require("oops.duration")
 local json = require("oops.json")
 local policy_defaults = require("oops.policy")
+local show = duration.show
 
 local M = {}
 
@@ -81,33 +89,88 @@ local SIGTERM, SIGKILL = 15, 9
 
 ------------------------------------------------------------------- helpers
 
--- Replace {name} (and {source.KEY}) inside each argument; the replacement
--- text is used as is (a function result in gsub is never re-read as a
--- pattern or rescanned). Returns the new argv, or nil and why when a
--- {source.KEY} names a key the pipeline's source does not have (nothing may
--- run then). Other unknown names stay as written.
-function M.substitute(argv, values)
-  local out, missing = {}, nil
-  for i, arg in ipairs(argv) do
-    out[i] = (arg:gsub(policy_defaults.PLACEHOLDER, function(name)
-      local key = name:match("^source%.(.+)$")
-      if key then
-        local src = values.source_fields
-        local v = type(src) == "table" and src[key] or nil
-        if type(v) == "string" then return v end
-        if math.tointeger(v) then return tostring(math.tointeger(v)) end -- JSON 7 (decoded as 7.0)
-        if not missing then
-          missing = ("argument %d: {%s}: %s"):format(i, name, src == nil and "the pipeline has no source" or
-            (v == nil and ("its source has no %q"):format(key) or ("its source's %q is not a string"):format(key)))
-        end
-        return nil
-      end
-      local v = values[name]
-      if v == nil then return nil end -- unknown: stays literal
-      return tostring(v)
-    end))
+-- How a placeholder's value is named in a refusal.
+local function field_of(name)
+  local key = name:match("^source%.(.+)$")
+  if key then return "its source's " .. show(key) end
+  if name == "job" then return "its job handle" end
+  if name == "pipeline" then return "its id" end
+  return "its " .. name
+end
+
+-- The value of placeholder `name`: text, nil (unknown: stays as written),
+-- or false, why (a {source.KEY} that cannot be filled).
+local function value_of(name, values)
+  local key = name:match("^source%.(.+)$")
+  if not key then
+    local v = values[name]
+    if v == nil then return nil end
+    return tostring(v)
   end
-  if missing then return nil, missing end
+  local src = values.source_fields
+  local v = type(src) == "table" and src[key] or nil
+  if type(v) == "string" then return v end
+  if math.tointeger(v) then return tostring(math.tointeger(v)) end -- JSON 7 (decoded as 7.0)
+  return false, src == nil and "the pipeline has no source" or
+    (v == nil and ("its source has no %q"):format(key) or ("its source's %q is not a string"):format(key))
+end
+
+-- Argument i of an argv, expanded: text, or nil, why, kind ("invalid": a
+-- value holds a control character, or the expansion starts with "-" where
+-- the argument as written does not; "missing": a {source.KEY} the source
+-- lacks). A refusal names the placeholder that put the "-" first: the one
+-- whose value starts the expansion, else the empty one before a "-" of the
+-- policy's own text ("{artifact}-x" with no artifact).
+local function expand(i, arg, values)
+  local parts, pos = {}, 1
+  local first, lead, lead_value -- placeholders at the start: the first, the first not empty
+  local empty = true            -- nothing expanded yet
+  while true do
+    local s, e, name = arg:find(policy_defaults.PLACEHOLDER, pos)
+    local lit = arg:sub(pos, (s or #arg + 1) - 1)
+    if lit ~= "" then empty = false end
+    parts[#parts + 1] = lit
+    if not s then break end
+    local v, why = value_of(name, values)
+    if v == false then return nil, ("argument %d: {%s}: %s"):format(i, name, why), "missing" end
+    if v == nil then
+      v = arg:sub(s, e) -- unknown: stays as written, the policy's own text
+    elseif v:find("%c") then
+      return nil, ("argument %d: {%s}: %s holds a control character"):format(i, name, field_of(name)), "invalid"
+    elseif empty then
+      first = first or name
+      if v ~= "" then lead, lead_value = name, v end
+    end
+    if v ~= "" then empty = false end
+    parts[#parts + 1] = v
+    pos = e + 1
+  end
+  local out = table.concat(parts)
+  if out:sub(1, 1) ~= "-" or arg:sub(1, 1) == "-" then return out end
+  if lead then
+    return nil, ('argument %d: {%s}: %s %s would start the argument with "-" (a command would take it ' ..
+      "for an option)"):format(i, lead, field_of(lead), show(lead_value)), "invalid"
+  end
+  return nil, ('argument %d: {%s}: %s is empty, so the argument would start with the "-" after it ' ..
+    "(a command would take it for an option)"):format(i, first, field_of(first)), "invalid"
+end
+
+-- Replace {name} (and {source.KEY}) inside each argument; the replacement
+-- text is used as is (never re-read as a pattern or rescanned). Returns the
+-- new argv, or nil, why, kind when it must not run (expand: kind
+-- "invalid" when a value would start an argument with "-" that the
+-- policy's own text does not start with "-", or holds a control
+-- character; "missing" when a {source.KEY} names a key the pipeline's
+-- source does not have). Other unknown names stay as written. Every argv
+-- the gateway runs is built here: this is what makes oopsd.policy(5)'s
+-- promise true whatever a field holds.
+function M.substitute(argv, values)
+  local out = {}
+  for i, arg in ipairs(argv) do
+    local a, why, kind = expand(i, arg, values)
+    if not a then return nil, why, kind end
+    out[i] = a
+  end
   return out
 end
 
@@ -125,6 +188,51 @@ local function pipeline_values(p)
     environment = p.environment, artifact = p.artifact or "",
     source = p.source or "", source_fields = source_fields(p),
   }
+end
+
+-- The commands of application a that run for a pipeline, with their names:
+-- { {"build.submit", argv}, ... }.
+local function pipeline_commands(a)
+  local list = {}
+  local b = a.build
+  if b and b.external then
+    for _, cmd in ipairs({ "submit", "status", "cancel" }) do list[#list + 1] = { "build." .. cmd, b[cmd] } end
+  elseif b then
+    list[#list + 1] = { "build", b }
+  end
+  if a.deploy then list[#list + 1] = { "deploy", a.deploy } end
+  if a.health then list[#list + 1] = { "health", a.health } end
+  return list
+end
+
+-- Why application a's commands must not run for pipeline p, or nil: each
+-- command the pipeline can run is expanded with its fields as the step
+-- would, and one that M.substitute refuses (a value that would start an
+-- argument with "-", or holds a control character) refuses the pipeline
+-- before any step (pipelines.refusal). {job} is not known yet and stays as
+-- written (the handle is checked when submit prints it: M.check_handle). A
+-- {source.KEY} the source lacks is not a refusal here: the build step
+-- fails for it, naming the placeholder.
+function M.refusal(a, p)
+  local values
+  for _, c in ipairs(pipeline_commands(a)) do
+    values = values or pipeline_values(p)
+    local argv, why, kind = M.substitute(c[2], values)
+    if not argv and kind == "invalid" then return c[1] .. " " .. why end
+  end
+  return nil
+end
+
+-- Why a job handle must not be used, or nil: build.status and build.cancel
+-- (of the external build `b`) are expanded with it, and with the other
+-- values, as they would be.
+function M.check_handle(b, values, handle)
+  local with = setmetatable({ job = handle }, { __index = values })
+  for _, cmd in ipairs({ "status", "cancel" }) do
+    local argv, why, kind = M.substitute(b[cmd], with)
+    if not argv and kind == "invalid" then return "build." .. cmd .. " " .. why end
+  end
+  return nil
 end
 
 -- Text the database accepts as utf8mb4: each invalid byte becomes "?".
@@ -429,11 +537,11 @@ function M.new(cfg, policy, previous)
       p.id, me)
     if not ok then return nil, err end
     local values = pipeline_values(p)
-    local argv, why = M.substitute(a.build, values)
+    local argv, why, kind = M.substitute(a.build, values)
     if not argv then
       oops.db.exec("UPDATE exec_job SET state = 'failed', finished_at = NOW(6) " ..
         "WHERE pipeline_id = ? AND kind = 'build' AND server = ?", p.id, me)
-      return nil, "build command " .. why
+      return nil, "build " .. why, kind == "invalid" and "invalid" or nil
     end
     local job = {}
     local handle, serr, run = start(argv, values, "build", timeout_of(a, "build"), function(r)
@@ -531,12 +639,13 @@ function M.new(cfg, policy, previous)
     return values
   end
 
-  -- Run one of the three commands and wait: the finished run, or nil, why
-  -- (a placeholder could not be filled: nothing ran).
+  -- Run one of the three commands and wait: the finished run, or nil, why,
+  -- kind (a placeholder could not be filled, or was refused: nothing ran;
+  -- kind "invalid" for a refusal, as M.substitute says).
   local function ext_run(p, a, cmd, handle)
     local values = ext_values(p, handle)
-    local argv, why = M.substitute(a.build[cmd], values)
-    if not argv then return nil, "build." .. cmd .. " " .. why end
+    local argv, why, kind = M.substitute(a.build[cmd], values)
+    if not argv then return nil, "build." .. cmd .. " " .. why, kind == "invalid" and "invalid" or nil end
     return run_wait(argv, values, "build", timeout_of(a, cmd))
   end
 
@@ -557,21 +666,27 @@ function M.new(cfg, policy, previous)
       if moved.affected ~= 1 then return true end -- already submitted: never twice
     end
     state.submitting[p.id] = true
-    local run, why = ext_run(p, a, "submit")
+    local done, run, why, kind = pcall(ext_run, p, a, "submit")
     state.submitting[p.id] = nil
+    if not done then error(run, 0) end
     if not run then
       job_move(p.id, "submitting", "failed")
-      return nil, why
+      return nil, why, kind
     end
     log_run(p.id, "build", run)
     local handle, herr
     if run.result and run.result.ok then
       handle, herr = handle_of(run.result.stdout or run.output)
+      local bad = handle and M.check_handle(a.build, ext_values(p, handle), handle)
+      if bad then
+        handle, herr = nil, "printed a job handle that is refused (status and cancel are never run with it): " .. bad
+      end
     end
     if not handle then
       job_move(p.id, "submitting", "failed")
       if not run.result then return nil, "build submit command did not start: " .. tostring(run.err) end
       if not run.result.ok then return nil, describe("build submit", run.result, run.timeout_ms) end
+      log.error("build submit command " .. herr, { pipeline = p.id })
       return nil, "build submit command " .. herr
     end
     local ok, uerr = oops.db.exec(
@@ -605,8 +720,11 @@ function M.new(cfg, policy, previous)
     if not (a.build and a.build.external) then
       return nil, "the build was submitted as an external job, but the policy no longer declares build.status"
     end
-    local run, why = ext_run(p, a, "status", row.handle)
-    if not run then return nil, why end
+    local run, why, kind = ext_run(p, a, "status", row.handle)
+    if not run then
+      state.status_seen[p.id] = nil
+      return nil, why, kind
+    end
     local r = run.result
     local verdict
     if r and r.signal == 0 and not r.timed_out then
@@ -686,7 +804,9 @@ function M.new(cfg, policy, previous)
     if not a then return nil, aerr end
     if not a.deploy then return true end
     local values = pipeline_values(p)
-    local run = run_wait(M.substitute(a.deploy, values), values, "deploy", timeout_of(a, "deploy"))
+    local argv, why, kind = M.substitute(a.deploy, values)
+    if not argv then return nil, "deploy " .. why, kind == "invalid" and "invalid" or nil end
+    local run = run_wait(argv, values, "deploy", timeout_of(a, "deploy"))
     log_run(p.id, "deploy", run)
     if not run.result then return nil, run.err end
     if run.result.ok then return true end
@@ -711,7 +831,12 @@ function M.new(cfg, policy, previous)
     if not a then return nil, aerr end
     if not a.health then return { complete = true } end
     local values = pipeline_values(p)
-    local run = run_wait(M.substitute(a.health, values), values, "health", timeout_of(a, "health"))
+    local argv, why, refused = M.substitute(a.health, values)
+    if not argv then
+      state.health[p.id] = nil
+      return nil, "health " .. why, refused == "invalid" and "invalid" or nil
+    end
+    local run = run_wait(argv, values, "health", timeout_of(a, "health"))
     local kind, verdict = health_verdict(run)
     -- Log a change or a failure only: a rollout polled every scan stays small.
     if kind == "failure" or state.health[p.id] ~= kind then log_run(p.id, "health", run) end
@@ -727,7 +852,10 @@ function M.new(cfg, policy, previous)
     local ns, name = app:match("^(.-)/(.*)$")
     local values = { namespace = ns, application = name, environment = env,
       id = "", pipeline = "", artifact = "" }
-    local run = run_wait(M.substitute(argv, values), values, "restart", timeout_of(a, "restart"))
+    local why
+    argv, why = M.substitute(argv, values)
+    if not argv then return nil, "restart_command " .. why end
+    local run = run_wait(argv, values, "restart", timeout_of(a, "restart"))
     if not run.result then return nil, run.err end
     if run.result.ok then
       log.info("restart command " .. outcome(run.result, run.timeout_ms), { app = app, env = env })

@@ -27,9 +27,9 @@ function M.deploy(p, from, gw)
     return
   end
   if not won then return end
-  local ok, derr = gw.deploy(p)
+  local ok, derr, dcode = gw.deploy(p)
   if not ok then
-    t(p, "DEPLOYING", "ERROR", msg.deploy_failed .. tostring(derr))
+    t(p, "DEPLOYING", "ERROR", (dcode == "invalid" and msg.refused or msg.deploy_failed) .. tostring(derr))
     return
   end
   t(p, "DEPLOYING", "ROLLING_OUT", msg.rolling_out)
@@ -43,16 +43,22 @@ local function initialized(p, gw)
     return
   end
   if not t(p, "INITIALIZED", "RUNNING", msg.build_started) then return end
-  local ok, err = gw.build_submit(p)
+  local ok, err, code = gw.build_submit(p)
   if not ok then
     -- REFERENCE 12.5: never leave it INITIALIZED/RUNNING without a job.
-    t(p, "RUNNING", "ERROR", msg.build_not_submitted .. tostring(err))
+    -- "invalid": the gateway refused an argument (nothing was run).
+    t(p, "RUNNING", "ERROR", (code == "invalid" and msg.refused or msg.build_not_submitted) .. tostring(err))
   end
 end
 
 local function running(p, gw, pol)
-  local st, err = gw.build_status(p)
-  if not st then
+  local st, err, code = gw.build_status(p)
+  if not st and code == "invalid" then
+    -- Refused by the gateway (a job handle that would be taken for an
+    -- option): asking again would refuse again.
+    t(p, "RUNNING", "ERROR", msg.refused .. tostring(err))
+    return
+  elseif not st then
     -- A gateway error is transient: the next tick asks again (REFERENCE 12.6),
     -- bounded by the build timeout below.
     log.warn("build status unavailable: " .. tostring(err), { scan = SCAN, pipeline = p.id })

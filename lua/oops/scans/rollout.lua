@@ -111,8 +111,11 @@ local function deploying(p, pol)
 end
 
 local function rolling_out(p, pol, gw)
-  local h, err = gw.rollout_health(p)
-  if not h then
+  local h, err, code = gw.rollout_health(p)
+  if not h and code == "invalid" then
+    t(p, "ROLLING_OUT", "ERROR", msg.refused .. tostring(err))
+    return
+  elseif not h then
     log.warn("rollout health unavailable: " .. tostring(err), { scan = SCAN, pipeline = p.id })
   elseif h.missing then
     t(p, "ROLLING_OUT", "ERROR", msg.workload_missing)
