@@ -16,6 +16,8 @@
 --     it); the rollout scan takes each one's lock and calls build_stop.
 --   release(p) → true: p is finished (ERROR, SUCCEEDED); stop whatever this
 --     server still runs for it, before its lock is released.
+--   prune(): forget what the gateway keeps per pipeline for pipelines whose
+--     lock this server no longer holds (the rollout scan, every tick).
 local M = {}
 
 local kinds = {

@@ -107,8 +107,9 @@ describe("the rollout scan's sweep (needs OOPS_TEST_DB)", function()
       return true
     end }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
-    -- then the scan asks for builds dead drivers left running (none here)
-    assert.are.same({ "build_stop " .. p.id, "build_orphans 100" }, gw.calls)
+    -- then the scan asks for builds dead drivers left running (none here),
+    -- and has the gateway forget what it keeps for pipelines no longer held
+    assert.are.same({ "build_stop " .. p.id, "build_orphans 100", "prune nil" }, gw.calls)
     assert.are.equal(oops.locks.connection_id(), tonumber(held_at_stop), "still held while stopping")
     assert.is_nil(assert(oops.db.exec("SELECT IS_USED_LOCK(?) AS h", name))[1].h, "released after")
   end)
@@ -118,7 +119,7 @@ describe("the rollout scan's sweep (needs OOPS_TEST_DB)", function()
     assert.is_true(oops.locks.acquire(P.lock_name(p.id)))
     local gw = recorder { build_stop = function() return nil, "cluster down" end }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
-    assert.are.same({ "build_stop " .. p.id, "build_orphans 100" }, gw.calls)
+    assert.are.same({ "build_stop " .. p.id, "build_orphans 100", "prune nil" }, gw.calls)
     assert.is_true(oops.locks.holds(P.lock_name(p.id)))
   end)
 
@@ -138,7 +139,7 @@ describe("the rollout scan's sweep (needs OOPS_TEST_DB)", function()
     local gw = recorder { build_orphans = function() return {} end }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
     unwrap()
-    assert.are.same({ "build_orphans 100" }, gw.calls)
+    assert.are.same({ "build_orphans 100", "prune nil" }, gw.calls)
     assert.is_true(oops.locks.holds(name), "kept, for the next tick")
     oops.locks.release(name)
   end)
@@ -157,7 +158,7 @@ describe("the rollout scan's sweep (needs OOPS_TEST_DB)", function()
       build_orphans = function() return {} end,
     }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
-    assert.are.same({ "release " .. p.id, "build_orphans 100" }, gw.calls)
+    assert.are.same({ "release " .. p.id, "build_orphans 100", "prune nil" }, gw.calls)
     assert.are.equal(oops.locks.connection_id(), tonumber(held_at_release), "still held while stopping")
     assert.is_false(oops.locks.holds(name))
   end)
@@ -178,7 +179,7 @@ describe("builds a dead driver left running (needs OOPS_TEST_DB)", function()
       end,
     }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
-    assert.are.same({ "build_orphans 100", "build_stop " .. p.id }, gw.calls)
+    assert.are.same({ "build_orphans 100", "build_stop " .. p.id, "prune nil" }, gw.calls)
     assert.are.equal(oops.locks.connection_id(), tonumber(held_at_stop))
     assert.is_false(oops.locks.holds(name))
   end)
@@ -191,14 +192,14 @@ describe("builds a dead driver left running (needs OOPS_TEST_DB)", function()
     local gw = recorder { build_orphans = function() return { p.id } end }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
     oops.db.exec("SELECT RELEASE_LOCK(?)", name)
-    assert.are.same({ "build_orphans 100" }, gw.calls)
+    assert.are.same({ "build_orphans 100", "prune nil" }, gw.calls)
   end)
 
   it("are not stopped when the pipeline turned out to be active again", function()
     local p = new_pipeline("RUNNING")
     local gw = recorder { build_orphans = function() return { p.id } end }
     oops.wait(function() require("oops.scans.rollout").run(policy, gw) end)
-    assert.are.same({ "build_orphans 100" }, gw.calls)
+    assert.are.same({ "build_orphans 100", "prune nil" }, gw.calls)
   end)
 end)
 

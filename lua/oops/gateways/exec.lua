@@ -405,14 +405,62 @@ local function env_for(values, step, app_env)
   return env
 end
 
+-- Past this many entries, a memo (below) drops those of pipelines this
+-- server no longer holds, and all of them if that leaves more than half.
+M.MEMO_CAP = 10000
+
+local PIPELINE_LOCK = oops.locks.names.pipeline_prefix
+local function held(id) return oops.locks.holds(PIPELINE_LOCK .. id) end
+
+-- What was logged last per pipeline (status_seen, health): only there to
+-- keep the log small (a verdict is logged when it changes), so losing an
+-- entry costs one more log row. An entry goes when its build or rollout
+-- ends in any way (verdict, stop, release), when its pipeline's lock is no
+-- longer held (M.prune, every rollout tick: let go, swept, lost with the
+-- lock session, taken by another server), and past M.MEMO_CAP entries.
+local function memo()
+  local m = { n = 0, t = {} }
+  function m.get(id) return m.t[id] end
+  function m.del(id)
+    if m.t[id] ~= nil then m.t[id], m.n = nil, m.n - 1 end
+  end
+  function m.prune(keep)
+    for id in pairs(m.t) do
+      if not keep(id) then m.del(id) end
+    end
+  end
+  function m.set(id, v)
+    if v == nil then return m.del(id) end
+    if m.t[id] == nil then
+      if m.n >= M.MEMO_CAP then
+        m.prune(held)
+        if m.n > M.MEMO_CAP // 2 then m.t, m.n = {}, 0 end
+      end
+      m.n = m.n + 1
+    end
+    m.t[id] = v
+  end
+  return m
+end
+
 -- State that outlives a policy reload: the processes this server runs.
 --   builds[id] = { handle, run = { argv, result?, output? }, stopped?, shutdown?, logged? }
---                (until its end is recorded in exec_job)
+--                (until its end is recorded in exec_job, or its process has
+--                ended and the pipeline is no longer held: M.prune)
 --   procs[id][step] = handle of a deploy/health command being waited for
---   health[id] = the last health verdict logged
+--                (while it is waited for)
 --   submitting[id] = true while this server runs an external build's submit
---   status_seen[id] = the last external status verdict logged
-local function new_state() return { builds = {}, procs = {}, health = {}, submitting = {}, status_seen = {} } end
+--   health = memo: the last health verdict logged
+--   status_seen = memo: the last external status verdict logged
+local function new_state()
+  return { builds = {}, procs = {}, submitting = {}, health = memo(), status_seen = memo() }
+end
+
+local function count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
 
 -- SIGTERM now, SIGKILL after the grace if it is still there.
 local function terminate(handle, what)
@@ -590,7 +638,8 @@ function M.new(cfg, policy, previous)
       terminate(handle, p.id .. " " .. step)
       log.info(step .. " stopped: process group " .. handle:pid() .. " sent SIGTERM", { pipeline = p.id })
     end
-    state.health[p.id] = nil
+    state.health.del(p.id)
+    state.status_seen.del(p.id)
     local row, rerr = job_row(p.id)
     if row == nil then return nil, rerr end
     if row and row.mode == "external" then return external.stop(p, row) end
@@ -610,8 +659,34 @@ function M.new(cfg, policy, previous)
       log.info(step .. " stopped (the pipeline is " .. tostring(p.status) .. "): process group " ..
         handle:pid() .. " sent SIGTERM", { pipeline = p.id })
     end
-    state.health[p.id] = nil
+    state.health.del(p.id)
+    state.status_seen.del(p.id)
     return true
+  end
+
+  -- Forget what this server remembers of pipelines whose lock it no longer
+  -- holds (the rollout scan calls it every tick): the memos, and builds
+  -- whose process has ended (their end recorded once more, else left to
+  -- the next driver, which reads the build as missing). A build still
+  -- running stays: its process is this server's to stop.
+  function gw.prune()
+    state.health.prune(held)
+    state.status_seen.prune(held)
+    for id, job in pairs(state.builds) do
+      if job.run.result and not held(id) then
+        if not finish_build(id, job) and state.builds[id] == job then
+          log.warn("exec: the build's end could not be recorded; forgotten (its pipeline is no longer held)",
+            { pipeline = id })
+          state.builds[id] = nil
+        end
+      end
+    end
+  end
+
+  -- How many entries each per-pipeline table holds (tests: they stay bounded).
+  function gw.memory()
+    return { builds = count(state.builds), procs = count(state.procs), submitting = count(state.submitting),
+      health = state.health.n, status_seen = state.status_seen.n }
   end
 
   ------------------------------------------------------- external builds
@@ -722,7 +797,7 @@ function M.new(cfg, policy, previous)
     end
     local run, why, kind = ext_run(p, a, "status", row.handle)
     if not run then
-      state.status_seen[p.id] = nil
+      state.status_seen.del(p.id)
       return nil, why, kind
     end
     local r = run.result
@@ -732,14 +807,14 @@ function M.new(cfg, policy, previous)
     end
     -- Log a change only: a build polled every scan for hours stays small.
     local seen = verdict or "error"
-    if state.status_seen[p.id] ~= seen then log_run(p.id, "build", run) end
-    state.status_seen[p.id] = seen
+    if state.status_seen.get(p.id) ~= seen then log_run(p.id, "build", run) end
+    state.status_seen.set(p.id, seen)
     if not verdict then
       if not r then return nil, "build status command did not start: " .. tostring(run.err) end
       return nil, describe("build status", r, run.timeout_ms)
     end
     if verdict == "running" then return "running" end
-    state.status_seen[p.id] = nil
+    state.status_seen.del(p.id)
     local moved, merr = job_move(p.id, "running", verdict, r.status)
     if moved == nil then return nil, merr end
     log.info("build " .. verdict .. " (job " .. tostring(row.handle) .. ")", { pipeline = p.id })
@@ -833,14 +908,14 @@ function M.new(cfg, policy, previous)
     local values = pipeline_values(p)
     local argv, why, refused = M.substitute(a.health, values)
     if not argv then
-      state.health[p.id] = nil
+      state.health.del(p.id)
       return nil, "health " .. why, refused == "invalid" and "invalid" or nil
     end
     local run = run_wait(argv, values, "health", timeout_of(a, "health"))
     local kind, verdict = health_verdict(run)
     -- Log a change or a failure only: a rollout polled every scan stays small.
-    if kind == "failure" or state.health[p.id] ~= kind then log_run(p.id, "health", run) end
-    state.health[p.id] = (kind == "not ready") and kind or nil
+    if kind == "failure" or state.health.get(p.id) ~= kind then log_run(p.id, "health", run) end
+    state.health.set(p.id, (kind == "not ready") and kind or nil)
     return verdict
   end
 

@@ -165,10 +165,14 @@ function M.run(pol, gw)
   if not ok then error("listing pipelines: " .. tostring(err)) end
   if not oops.locks.is_up() then
     log.warn("lock session down: sweeping nothing", { scan = SCAN })
+    if gw.prune then gw.prune() end
     return
   end
   sweep(gone, gw)
   stop_orphans(gw)
+  -- What the gateway remembers of pipelines no longer held (let go above,
+  -- lost with the lock session, taken by another server) goes now.
+  if gw.prune then gw.prune() end
 end
 
 return M
