@@ -156,6 +156,11 @@ describe("exec.refusal and exec.check_handle", function()
   it("check_handle: a handle that status or cancel would take for an option is refused", function()
     assert.is_nil(exec.check_handle(app.build, {}, "job-1"))
     assert.truthy(exec.check_handle(app.build, {}, "--help"):find("^build.status argument 3: {job}: its job handle"))
+    -- Each argument on its own: another field refused first does not hide it.
+    local both = { status = { "ci", "{source.v}", "{job}" }, cancel = { "ci" } }
+    assert.truthy(exec.check_handle(both, { source_fields = { v = "-v" } }, "--help"):find("argument 3: {job}", 1,
+      true))
+    assert.is_nil(exec.check_handle(both, { source_fields = { v = "-v" } }, "job-1"), "only {job} is its business")
     -- Inside an argument ("--job={job}" in cancel) it would be fine; status refuses it.
     local inside = { status = { "ci", "--job={job}" }, cancel = { "ci", "job={job}" } }
     assert.is_nil(exec.check_handle(inside, {}, "--help"))

@@ -115,12 +115,13 @@ local function value_of(name, values)
     (v == nil and ("its source has no %q"):format(key) or ("its source's %q is not a string"):format(key))
 end
 
--- Argument i of an argv, expanded: text, or nil, why, kind ("invalid": a
--- value holds a control character, or the expansion starts with "-" where
+-- Argument i of an argv, expanded: text, or nil, why, kind, name ("invalid":
+-- a value holds a control character, or the expansion starts with "-" where
 -- the argument as written does not; "missing": a {source.KEY} the source
--- lacks). A refusal names the placeholder that put the "-" first: the one
--- whose value starts the expansion, else the empty one before a "-" of the
--- policy's own text ("{artifact}-x" with no artifact).
+-- lacks; name: the placeholder refused). A refusal names the placeholder
+-- that put the "-" first: the one whose value starts the expansion, else
+-- the empty one before a "-" of the policy's own text ("{artifact}-x" with
+-- no artifact).
 local function expand(i, arg, values)
   local parts, pos = {}, 1
   local first, lead, lead_value -- placeholders at the start: the first, the first not empty
@@ -132,11 +133,12 @@ local function expand(i, arg, values)
     parts[#parts + 1] = lit
     if not s then break end
     local v, why = value_of(name, values)
-    if v == false then return nil, ("argument %d: {%s}: %s"):format(i, name, why), "missing" end
+    if v == false then return nil, ("argument %d: {%s}: %s"):format(i, name, why), "missing", name end
     if v == nil then
       v = arg:sub(s, e) -- unknown: stays as written, the policy's own text
     elseif v:find("%c") then
-      return nil, ("argument %d: {%s}: %s holds a control character"):format(i, name, field_of(name)), "invalid"
+      return nil, ("argument %d: {%s}: %s holds a control character"):format(i, name, field_of(name)), "invalid",
+        name
     elseif empty then
       first = first or name
       if v ~= "" then lead, lead_value = name, v end
@@ -149,15 +151,15 @@ local function expand(i, arg, values)
   if out:sub(1, 1) ~= "-" or arg:sub(1, 1) == "-" then return out end
   if lead then
     return nil, ('argument %d: {%s}: %s %s would start the argument with "-" (a command would take it ' ..
-      "for an option)"):format(i, lead, field_of(lead), show(lead_value)), "invalid"
+      "for an option)"):format(i, lead, field_of(lead), show(lead_value)), "invalid", lead
   end
   return nil, ('argument %d: {%s}: %s is empty, so the argument would start with the "-" after it ' ..
-    "(a command would take it for an option)"):format(i, first, field_of(first)), "invalid"
+    "(a command would take it for an option)"):format(i, first, field_of(first)), "invalid", first
 end
 
 -- Replace {name} (and {source.KEY}) inside each argument; the replacement
 -- text is used as is (never re-read as a pattern or rescanned). Returns the
--- new argv, or nil, why, kind when it must not run (expand: kind
+-- new argv, or nil, why, kind, name when it must not run (expand: kind
 -- "invalid" when a value would start an argument with "-" that the
 -- policy's own text does not start with "-", or holds a control
 -- character; "missing" when a {source.KEY} names a key the pipeline's
@@ -167,8 +169,8 @@ end
 function M.substitute(argv, values)
   local out = {}
   for i, arg in ipairs(argv) do
-    local a, why, kind = expand(i, arg, values)
-    if not a then return nil, why, kind end
+    local a, why, kind, name = expand(i, arg, values)
+    if not a then return nil, why, kind, name end
     out[i] = a
   end
   return out
@@ -224,13 +226,16 @@ function M.refusal(a, p)
 end
 
 -- Why a job handle must not be used, or nil: build.status and build.cancel
--- (of the external build `b`) are expanded with it, and with the other
--- values, as they would be.
+-- (of the external build `b`) are expanded with it and the other values as
+-- they would be, and one refused for {job} refuses it (the other fields are
+-- pipelines.refusal's, checked before the build was submitted).
 function M.check_handle(b, values, handle)
   local with = setmetatable({ job = handle }, { __index = values })
   for _, cmd in ipairs({ "status", "cancel" }) do
-    local argv, why, kind = M.substitute(b[cmd], with)
-    if not argv and kind == "invalid" then return "build." .. cmd .. " " .. why end
+    for i, arg in ipairs(b[cmd]) do
+      local a, why, kind, name = expand(i, arg, with)
+      if not a and kind == "invalid" and name == "job" then return "build." .. cmd .. " " .. why end
+    end
   end
   return nil
 end
