@@ -1,6 +1,7 @@
 -- The exec gateway's placeholders (lua/oops/gateways/exec.lua): the
 -- pipeline's source reaches build commands as {source} and {source.KEY};
--- a key the source lacks stops the command before it runs.
+-- a key the source lacks stops the command before it runs; a value that
+-- would become an option, or holds a control character, is refused.
 local exec = require("oops.gateways.exec")
 local json = require("oops.json")
 

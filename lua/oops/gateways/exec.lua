@@ -421,7 +421,7 @@ local function held(id) return oops.locks.holds(PIPELINE_LOCK .. id) end
 -- keep the log small (a verdict is logged when it changes), so losing an
 -- entry costs one more log row. An entry goes when its build or rollout
 -- ends in any way (verdict, stop, release), when its pipeline's lock is no
--- longer held (M.prune, every rollout tick: let go, swept, lost with the
+-- longer held (gw.prune, every rollout tick: let go, swept, lost with the
 -- lock session, taken by another server), and past M.MEMO_CAP entries.
 local function memo()
   local m = { n = 0, t = {} }
@@ -451,7 +451,7 @@ end
 -- State that outlives a policy reload: the processes this server runs.
 --   builds[id] = { handle, run = { argv, result?, output? }, stopped?, shutdown?, logged? }
 --                (until its end is recorded in exec_job, or its process has
---                ended and the pipeline is no longer held: M.prune)
+--                ended and the pipeline is no longer held: gw.prune)
 --   procs[id][step] = handle of a deploy/health command being waited for
 --                (while it is waited for)
 --   submitting[id] = true while this server runs an external build's submit
