@@ -919,9 +919,10 @@ static void teardown(server_state *d)
 
 static int setup_runtime(server_state *d)
 {
-    d->ctx.rt = runtime_new(&d->ctx);
+    char err[4096];
+    d->ctx.rt = runtime_new(&d->ctx, err, sizeof err);
     if (!d->ctx.rt) {
-        fprintf(stderr, "oopsd: out of memory\n");
+        fprintf(stderr, "oopsd: %s\n", err);
         return OOPSD_BAD_INPUT;
     }
     return load_engine(d) == 0 ? OOPSD_OK : OOPSD_BAD_INPUT;
@@ -1130,7 +1131,15 @@ int daemon_lua(int argc, char **argv)
     d->ctx.loop = &d->loop;
     d->ctx.metrics = metrics_new();
     snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "script");
-    d->ctx.rt = runtime_new(&d->ctx);
+    char err[4096];
+    d->ctx.rt = runtime_new(&d->ctx, err, sizeof err);
+    if (!d->ctx.rt) {
+        fprintf(stderr, "oopsd lua: %s\n", err);
+        teardown(d);
+        free(d);
+        process_done();
+        return OOPSD_BAD_INPUT;
+    }
     lua_State *L = runtime_state(d->ctx.rt);
     /* arg, as the standalone interpreter sets it: arg[0] = script, arg[1..] = args */
     lua_createtable(L, argc, 1);
