@@ -16,6 +16,7 @@ oopsd="$OOPS_BUILD/oopsd"
 fixtures="$OOPS_ROOT/tests/fixtures/policies"
 unit="$OOPS_ROOT/contrib/systemd/oopsd.service"
 work=$OOPS_TEST_WORK/systemd.$$
+umask 077 # password files others may read are refused (checked below)
 mkdir -p "$work/policies" "$work/creds"
 cp "$fixtures/fast/oopsd.lua" "$work/policies/"
 sink_pid="" pid=""
@@ -162,6 +163,22 @@ for case in "missing:$work/missing:No such file or directory" "dir:$work/creds:n
   is "$rc|$out" "1|oopsd: cannot read the database password file (OOPS_DB_PASSWORD_FILE) $file: $why" \
     "oopsd, password file $what: exit 1, one line naming the file"
 done
+# Readable by a group or by every user: refused, as ssh refuses such a key (the
+# password may already be known), naming the file and its mode.
+cp "$work/db-password" "$work/open-password"
+for m in 0644 0640 0604; do
+  chmod "$m" "$work/open-password"
+  out=$(env -u CREDENTIALS_DIRECTORY OOPS_DB="$url" OOPS_DB_PASSWORD_FILE="$work/open-password" \
+    timeout 20 "$oopsd" --name sd3 --policies "$fixtures/fast" --listen off 2>&1)
+  like "$?|$out" "^1\|oopsd: refusing the database password file \(OOPS_DB_PASSWORD_FILE\) $work/open-password: it is readable by (every user|group [a-z0-9]+) \(mode $m\); make it readable by its owner alone \(chmod 600\)$" \
+    "oopsd, a password file of mode $m: exit 1, one line naming the file and its mode"
+  unlike "$out" "$pw" "... never its content"
+done
+mkdir -p "$work/creds-open"; cp "$work/db-password" "$work/creds-open/db-password"
+chmod 0644 "$work/creds-open/db-password"
+out=$(env OOPS_DB="$url" CREDENTIALS_DIRECTORY="$work/creds-open" "$OOPS_BUILD/oopsctl" list 2>&1)
+is "$?|$out" "1|oopsctl: refusing the database password credential $work/creds-open/db-password: it is readable by every user (mode 0644); make it readable by its owner alone (chmod 600)" \
+  "oopsctl, a credential of mode 0644: exit 1, the same line"
 out=$(env -u CREDENTIALS_DIRECTORY OOPS_DB="$url" OOPS_DB_PASSWORD_FILE="$work/missing" \
   "$OOPS_BUILD/oopsctl" list 2>&1)
 is "$?|$out" "1|oopsctl: cannot read the database password file (OOPS_DB_PASSWORD_FILE) $work/missing: No such file or directory" \
