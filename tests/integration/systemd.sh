@@ -200,6 +200,10 @@ if command -v systemd-analyze >/dev/null; then
 else
   echo "ok $((++TAP_N)) # SKIP no systemd-analyze (systemd)"
 fi
+like "$(grep -E '^ExecStart=' "$unit")" ' --run-as \$\{OOPS_RUN_AS\} ' "the unit runs commands as another user (--run-as)"
+is "$(grep -E '^(Environment|AmbientCapabilities|CapabilityBoundingSet)=' "$unit" | paste -sd' ')" \
+  "Environment=OOPS_NAME=%l OOPS_LISTEN=127.0.0.1:7070 OOPS_RUN_AS=oops-run AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_KILL" \
+  "... oops-run by default, oopsd holding CAP_SETUID, CAP_SETGID and CAP_KILL alone"
 units=$(grep -E '^(Type|ExecReload|EnvironmentFile|WatchdogSec|LoadCredential|NoNewPrivileges|ProtectSystem|User)=' "$unit" | paste -sd' ')
 is "$units" "Type=notify User=oopsd EnvironmentFile=-/etc/default/oopsd ExecReload=/bin/kill -HUP \$MAINPID LoadCredential=db-password:/etc/oopsd/db-password WatchdogSec=30s NoNewPrivileges=yes ProtectSystem=strict" \
   "the unit: Type=notify, reload by SIGHUP, the environment file, the credential, the watchdog, hardening"
@@ -208,6 +212,7 @@ exec_start=$(sed -nE 's/^ExecStart=//p' "$unit")
 opts=$(sed -nE 's/^#?OOPSD_OPTS=//p' "$OOPS_ROOT/contrib/systemd/oopsd.default")
 exec_start=${exec_start//'${OOPS_NAME}'/host1}
 exec_start=${exec_start//'${OOPS_LISTEN}'/127.0.0.1:7070}
+exec_start=${exec_start//'${OOPS_RUN_AS}'/nobody}
 exec_start=${exec_start//'$OOPSD_OPTS'/$opts}
 exec_start=${exec_start//\/etc\/oopsd\/policies/$fixtures/fast}
 exec_start=${exec_start//\/usr\/bin\/oopsd/$oopsd}
