@@ -271,9 +271,12 @@ static void init(void)
     ctx.loop = &loop;
     ctx.metrics = metrics_new();
     snprintf(ctx.server_name, sizeof ctx.server_name, "fuzz");
-    runtime *rt = runtime_new(&ctx);
-    if (!rt)
+    char err[4096];
+    runtime *rt = runtime_new(&ctx, err, sizeof err);
+    if (!rt) {
+        fprintf(stderr, "fuzz_policy: %s\n", err);
         abort();
+    }
     ctx.rt = (struct runtime *)rt;
     L = runtime_state(rt);
     inner_alloc = lua_getallocf(L, &inner_ud);

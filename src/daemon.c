@@ -24,6 +24,8 @@
 #include "lock_names.h"
 #include "log.h"
 #include "oops_version.h"
+#include "privs.h"
+#include "proc.h"
 #include "runtime.h"
 #include "schema.h"
 #include "web.h"
@@ -919,9 +921,10 @@ static void teardown(server_state *d)
 
 static int setup_runtime(server_state *d)
 {
-    d->ctx.rt = runtime_new(&d->ctx);
+    char err[4096];
+    d->ctx.rt = runtime_new(&d->ctx, err, sizeof err);
     if (!d->ctx.rt) {
-        fprintf(stderr, "oopsd: out of memory\n");
+        fprintf(stderr, "oopsd: %s\n", err);
         return OOPSD_BAD_INPUT;
     }
     return load_engine(d) == 0 ? OOPSD_OK : OOPSD_BAD_INPUT;
@@ -963,6 +966,45 @@ static void scrub_db_environment(void)
         environ[out] = NULL;
 }
 
+/* --run-as USER: every child (src/proc.c) runs as USER; without it, say once
+ * that commands can read the credentials. Whatever the flag, no capability of
+ * the daemon's reaches a child through exec (privs_clear_inheritable). */
+static int setup_run_as(const char *user)
+{
+    char err[512];
+    if (privs_clear_inheritable(err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        return OOPSD_BAD_INPUT;
+    }
+    if (!user) {
+        const char *cred = getenv("CREDENTIALS_DIRECTORY");
+        if (cred && *cred)
+            log_msg(LOG_WARN,
+                    "commands run as oopsd's own user, so they can read its credentials in %s: "
+                    "give --run-as USER (oopsd(8))",
+                    cred);
+        return OOPSD_OK;
+    }
+    privs_user u;
+    if (privs_resolve(user, &u, err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        return OOPSD_BAD_INPUT;
+    }
+    char missing[64];
+    privs_missing_caps(missing, sizeof missing);
+    if (*missing) {
+        fprintf(stderr,
+                "oopsd: --run-as %s: this process lacks %s, needed to start commands as %s and "
+                "to stop them (systemd: AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL)\n",
+                u.name, missing, u.name);
+        return OOPSD_BAD_INPUT;
+    }
+    proc_set_run_as(&(proc_run_as){.uid = u.uid, .gid = u.gid, .user = u.name, .home = u.home});
+    log_msg(LOG_INFO, "commands run as %s (uid %u, gid %u)", u.name, (unsigned)u.uid,
+            (unsigned)u.gid);
+    return OOPSD_OK;
+}
+
 static void process_init(void)
 {
     signal(SIGPIPE, SIG_IGN); /* a child that exits without reading its stdin must not kill us */
@@ -996,7 +1038,10 @@ int daemon_run(const daemon_options *o)
     snprintf(d->name_lock, sizeof d->name_lock, OOPS_LOCK_SERVER_PREFIX "%s", o->name);
     log_set_server(o->name);
     char err[1024];
-    int rc = OOPSD_OK;
+    int rc = setup_run_as(o->run_as); /* before anything could start a child */
+    if (rc != OOPSD_OK)
+        goto out;
+    /* The password and the token are read now, before any command runs. */
     if (db_config_resolve(&d->ctx.dbcfg, o->db_url, err, sizeof err) != 0) {
         fprintf(stderr, "oopsd: %s\n", err);
         rc = OOPSD_BAD_INPUT;
@@ -1088,6 +1133,7 @@ int daemon_run(const daemon_options *o)
 out:
     teardown(d);
     web_token_free(d->http_token);
+    proc_set_run_as(NULL);
     free(d);
     process_done();
     return rc;
@@ -1130,7 +1176,15 @@ int daemon_lua(int argc, char **argv)
     d->ctx.loop = &d->loop;
     d->ctx.metrics = metrics_new();
     snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "script");
-    d->ctx.rt = runtime_new(&d->ctx);
+    char err[4096];
+    d->ctx.rt = runtime_new(&d->ctx, err, sizeof err);
+    if (!d->ctx.rt) {
+        fprintf(stderr, "oopsd lua: %s\n", err);
+        teardown(d);
+        free(d);
+        process_done();
+        return OOPSD_BAD_INPUT;
+    }
     lua_State *L = runtime_state(d->ctx.rt);
     /* arg, as the standalone interpreter sets it: arg[0] = script, arg[1..] = args */
     lua_createtable(L, argc, 1);

@@ -14,6 +14,7 @@ typedef struct daemon_options {
     unsigned drain_ms;           /* bounded wait for in-flight steps at shutdown */
     unsigned db_connections;     /* the work connections tasks share (0 = 4) */
     const char *http_token_file; /* NULL: no token; required when listen is not loopback */
+    const char *run_as;          /* NULL: children run as oopsd; else every child as this user */
 } daemon_options;
 
 /* Exit codes of oopsd. */

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "secret_file.h"
+
 static char *dup_range(const char *s, size_t n)
 {
     char *d = malloc(n + 1);
@@ -472,7 +474,8 @@ fail:
  * Read a password file (a systemd credential, OOPS_DB_PASSWORD_FILE): a
  * regular file (opened O_NONBLOCK, so a FIFO cannot block us; checked on the
  * opened fd) of at most DB_PASSWORD_FILE_MAX bytes, without NUL bytes; one
- * trailing newline is stripped. *out gets a new string, or NULL when the file
+ * trailing newline is stripped; refused when others may read it
+ * (secret_file_private). *out gets a new string, or NULL when the file
  * is empty. Returns 0; 1 when absent_ok and the file does not exist; or -1
  * with a one-line message naming the file (never its content). Every copy of
  * the text but *out is wiped.
@@ -490,6 +493,13 @@ static int read_password_file(const char *path, const char *what, bool absent_ok
         why = strerror(errno);
     else if (!S_ISREG(st.st_mode))
         why = "not a regular file";
+    char open_to[300];
+    if (!why && secret_file_private(fd, &st, open_to, sizeof open_to) != 0) {
+        close(fd);
+        snprintf(err, errlen, "refusing the database password %s %.512s: it is %s", what, path,
+                 open_to);
+        return -1;
+    }
     char text[DB_PASSWORD_FILE_MAX + 1];
     size_t len = 0;
     while (!why && len < sizeof text) {

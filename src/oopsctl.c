@@ -373,13 +373,13 @@ static int check_policy(const char *cmd, const char *dir, const char *app, const
     ctx.metrics = metrics_new();
     snprintf(ctx.server_name, sizeof ctx.server_name, "oopsctl");
     int rc = EXIT_INPUT;
-    runtime *rt = runtime_new(&ctx);
+    char err[4096];
+    runtime *rt = runtime_new(&ctx, err, sizeof err);
     if (!rt) {
-        fail(EXIT_INPUT, "%s: out of memory loading the policies", cmd);
+        fail(EXIT_INPUT, "%s: %s", cmd, err);
         goto out;
     }
     lua_State *L = runtime_state(rt);
-    char err[1024];
     if (luaL_loadbuffer(L, POLICY_CHECK, sizeof POLICY_CHECK - 1, "=policy check") != LUA_OK) {
         fail(EXIT_INPUT, "%s: %s", cmd, lua_tostring(L, -1));
         goto out;
@@ -1147,8 +1147,10 @@ static int run_scenario(ctl *c, int argc, char **argv)
     if (slash)
         *slash = '\0';
     snprintf(oopsd, sizeof oopsd, "%s/oopsd", dir);
-    char lua_dir[4096]; /* the one oopsd next to us resolves too: both are installed together */
-    runtime_lua_dir(lua_dir, sizeof lua_dir);
+    char lua_dir[4096], why[4096]; /* the one oopsd next to us resolves too: both are installed
+                                      together */
+    if (runtime_lua_dir(lua_dir, sizeof lua_dir, why, sizeof why) != 0)
+        return fail(EXIT_INPUT, "scenario: %s", why);
     snprintf(script, sizeof script, "%s/oops/scenario/cli.lua", lua_dir);
     if (url && *url)
         setenv("OOPS_DB", url, 1);

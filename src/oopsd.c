@@ -1,6 +1,7 @@
 /*
  * oopsd — the scheduler engine. Every backend server runs one:
  *   oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--http-token-file FILE]
+ *         [--run-as USER]
  *   oopsd --check --policies DIR        validate the policies and exit (like nginx -t)
  *   oopsd lua SCRIPT [ARGS...]          run a Lua script with the oops module
  *   oopsd --version                     "oopsd VERSION (commit GIT-DESCRIBE)"
@@ -19,7 +20,8 @@
 static void usage(FILE *f)
 {
     fputs("usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] "
-          "[--http-token-file FILE] [--drain MS] [--db-connections N] [--log-level L]\n"
+          "[--http-token-file FILE] [--run-as USER] [--drain MS] [--db-connections N] "
+          "[--log-level L]\n"
           "       oopsd --check --policies DIR\n"
           "       oopsd lua SCRIPT [ARGS...]\n"
           "       oopsd --version\n"
@@ -36,6 +38,9 @@ static void usage(FILE *f)
           "  --http-token-file FILE  a bearer token (one line, 16 to 4096 characters) every "
           "request\n"
           "                  but /healthz must carry; required when ADDR is not loopback\n"
+          "  --run-as USER   run every command (build, deploy, health, restart, notify) as USER,\n"
+          "                  who cannot read oopsd's credentials; needs CAP_SETUID, CAP_SETGID\n"
+          "                  and CAP_KILL (the systemd unit grants them)\n"
           "  --drain MS      how long SIGTERM waits for in-flight steps, 1 to 3600000 (default "
           "10000)\n"
           "  --db-connections N  work connections tasks share, 1 to 64 (default 4; the lock "
@@ -62,6 +67,7 @@ int main(int argc, char **argv)
         F_DB_CONNECTIONS,
         F_LOG_LEVEL,
         F_HTTP_TOKEN_FILE,
+        F_RUN_AS,
         F_HELP,
         F_VERSION
     };
@@ -75,6 +81,7 @@ int main(int argc, char **argv)
         [F_DB_CONNECTIONS] = {"--db-connections", true, false, NULL},
         [F_LOG_LEVEL] = {"--log-level", true, false, NULL},
         [F_HTTP_TOKEN_FILE] = {"--http-token-file", true, false, NULL},
+        [F_RUN_AS] = {"--run-as", true, false, NULL},
         [F_HELP] = {"--help", false, false, NULL},
         [F_VERSION] = {"--version", false, false, NULL},
     };
@@ -105,6 +112,7 @@ int main(int argc, char **argv)
     o.policies = f[F_POLICIES].value;
     o.listen = f[F_LISTEN].value;
     o.http_token_file = f[F_HTTP_TOKEN_FILE].value;
+    o.run_as = f[F_RUN_AS].value;
     if (f[F_LOG_LEVEL].given) {
         if (log_level_parse(f[F_LOG_LEVEL].value) < 0) {
             char q[300];

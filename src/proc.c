@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,59 @@ struct proc {
      * both pipes can share this buffer. */
     char read_buf[PROC_READ_CHUNK];
 };
+
+/* ---- whom children run as ---------------------------------------------- */
+
+static struct {
+    bool on;
+    uid_t uid;
+    gid_t gid;
+    char *env[3]; /* "HOME=...", "USER=...", "LOGNAME=..." */
+} run_as;
+
+void proc_set_run_as(const proc_run_as *who)
+{
+    for (int i = 0; i < 3; i++) {
+        free(run_as.env[i]);
+        run_as.env[i] = NULL;
+    }
+    run_as.on = who != NULL;
+    if (!who)
+        return;
+    run_as.uid = who->uid;
+    run_as.gid = who->gid;
+    const char *names[] = {"HOME=", "USER=", "LOGNAME="};
+    const char *values[] = {who->home, who->user, who->user};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(names[i]) + strlen(values[i] ? values[i] : "") + 1;
+        run_as.env[i] = malloc(n);
+        if (!run_as.env[i])
+            abort(); /* at start: cannot run children as someone else half-way */
+        snprintf(run_as.env[i], n, "%s%s", names[i], values[i] ? values[i] : "");
+    }
+}
+
+/* env (or, when NULL, this process's environment) with HOME, USER and
+ * LOGNAME naming the run-as user; the strings are not copied. NULL when out
+ * of memory. */
+static char **env_as_user(const char *const *env)
+{
+    extern char **environ;
+    const char *const *src = env ? env : (const char *const *)environ;
+    size_t n = 0;
+    while (src && src[n])
+        n++;
+    char **out = calloc(n + 1, sizeof *out);
+    for (size_t i = 0; out && i < n; i++) {
+        out[i] = (char *)src[i];
+        for (int k = 0; k < 3; k++) {
+            size_t kl = (size_t)(strchr(run_as.env[k], '=') - run_as.env[k]) + 1;
+            if (strncmp(src[i], run_as.env[k], kl) == 0)
+                out[i] = run_as.env[k];
+        }
+    }
+    return out;
+}
 
 /* ---- capture ---------------------------------------------------------- */
 
@@ -399,8 +453,10 @@ proc *proc_spawn(uv_loop_t *loop, const proc_options *o, char *err, size_t errle
             snprintf(err, errlen, "cannot run a command: empty argv");
         return NULL;
     }
-    proc *p = proc_new(loop, o);
+    char **env = run_as.on ? env_as_user(o->env) : NULL;
+    proc *p = run_as.on && !env ? NULL : proc_new(loop, o);
     if (!p) {
+        free(env);
         set_err(err, errlen, o->argv[0], NULL, UV_ENOMEM);
         return NULL;
     }
@@ -423,7 +479,14 @@ proc *proc_spawn(uv_loop_t *loop, const proc_options *o, char *err, size_t errle
         .stdio_count = 3,
         .stdio = stdio,
     };
+    if (run_as.on) {
+        uo.flags |= UV_PROCESS_SETUID | UV_PROCESS_SETGID;
+        uo.uid = run_as.uid;
+        uo.gid = run_as.gid;
+        uo.env = env;
+    }
     int rc = uv_spawn(loop, &p->process, &uo);
+    free(env);
     /* Even on failure libuv has initialised the process handle (and may
      * have opened the pipes), so it is closed like the rest. */
     init_handle(p, (uv_handle_t *)&p->process);

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 typedef struct proc proc;
@@ -72,6 +73,24 @@ typedef struct proc_options {
     proc_exit_cb on_exit;     /* may be NULL (fire and forget) */
     void *ud;                 /* passed to both callbacks */
 } proc_options;
+
+/* Whom children run as (oopsd --run-as, src/privs.h). */
+typedef struct proc_run_as {
+    uid_t uid;
+    gid_t gid;        /* the only group: supplementary groups are dropped */
+    const char *user; /* USER and LOGNAME */
+    const char *home; /* HOME */
+} proc_run_as;
+
+/* From now on every child proc_spawn starts runs as who (copied): libuv's
+ * UV_PROCESS_SETGID/SETUID in the child before exec (setgroups(0), setgid,
+ * setuid), so the daemon needs CAP_SETUID and CAP_SETGID (and CAP_KILL for
+ * proc_kill and timeouts to reach another user's processes). The child's
+ * HOME, USER and LOGNAME, where its environment has them, name that user.
+ * NULL: children run as the daemon (the default). Process-wide: set it at
+ * start, before any child; every path to a child goes through proc_spawn,
+ * so none can forget it. */
+void proc_set_run_as(const proc_run_as *who);
 
 /* Starts argv as a child of the loop.  The options and everything they point
  * to may be freed as soon as this returns (stdin_data is copied).

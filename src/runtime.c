@@ -287,26 +287,59 @@ static int luaopen_oops(lua_State *L)
     return 1;
 }
 
-void runtime_lua_dir(char *out, size_t outlen)
+int runtime_lua_dir(char *out, size_t outlen, char *err, size_t errlen)
 {
-    char exe[4096];
+    char exe[4096], why[4096] = "";
     paths_self_exe(exe, sizeof exe);
-    paths_lua_dir(getenv("OOPS_LUA_DIR"), exe, OOPS_LUA_DIR, out, outlen);
+    paths_lua_from from =
+        paths_lua_dir(getenv("OOPS_LUA_DIR"), exe, OOPS_LUA_DIR, out, outlen, why, sizeof why);
+    if (from == PATHS_LUA_REFUSED)
+        snprintf(err, errlen, "%s", why);
+    else if (from == PATHS_LUA_TOO_LONG)
+        snprintf(err, errlen, "the Lua engine's directory is longer than %zu bytes", outlen - 1);
+    return from < 0 ? -1 : 0;
 }
 
-static void set_path(lua_State *L)
+/* package[field] ("path", "cpath") less every entry that is not absolute:
+ * Lua's default "./?.lua" and "./?.so", and whatever LUA_PATH or LUA_CPATH
+ * (read by luaL_openlibs) added, would find a module in whatever directory
+ * the binary was started from. `front` (absolute entries) goes first. */
+static void keep_absolute(lua_State *L, const char *field, const char *front)
 {
-    char dir[4096];
-    runtime_lua_dir(dir, sizeof dir);
-    lua_getglobal(L, "package");
-    lua_getfield(L, -1, "path");
-    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
-    lua_setfield(L, -3, "path");
+    lua_getfield(L, -1, field);
+    const char *s = lua_tostring(L, -1);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, front);
+    while (s && *s) {
+        const char *end = strchr(s, ';');
+        size_t n = end ? (size_t)(end - s) : strlen(s);
+        if (n && s[0] == '/') {
+            if (luaL_bufflen(&b))
+                luaL_addchar(&b, ';');
+            luaL_addlstring(&b, s, n);
+        }
+        s += n + (end ? 1 : 0);
+    }
+    luaL_pushresult(&b);
+    lua_setfield(L, -3, field);
     lua_pop(L, 1);
+}
+
+static int set_path(lua_State *L, char *err, size_t errlen)
+{
+    char dir[4096], front[8300];
+    if (runtime_lua_dir(dir, sizeof dir, err, errlen) != 0)
+        return -1;
+    lua_getglobal(L, "package");
+    snprintf(front, sizeof front, "%s/?.lua;%s/?/init.lua", dir, dir);
+    keep_absolute(L, "path", front);
+    keep_absolute(L, "cpath", "");
     lua_getfield(L, -1, "preload");
     lua_pushcfunction(L, luaopen_oops);
     lua_setfield(L, -2, "oops");
     lua_pop(L, 2);
+    return 0;
 }
 
 /* The state's allocator: counts every byte, and while a sandbox runs with a
@@ -340,18 +373,17 @@ static int at_panic(lua_State *L)
 
 runtime_sandbox *runtime_sandbox_of(runtime *rt) { return &rt->sandbox; }
 
-runtime *runtime_new(oops_ctx *ctx)
+runtime *runtime_new(oops_ctx *ctx, char *err, size_t errlen)
 {
     runtime *rt = calloc(1, sizeof *rt);
-    if (!rt)
-        return NULL;
-    rt->L = lua_newstate(rt_alloc, &rt->sandbox);
-    if (rt->L)
-        lua_atpanic(rt->L, at_panic);
-    if (!rt->L) {
+    if (rt)
+        rt->L = lua_newstate(rt_alloc, &rt->sandbox);
+    if (!rt || !rt->L) {
+        snprintf(err, errlen, "out of memory");
         free(rt);
         return NULL;
     }
+    lua_atpanic(rt->L, at_panic);
     rt->ctx = ctx;
     ctx->rt = rt;
     lua_State *L = rt->L;
@@ -361,7 +393,12 @@ runtime *runtime_new(oops_ctx *ctx)
     lua_newtable(L);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &K_TASKS);
     sandbox_guard_patterns(L);
-    set_path(L);
+    if (set_path(L, err, errlen) != 0) {
+        lua_close(L);
+        ctx->rt = NULL;
+        free(rt);
+        return NULL;
+    }
     return rt;
 }
 

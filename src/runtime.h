@@ -38,14 +38,19 @@ typedef struct runtime_sandbox {
 
 runtime_sandbox *runtime_sandbox_of(runtime *rt);
 
-/* The Lua engine's directory for this process (paths_lua_dir, src/paths.h):
- * $OOPS_LUA_DIR, else PREFIX/share/oopsd/lua beside an installed binary
- * (PREFIX/bin/oopsd), else the source tree's lua/ compiled in. */
-void runtime_lua_dir(char *out, size_t outlen);
+/* The Lua engine's directory for this process (paths_lua_dir, src/paths.h),
+ * absolute: $OOPS_LUA_DIR, else PREFIX/share/oopsd/lua beside an installed
+ * binary (PREFIX/bin/oopsd) when no one but its owner may write to it, else
+ * the source tree's lua/ compiled in. 0, or -1 with a one-line message in err
+ * (a relative $OOPS_LUA_DIR, an installed copy others may write to). */
+int runtime_lua_dir(char *out, size_t outlen, char *err, size_t errlen);
 
-/* A new state with the standard libraries, runtime_lua_dir() on package.path
- * and the `oops` module preloaded. NULL on allocation failure. */
-runtime *runtime_new(oops_ctx *ctx);
+/* A new state with the standard libraries, runtime_lua_dir() first on
+ * package.path, no relative entry on package.path or package.cpath (nothing
+ * is ever loaded from the current directory), and the `oops` module
+ * preloaded. NULL with a one-line message in err on allocation failure or
+ * when runtime_lua_dir refuses. */
+runtime *runtime_new(oops_ctx *ctx, char *err, size_t errlen);
 void runtime_free(runtime *rt);
 lua_State *runtime_state(runtime *rt);
 /* The context the runtime was created with; from any thread of the state. */

@@ -38,7 +38,8 @@ size_t web_assets_bytes(void);
 #define WEB_TOKEN_MIN 16
 
 /* Reads the token of `path` into a malloc'd string (*out; free it with
- * web_token_free, which wipes it). 0, or -1 with a one-line message in err
+ * web_token_free, which wipes it); a file others may read is refused
+ * (secret_file_private). 0, or -1 with a one-line message in err
  * naming the file and what is wrong with it — never its content. */
 int web_token_read(const char *path, char **out, char *err, size_t errlen);
 

@@ -11,6 +11,7 @@ trap stop_servers EXIT
 pol=$OOPS_TEST_WORK/fleet_token.$$
 mkdir -p "$pol"
 cp "$OOPS_ROOT/tests/fixtures/policies/fast/oopsd.lua" "$pol/"
+umask 077 # a token file others may read is refused (checked below)
 token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf '%s\n' "$token" >"$OOPS_TEST_WORK/token"
 chmod 600 "$OOPS_TEST_WORK/token"
@@ -29,6 +30,11 @@ start_fails "--listen 0.0.0.0 without a token" "not a loopback address.*--http-t
 start_fails "a missing token file" "--http-token-file .*/nope: No such file" \
   --http-token-file "$OOPS_TEST_WORK/nope"
 start_fails "a directory" "not a regular file" --http-token-file "$OOPS_TEST_WORK"
+cp "$OOPS_TEST_WORK/token" "$OOPS_TEST_WORK/token-open"
+chmod 0644 "$OOPS_TEST_WORK/token-open"
+start_fails "a token file every user may read" \
+  "--http-token-file .*/token-open: refused, it is readable by every user \(mode 0644\); make it readable by its owner alone \(chmod 600\)" \
+  --http-token-file "$OOPS_TEST_WORK/token-open"
 head -c 5000 /dev/zero | tr '\0' a >"$OOPS_TEST_WORK/big"
 start_fails "a token file over 4096 bytes" "longer than 4096 bytes" --http-token-file "$OOPS_TEST_WORK/big"
 echo short >"$OOPS_TEST_WORK/short"

@@ -74,7 +74,9 @@ chmod +x "$tmp/stub/getent"
 : >"$tmp/calls"
 PATH="$tmp/stub:$PATH" sh "$tmp/control/postinst" configure; is "$?" 0 "postinst configure exits 0"
 calls=$(cat "$tmp/calls")
-like "$calls" "^adduser --system .*--group.* oopsd$" "... creating the system user and group oopsd"
+like "$(sed -n 1p <<<"$calls")" "^adduser --system .*--group.* oopsd$" "... creating the system user and group oopsd"
+like "$(sed -n 2p <<<"$calls")" "^adduser --system .*--group.*--home /var/lib/oops-run.* oops-run$" \
+  "... and oops-run, whom commands run as (--run-as), with its home"
 unlike "$calls" "systemctl|deb-systemd|invoke-rc.d|service " "... without enabling or starting anything"
 printf '#!/bin/sh\necho "oopsd:x:999:999::/var/lib/oopsd:/usr/sbin/nologin"\n' >"$tmp/stub/getent"
 : >"$tmp/calls"

@@ -16,6 +16,7 @@ oopsd="$OOPS_BUILD/oopsd"
 fixtures="$OOPS_ROOT/tests/fixtures/policies"
 unit="$OOPS_ROOT/contrib/systemd/oopsd.service"
 work=$OOPS_TEST_WORK/systemd.$$
+umask 077 # password files others may read are refused (checked below)
 mkdir -p "$work/policies" "$work/creds"
 cp "$fixtures/fast/oopsd.lua" "$work/policies/"
 sink_pid="" pid=""
@@ -162,6 +163,22 @@ for case in "missing:$work/missing:No such file or directory" "dir:$work/creds:n
   is "$rc|$out" "1|oopsd: cannot read the database password file (OOPS_DB_PASSWORD_FILE) $file: $why" \
     "oopsd, password file $what: exit 1, one line naming the file"
 done
+# Readable by a group or by every user: refused, as ssh refuses such a key (the
+# password may already be known), naming the file and its mode.
+cp "$work/db-password" "$work/open-password"
+for m in 0644 0640 0604; do
+  chmod "$m" "$work/open-password"
+  out=$(env -u CREDENTIALS_DIRECTORY OOPS_DB="$url" OOPS_DB_PASSWORD_FILE="$work/open-password" \
+    timeout 20 "$oopsd" --name sd3 --policies "$fixtures/fast" --listen off 2>&1)
+  like "$?|$out" "^1\|oopsd: refusing the database password file \(OOPS_DB_PASSWORD_FILE\) $work/open-password: it is readable by (every user|group [a-z0-9]+) \(mode $m\); make it readable by its owner alone \(chmod 600\)$" \
+    "oopsd, a password file of mode $m: exit 1, one line naming the file and its mode"
+  unlike "$out" "$pw" "... never its content"
+done
+mkdir -p "$work/creds-open"; cp "$work/db-password" "$work/creds-open/db-password"
+chmod 0644 "$work/creds-open/db-password"
+out=$(env OOPS_DB="$url" CREDENTIALS_DIRECTORY="$work/creds-open" "$OOPS_BUILD/oopsctl" list 2>&1)
+is "$?|$out" "1|oopsctl: refusing the database password credential $work/creds-open/db-password: it is readable by every user (mode 0644); make it readable by its owner alone (chmod 600)" \
+  "oopsctl, a credential of mode 0644: exit 1, the same line"
 out=$(env -u CREDENTIALS_DIRECTORY OOPS_DB="$url" OOPS_DB_PASSWORD_FILE="$work/missing" \
   "$OOPS_BUILD/oopsctl" list 2>&1)
 is "$?|$out" "1|oopsctl: cannot read the database password file (OOPS_DB_PASSWORD_FILE) $work/missing: No such file or directory" \
@@ -183,6 +200,10 @@ if command -v systemd-analyze >/dev/null; then
 else
   echo "ok $((++TAP_N)) # SKIP no systemd-analyze (systemd)"
 fi
+like "$(grep -E '^ExecStart=' "$unit")" ' --run-as \$\{OOPS_RUN_AS\} ' "the unit runs commands as another user (--run-as)"
+is "$(grep -E '^(Environment|AmbientCapabilities|CapabilityBoundingSet)=' "$unit" | paste -sd' ')" \
+  "Environment=OOPS_NAME=%l OOPS_LISTEN=127.0.0.1:7070 OOPS_RUN_AS=oops-run AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_KILL" \
+  "... oops-run by default, oopsd holding CAP_SETUID, CAP_SETGID and CAP_KILL alone"
 units=$(grep -E '^(Type|ExecReload|EnvironmentFile|WatchdogSec|LoadCredential|NoNewPrivileges|ProtectSystem|User)=' "$unit" | paste -sd' ')
 is "$units" "Type=notify User=oopsd EnvironmentFile=-/etc/default/oopsd ExecReload=/bin/kill -HUP \$MAINPID LoadCredential=db-password:/etc/oopsd/db-password WatchdogSec=30s NoNewPrivileges=yes ProtectSystem=strict" \
   "the unit: Type=notify, reload by SIGHUP, the environment file, the credential, the watchdog, hardening"
@@ -191,6 +212,7 @@ exec_start=$(sed -nE 's/^ExecStart=//p' "$unit")
 opts=$(sed -nE 's/^#?OOPSD_OPTS=//p' "$OOPS_ROOT/contrib/systemd/oopsd.default")
 exec_start=${exec_start//'${OOPS_NAME}'/host1}
 exec_start=${exec_start//'${OOPS_LISTEN}'/127.0.0.1:7070}
+exec_start=${exec_start//'${OOPS_RUN_AS}'/nobody}
 exec_start=${exec_start//'$OOPSD_OPTS'/$opts}
 exec_start=${exec_start//\/etc\/oopsd\/policies/$fixtures/fast}
 exec_start=${exec_start//\/usr\/bin\/oopsd/$oopsd}

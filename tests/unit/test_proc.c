@@ -556,6 +556,44 @@ static void test_concurrent(void **state)
     }
 }
 
+/* proc_set_run_as: every child runs as that user (root only: the CI runs as
+ * root), its HOME/USER/LOGNAME naming it where its environment has them, no
+ * supplementary group, no capability; NULL goes back to the daemon's user. */
+static void test_run_as(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    proc_set_run_as(
+        &(proc_run_as){.uid = 65534, .gid = 65534, .user = "nobody", .home = "/nonexistent"});
+    const char *env[] = {"HOME=/root", "USER=root", "PATH=/usr/bin:/bin", NULL};
+    const char *argv[] = {"sh", "-c",
+                          "echo \"$(id -u) $(id -g) $(id -G) $HOME $USER ${LOGNAME-unset}\"; "
+                          "grep -E '^Cap(Prm|Eff|Amb):' /proc/self/status | tr -d ' \t'",
+                          NULL};
+    proc_options o = {.argv = argv, .env = env};
+    outcome oc;
+    run(&o, &oc);
+    assert_int_equal(oc.exit_status, 0);
+    assert_string_equal(oc.out, "65534 65534 65534 /nonexistent nobody unset\n"
+                                "CapPrm:0000000000000000\nCapEff:0000000000000000\n"
+                                "CapAmb:0000000000000000\n");
+    outcome_free(&oc);
+    /* A timeout still kills it (a signal to another user's process group). */
+    const char *sleeper[] = {"sleep", "30", NULL};
+    proc_options t = {.argv = sleeper, .timeout_ms = 100};
+    run(&t, &oc);
+    assert_true(oc.timed_out);
+    assert_int_equal(oc.term_signal, SIGTERM);
+    outcome_free(&oc);
+    proc_set_run_as(NULL);
+    const char *me[] = {"id", "-u", NULL};
+    proc_options m = {.argv = me};
+    run(&m, &oc);
+    assert_string_equal(oc.out, "0\n");
+    outcome_free(&oc);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as the daemon does; see proc.h */
@@ -581,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_child_fds),
         cmocka_unit_test(test_no_fd_leak),
         cmocka_unit_test(test_concurrent),
+        cmocka_unit_test(test_run_as),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,6 +43,7 @@ static const char *write_file(const char *name, const char *content, size_t len)
     assert_non_null(f);
     fwrite(content, 1, len, f);
     fclose(f);
+    assert_int_equal(chmod(path, 0600), 0); /* a token others may read is refused */
     return path;
 }
 
@@ -54,6 +55,20 @@ static void token_files(void **state)
     const char *p = write_file("ok", "0123456789abcdef0123\n", 21);
     assert_int_equal(web_token_read(p, &tok, err, sizeof err), 0);
     assert_string_equal(tok, "0123456789abcdef0123");
+    web_token_free(tok);
+
+    /* Readable by a group or by every user: refused, naming the mode. */
+    assert_int_equal(chmod(p, 0640), 0);
+    assert_int_equal(web_token_read(p, &tok, err, sizeof err), -1);
+    assert_null(tok);
+    assert_non_null(strstr(err, "refused, it is readable by group "));
+    assert_non_null(strstr(err, "(mode 0640)"));
+    assert_int_equal(chmod(p, 0644), 0);
+    assert_int_equal(web_token_read(p, &tok, err, sizeof err), -1);
+    assert_non_null(strstr(err, "readable by every user (mode 0644)"));
+    assert_null(strstr(err, "0123456789abcdef"));
+    assert_int_equal(chmod(p, 0400), 0);
+    assert_int_equal(web_token_read(p, &tok, err, sizeof err), 0);
     web_token_free(tok);
 
     p = write_file("crlf", "0123456789abcdef0123\r\n", 22);
