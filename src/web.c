@@ -13,6 +13,12 @@
 
 #define NASSETS (sizeof web_assets / sizeof web_assets[0])
 
+/* Every token buffer web_token_read allocates has this size, so
+ * web_token_free can wipe all of it whatever it holds: on the error paths it
+ * may hold no terminator at all (WEB_TOKEN_MAX + 1 bytes read, or nothing
+ * read), and a file's bytes after a NUL must not stay in the heap either. */
+#define TOKEN_BUF (WEB_TOKEN_MAX + 2)
+
 const web_asset *web_asset_find(const char *path)
 {
     if (!path)
@@ -47,7 +53,7 @@ int web_token_read(const char *path, char **out, char *err, size_t errlen)
         close(fd);
         return -1;
     }
-    char *b = malloc(WEB_TOKEN_MAX + 2);
+    char *b = malloc(TOKEN_BUF);
     if (!b) {
         snprintf(err, errlen, "--http-token-file %s: out of memory", path);
         close(fd);
@@ -106,8 +112,8 @@ void web_token_free(char *token)
     if (!token)
         return;
     volatile char *p = token;
-    while (*p)
-        *p++ = '\0';
+    for (size_t i = 0; i < TOKEN_BUF; i++)
+        p[i] = '\0';
     free(token);
 }
 

@@ -42,7 +42,9 @@ size_t web_assets_bytes(void);
  * naming the file and what is wrong with it — never its content. */
 int web_token_read(const char *path, char **out, char *err, size_t errlen);
 
-/* Zeroes then frees a token (NULL is fine). */
+/* Zeroes then frees a token web_token_read gave (NULL is fine): the whole
+ * buffer it allocated, not only up to a terminator. Nothing else may be
+ * passed to it. */
 void web_token_free(char *token);
 
 /* Does the Authorization header value `header` (may be NULL) carry
