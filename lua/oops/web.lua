@@ -17,6 +17,7 @@
 local oops = require("oops")
 local json = require("oops.json")
 local log = require("oops.log")
+local shown_url = require("oops.url").show
 
 local M = {}
 
@@ -249,7 +250,9 @@ function M.read_fleet(pol)
           oldest = math.max(oldest, (num(g.age_us) or 0) / 1e6)
         end
       end
-      routes[#routes + 1] = { kind = r.kind, where = r.url or (r.argv and r.argv[1]) or r.kind,
+      -- A webhook by its scheme and host only: its userinfo, path or query may hold
+      -- the secret (oops.url).
+      routes[#routes + 1] = { kind = r.kind, where = r.url and shown_url(r.url) or (r.argv and r.argv[1]) or r.kind,
         pending = pending, oldest_s = oldest }
     end
   end
