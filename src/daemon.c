@@ -704,17 +704,25 @@ static void http_text(http_response *out, int status, const char *text)
     out->len = out->body ? strlen(text) : 0;
 }
 
-/* engine.http(path) -> status, json: the fleet's JSON from the engine's
- * in-memory snapshot (lua/oops/web.lua). It never waits on the database. */
-static void web_api(server_state *d, const char *path, http_response *out)
+static const char *const RETRY_AFTER[] = {"Retry-After", "1", NULL};
+
+/* engine.http(path, client) -> status, json: the fleet's JSON from the
+ * engine's in-memory snapshot (lua/oops/web.lua), the client's address for
+ * its rate limits. It never waits on the database. */
+static void web_api(server_state *d, const http_incoming *in, http_response *out)
 {
     lua_State *L = runtime_state(d->ctx.rt);
     if (!d->ctx.rt || !engine_fn(d, "http")) {
         http_text(out, 503, "no engine\n");
         return;
     }
-    lua_pushstring(L, path);
-    if (runtime_call(L, 1, 2, "engine.http", NULL, 0) != 0) {
+    char peer[64];
+    lua_pushstring(L, in->path);
+    if (http_incoming_peer_addr(in, peer, sizeof peer) == 0)
+        lua_pushstring(L, peer);
+    else
+        lua_pushnil(L);
+    if (runtime_call(L, 2, 2, "engine.http", NULL, 0) != 0) {
         http_text(out, 500, "internal error (logged)\n");
         return;
     }
@@ -729,6 +737,8 @@ static void web_api(server_state *d, const char *path, http_response *out)
     }
     lua_pop(L, 2);
     out->content_type = "application/json";
+    if (out->status == 429)
+        out->headers = RETRY_AFTER;
 }
 
 static void count_host(void *ud, const char *name, const char *value)
@@ -786,7 +796,7 @@ static void on_http(void *ud, const http_incoming *in, http_response *out)
     } else if (strcmp(path, "/status") == 0) {
         status(d, out);
     } else if (strncmp(path, "/api/", 5) == 0) {
-        web_api(d, path, out);
+        web_api(d, in, out);
     } else {
         const web_asset *a = web_asset_find(path);
         if (!a)
