@@ -49,9 +49,12 @@ typedef struct server_state {
     int exit_code;
     char name_lock[96];
     char pub_health[160], pub_hash[40]; /* what the last heartbeat published */
-    char *http_token;     /* --http-token-file's token (web_token_free), NULL: no token asked */
-    web_hosts http_hosts; /* what a request's Host may name (web_host_allowed) */
-    uint64_t http_host_refused; /* requests answered 421 for their Host */
+    char *http_token; /* --http-token-file's token (web_token_free), NULL: no token asked */
+
+    /* What a request's Host may name (web_host_allowed), and how many
+     * requests were refused for theirs (421, 400). */
+    web_hosts http_hosts;
+    uint64_t http_host_refused;
     /* The database's schema is older than this oopsd's and this account may
      * not migrate it: nothing is driven until `oopsctl migrate` (schema_poll). */
     bool schema_waiting;

@@ -7,14 +7,16 @@
 #define OOPS_DAEMON_H
 
 typedef struct daemon_options {
-    const char *db_url;            /* NULL = $OOPS_DB */
-    const char *name;              /* server name (required) */
-    const char *policies;          /* policy directory */
-    const char *listen;            /* HTTP address, default 127.0.0.1:7070; "off" disables */
-    unsigned drain_ms;             /* bounded wait for in-flight steps at shutdown */
-    unsigned db_connections;       /* the work connections tasks share (0 = 4) */
-    const char *http_token_file;   /* NULL: no token; required when listen is not loopback */
-    const char *const *http_hosts; /* --http-host names the Host header may carry (web.h) */
+    const char *db_url;          /* NULL = $OOPS_DB */
+    const char *name;            /* server name (required) */
+    const char *policies;        /* policy directory */
+    const char *listen;          /* HTTP address, default 127.0.0.1:7070; "off" disables */
+    unsigned drain_ms;           /* bounded wait for in-flight steps at shutdown */
+    unsigned db_connections;     /* the work connections tasks share (0 = 4) */
+    const char *http_token_file; /* NULL: no token; required when listen is not loopback */
+
+    /* --http-host: names the Host header may carry (web.h), n of them */
+    const char *const *http_hosts;
     unsigned n_http_hosts;
 } daemon_options;
 
