@@ -42,8 +42,8 @@ static void check_canon(const char *in, web_host_kind k, const char *h)
         char c = h[i];
         if (c >= 'A' && c <= 'Z')
             FAIL("upper case in canonical \"%s\"", h);
-        if (k == WEB_HOST_NAME && !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                                    c == '.' || c == '-'))
+        if (k == WEB_HOST_NAME &&
+            !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-'))
             FAIL("name \"%s\" holds '%c'", h, c);
     }
     if (k == WEB_HOST_IPV4 && inet_pton(AF_INET, h, bin) != 1)
