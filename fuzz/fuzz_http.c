@@ -10,9 +10,12 @@
  * incomplete request just waits); then the connection is reset and the
  * loop runs once more so the server drops it.
  *
- * Asserted: the handler sees a method and a path, a body no longer than
- * the limit, NUL-terminated at body_len, and headers whose names and
- * values are strings; whatever comes back starts with "HTTP/1." and a
+ * Asserted: the handler sees a method, an HTTP/1.x version and a path, a
+ * body no longer than the limit, NUL-terminated at body_len, headers whose
+ * names and values are strings, and the connection's addresses
+ * (127.0.0.1 both); the daemon's Host check (web_host_allowed, src/web.c)
+ * never accepts a Host header web_host_parse refuses; whatever comes back
+ * starts with "HTTP/1." and a
  * three-digit status. ASan/UBSan watch http_server.c (libmicrohttpd itself
  * is the system's library: not instrumented, so its parsing gives no
  * coverage; its memory errors on heap blocks are still caught).
@@ -32,12 +35,14 @@
 
 #include "fuzz_common.h"
 #include "http_server.h"
+#include "web.h"
 
 #define MAX_BODY 1024
 #define IDLE_ROUNDS 4
 #define MAX_ROUNDS 2000
 
 static uv_loop_t loop;
+static web_hosts hosts; /* as the daemon's: --listen 127.0.0.1, one --http-host */
 static http_server *serve_srv, *get_srv;
 static int serve_port, get_port;
 static int closed_by_handler;
@@ -89,6 +94,16 @@ static void on_serve(void *ud, const http_incoming *in, http_response *out)
     const char *again = http_incoming_header(in, "HOST");
     if (!host != !again)
         fuzz_fail(cur_data, cur_size, "header lookup depends on the name's case");
+    /* The daemon's Host check (src/web.c) on what libmicrohttpd hands over. */
+    char local[64], peer[64], canon[WEB_HOST_NAME_MAX + 1];
+    if (http_incoming_local_addr(in, local, sizeof local) != 0 || strcmp(local, "127.0.0.1") != 0 ||
+        http_incoming_peer_addr(in, peer, sizeof peer) != 0 || strcmp(peer, "127.0.0.1") != 0)
+        fuzz_fail(cur_data, cur_size, "connection addresses unknown or not 127.0.0.1");
+    if (!in->version || strncmp(in->version, "HTTP/1.", 7) != 0)
+        fuzz_fail(cur_data, cur_size, "handler without an HTTP/1.x version");
+    bool allowed = web_host_allowed(&hosts, host, local);
+    if (host && allowed && web_host_parse(host, canon, sizeof canon) == WEB_HOST_BAD)
+        fuzz_fail(cur_data, cur_size, "a malformed Host is allowed");
     answer(in->path, out, serve_srv);
 }
 
@@ -162,6 +177,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         started = 1;
         signal(SIGPIPE, SIG_IGN); /* as the daemon does */
         uv_loop_init(&loop);
+        char err[256];
+        web_hosts_listen(&hosts, "127.0.0.1:0");
+        if (web_hosts_add(&hosts, "oops.example", err, sizeof err) != 0)
+            abort();
     }
     start_servers();
     cur_data = data;

@@ -35,17 +35,26 @@ int ctl_parse_flags(int argc, char *const *argv, ctl_flag *flags, size_t nflags,
         /* "--name=value" or "--name" [value] */
         const char *eq = strncmp(w, "--", 2) == 0 ? strchr(w, '=') : NULL;
         size_t nlen = eq ? (size_t)(eq - w) : strlen(w);
+        /* The first entry of that name not given yet: a name listed N times
+         * may be given N times (a repeatable flag). */
         ctl_flag *f = NULL;
-        for (size_t k = 0; k < nflags && !f; k++)
-            if (strlen(flags[k].name) == nlen && strncmp(flags[k].name, w, nlen) == 0)
-                f = &flags[k];
+        size_t slots = 0;
+        for (size_t k = 0; k < nflags; k++)
+            if (strlen(flags[k].name) == nlen && strncmp(flags[k].name, w, nlen) == 0) {
+                slots++;
+                if (!f || (f->given && !flags[k].given))
+                    f = &flags[k];
+            }
         if (!f) {
             QUOTE(q, w);
             snprintf(err, errlen, "unknown option %s", q);
             return -1;
         }
         if (f->given) {
-            snprintf(err, errlen, "%s is given more than once", f->name);
+            if (slots > 1)
+                snprintf(err, errlen, "%s is given more than %zu times", f->name, slots);
+            else
+                snprintf(err, errlen, "%s is given more than once", f->name);
             return -1;
         }
         const char *value = NULL;

@@ -35,7 +35,9 @@ typedef struct ctl_flag {
  * does not start with "-" is a positional, collected in order into pos (at
  * most maxpos; one more is `unexpected argument "X"`); "--" makes every
  * later word positional. Refused: an unknown flag (exact names only, no
- * abbreviations), a flag given twice, a missing or empty value, a value
+ * abbreviations), a flag given twice (a name listed N times in flags may be
+ * given N times: each use fills the first of its entries not given yet, in
+ * order; the N+1st is refused), a missing or empty value, a value
  * given to a flag that takes none. With stop_at_positional the parse ends at
  * the first positional, which is not consumed: *used is its index (argc when
  * there is none) — for the global flags before a command.

@@ -52,6 +52,11 @@ typedef struct server_state {
     char name_lock[96];
     char pub_health[160], pub_hash[40]; /* what the last heartbeat published */
     char *http_token; /* --http-token-file's token (web_token_free), NULL: no token asked */
+
+    /* What a request's Host may name (web_host_allowed), and how many
+     * requests were refused for theirs (421, 400). */
+    web_hosts http_hosts;
+    uint64_t http_host_refused;
     /* The database's schema is older than this oopsd's and this account may
      * not migrate it: nothing is driven until `oopsctl migrate` (schema_poll). */
     bool schema_waiting;
@@ -620,6 +625,7 @@ static void prom_metrics(server_state *d, http_response *out)
     metrics_set(m, "oops_http_connections_total", "result=\"evicted\"", (double)hs.evicted);
     metrics_set(m, "oops_http_connections_total", "result=\"refused\"", (double)hs.refused);
     metrics_set(m, "oops_http_connections_total", "result=\"timed_out\"", (double)hs.timed_out);
+    metrics_set(m, "oops_http_host_refused_total", "", (double)d->http_host_refused);
     buf b = {0};
     metrics_render(m, &b);
     out->status = 200;
@@ -677,8 +683,10 @@ static void status(server_state *d, http_response *out)
     out->body = buf_take(&b);
 }
 
-/* Headers of the fleet page and its JSON: never cached (it is live, and may
- * sit behind a token), never framed, no script or style but our own. */
+/* Headers of every response (http_serve_options.headers: the listener's own
+ * 405/413/503 too): never cached (it is live, and may sit behind a token),
+ * never sniffed as another type, never framed, no script or style but our
+ * own. */
 static const char *const PAGE_HEADERS[] = {
     "Cache-Control",
     "no-store",
@@ -692,8 +700,7 @@ static const char *const PAGE_HEADERS[] = {
     NULL,
 };
 static const char *const ALLOW_GET[] = {"Allow", "GET", NULL};
-static const char *const AUTH_HEADERS[] = {"WWW-Authenticate", "Bearer realm=\"oopsd\"",
-                                           "Cache-Control", "no-store", NULL};
+static const char *const AUTH_HEADERS[] = {"WWW-Authenticate", "Bearer realm=\"oopsd\"", NULL};
 
 static void http_text(http_response *out, int status, const char *text)
 {
@@ -702,17 +709,25 @@ static void http_text(http_response *out, int status, const char *text)
     out->len = out->body ? strlen(text) : 0;
 }
 
-/* engine.http(path) -> status, json: the fleet's JSON from the engine's
- * in-memory snapshot (lua/oops/web.lua). It never waits on the database. */
-static void web_api(server_state *d, const char *path, http_response *out)
+static const char *const RETRY_AFTER[] = {"Retry-After", "1", NULL};
+
+/* engine.http(path, client) -> status, json: the fleet's JSON from the
+ * engine's in-memory snapshot (lua/oops/web.lua), the client's address for
+ * its rate limits. It never waits on the database. */
+static void web_api(server_state *d, const http_incoming *in, http_response *out)
 {
     lua_State *L = runtime_state(d->ctx.rt);
     if (!d->ctx.rt || !engine_fn(d, "http")) {
         http_text(out, 503, "no engine\n");
         return;
     }
-    lua_pushstring(L, path);
-    if (runtime_call(L, 1, 2, "engine.http", NULL, 0) != 0) {
+    char peer[64];
+    lua_pushstring(L, in->path);
+    if (http_incoming_peer_addr(in, peer, sizeof peer) == 0)
+        lua_pushstring(L, peer);
+    else
+        lua_pushnil(L);
+    if (runtime_call(L, 2, 2, "engine.http", NULL, 0) != 0) {
         http_text(out, 500, "internal error (logged)\n");
         return;
     }
@@ -727,13 +742,46 @@ static void web_api(server_state *d, const char *path, http_response *out)
     }
     lua_pop(L, 2);
     out->content_type = "application/json";
-    out->headers = PAGE_HEADERS;
+    if (out->status == 429)
+        out->headers = RETRY_AFTER;
+}
+
+static void count_host(void *ud, const char *name, const char *value)
+{
+    (void)value;
+    if (strcasecmp(name, "Host") == 0)
+        ++*(int *)ud;
+}
+
+/* 0 when the request's Host is one this server answers for (web.h: DNS
+ * rebinding), else the status to answer: 421, or 400 for an HTTP/1.1
+ * request without one (RFC 9112 3.2; HTTP/1.0 may omit it). A repeated Host
+ * header is refused: which one a proxy reads is unknown. */
+static int host_check(server_state *d, const http_incoming *in)
+{
+    int n = 0;
+    http_incoming_headers(in, count_host, &n);
+    const char *host = http_incoming_header(in, "Host");
+    if (!host && strcmp(in->version, "HTTP/1.0") != 0)
+        return 400;
+    char local[64];
+    bool known = http_incoming_local_addr(in, local, sizeof local) == 0;
+    return n <= 1 && web_host_allowed(&d->http_hosts, host, known ? local : NULL) ? 0 : 421;
 }
 
 static void on_http(void *ud, const http_incoming *in, http_response *out)
 {
     server_state *d = ud;
     const char *path = in->path;
+    int refused = host_check(d, in); /* every request, /healthz too: probes send the address */
+    if (refused) {
+        d->http_host_refused++;
+        http_text(out, refused,
+                  refused == 400 ? "400 Bad Request: an HTTP/1.1 request needs a Host header\n"
+                                 : "421 Misdirected Request: this oopsd does not answer for that "
+                                   "Host (a name of its own is added with --http-host NAME)\n");
+        return;
+    }
     if (strcmp(in->method, "GET") != 0) { /* read-only, every path */
         out->status = 405;
         out->headers = ALLOW_GET;
@@ -753,7 +801,7 @@ static void on_http(void *ud, const http_incoming *in, http_response *out)
     } else if (strcmp(path, "/status") == 0) {
         status(d, out);
     } else if (strncmp(path, "/api/", 5) == 0) {
-        web_api(d, path, out);
+        web_api(d, in, out);
     } else {
         const web_asset *a = web_asset_find(path);
         if (!a)
@@ -767,7 +815,6 @@ static void on_http(void *ud, const http_incoming *in, http_response *out)
         out->len = a->len;
         out->status = 200;
         out->content_type = a->content_type;
-        out->headers = PAGE_HEADERS;
     }
 }
 
@@ -833,6 +880,10 @@ static void describe_metrics(metrics *m)
         "HTTP connections by what the limits did: accepted, evicted (closed at the cap to make "
         "room), "
         "refused (closed at once, the cap full of requests), timed_out (a deadline passed)");
+    metrics_describe(m, "oops_http_host_refused_total", METRIC_COUNTER,
+                     "HTTP requests refused for their Host header: 421, not one this server "
+                     "answers for (DNS rebinding; --http-host adds names), or 400, none in an "
+                     "HTTP/1.1 request");
     metrics_describe(m, "oops_build_info", METRIC_GAUGE,
                      "1, labelled with this oopsd's version and commit (git describe)");
     const char *const build_labels[] = {"version", OOPS_VERSION, "commit", OOPS_COMMIT, NULL};
@@ -1017,6 +1068,39 @@ static void process_done(void)
     mysql_library_end();
 }
 
+/* --listen, --http-host, --http-token-file: checked (and the token read)
+ * before anything else is done. 0, or -1 after printing why. */
+static int http_flags(server_state *d)
+{
+    char err[1024];
+    if (strcmp(d->o.listen, "off") != 0 && http_listen_check(d->o.listen, err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        return -1;
+    }
+    if (!web_listen_is_loopback(d->o.listen) && !d->o.http_token_file) {
+        fprintf(
+            stderr,
+            "oopsd: --listen %s is not a loopback address: the fleet page and its data would be "
+            "open to the network; give --http-token-file FILE (a bearer token every request "
+            "but /healthz must carry) and put oopsd behind a reverse proxy (README \"The "
+            "fleet page\")\n",
+            d->o.listen);
+        return -1;
+    }
+    web_hosts_listen(&d->http_hosts, d->o.listen);
+    for (unsigned i = 0; i < d->o.n_http_hosts; i++)
+        if (web_hosts_add(&d->http_hosts, d->o.http_hosts[i], err, sizeof err) != 0) {
+            fprintf(stderr, "oopsd: %s\n", err);
+            return -1;
+        }
+    if (d->o.http_token_file &&
+        web_token_read(d->o.http_token_file, &d->http_token, err, sizeof err) != 0) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 int daemon_run(const daemon_options *o)
 {
     server_state *d = calloc(1, sizeof *d);
@@ -1047,26 +1131,8 @@ int daemon_run(const daemon_options *o)
         rc = OOPSD_BAD_INPUT;
         goto out;
     }
-    if (strcmp(d->o.listen, "off") != 0 && http_listen_check(d->o.listen, err, sizeof err) != 0) {
-        fprintf(stderr, "oopsd: %s\n", err); /* bad input, whether or not the database is up */
-        rc = OOPSD_BAD_INPUT;
-        goto out;
-    }
-    if (!web_listen_is_loopback(d->o.listen) && !d->o.http_token_file) {
-        fprintf(
-            stderr,
-            "oopsd: --listen %s is not a loopback address: the fleet page and its data would be "
-            "open to the network; give --http-token-file FILE (a bearer token every request "
-            "but /healthz must carry) and put oopsd behind a reverse proxy (README \"The "
-            "fleet page\")\n",
-            d->o.listen);
-        rc = OOPSD_BAD_INPUT;
-        goto out;
-    }
-    if (d->o.http_token_file &&
-        web_token_read(d->o.http_token_file, &d->http_token, err, sizeof err) != 0) {
-        fprintf(stderr, "oopsd: %s\n", err);
-        rc = OOPSD_BAD_INPUT;
+    if (http_flags(d) != 0) {
+        rc = OOPSD_BAD_INPUT; /* bad input, whether or not the database is up */
         goto out;
     }
     d->ctx.have_db = true;
@@ -1087,7 +1153,8 @@ int daemon_run(const daemon_options *o)
     if (strcmp(d->o.listen, "off") != 0) {
         /* Every method reaches on_http (it answers 405 but to GET) so that it
          * sees the Authorization header; a request has no business with a body. */
-        http_serve_options so = {.handler = on_http, .ud = d, .max_body = 4096};
+        http_serve_options so = {
+            .handler = on_http, .ud = d, .max_body = 4096, .headers = PAGE_HEADERS};
         d->http = http_server_serve(&d->loop, d->o.listen, &so, err, sizeof err);
         if (!d->http) {
             fprintf(stderr, "oopsd: %s\n", err);

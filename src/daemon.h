@@ -15,6 +15,10 @@ typedef struct daemon_options {
     unsigned db_connections;     /* the work connections tasks share (0 = 4) */
     const char *http_token_file; /* NULL: no token; required when listen is not loopback */
     const char *run_as;          /* NULL: children run as oopsd; else every child as this user */
+
+    /* --http-host: names the Host header may carry (web.h), n of them */
+    const char *const *http_hosts;
+    unsigned n_http_hosts;
 } daemon_options;
 
 /* Exit codes of oopsd. */

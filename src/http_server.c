@@ -65,6 +65,7 @@ struct http_server {
     void *get_ud;
     bool get_only; /* non-GET: 405, body dropped, handler not called */
     size_t max_body;
+    const char *const *headers; /* http_serve_options.headers: on every response */
     int port;
     bool in_run;                   /* MHD_run is on the stack: stopping MHD must wait */
     bool closing;                  /* http_server_close was called */
@@ -203,7 +204,17 @@ static unsigned int final_status(http_response *out)
     return (unsigned int)out->status;
 }
 
-static enum MHD_Result send_response(struct MHD_Connection *conn, http_response *out)
+/* The server's own headers (http_serve_options.headers), then `more`. */
+static void add_headers(const http_server *s, struct MHD_Response *r, const char *const *more)
+{
+    for (const char *const *h = s->headers; h && h[0] && h[1]; h += 2)
+        MHD_add_response_header(r, h[0], h[1]);
+    for (const char *const *h = more; h && h[0] && h[1]; h += 2)
+        MHD_add_response_header(r, h[0], h[1]);
+}
+
+static enum MHD_Result send_response(const http_server *s, struct MHD_Connection *conn,
+                                     http_response *out)
 {
     unsigned int status = final_status(out);
     bool has_body = out->body && out->len > 0;
@@ -215,15 +226,14 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, http_response 
     if (has_body)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 out->content_type ? out->content_type : HTTP_DEFAULT_CONTENT_TYPE);
-    for (const char *const *h = out->headers; h && h[0] && h[1]; h += 2)
-        MHD_add_response_header(r, h[0], h[1]);
+    add_headers(s, r, out->headers);
     ok = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r); /* the queued connection holds its own ref */
     return ok;
 }
 
-static enum MHD_Result send_empty(struct MHD_Connection *conn, unsigned int status,
-                                  const char *allow)
+static enum MHD_Result send_empty(const http_server *s, struct MHD_Connection *conn,
+                                  unsigned int status, const char *allow)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     enum MHD_Result ok;
@@ -232,6 +242,7 @@ static enum MHD_Result send_empty(struct MHD_Connection *conn, unsigned int stat
         return MHD_NO;
     if (allow)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    add_headers(s, r, NULL);
     ok = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r);
     return ok;
@@ -433,7 +444,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     http_response out = {0};
     http_incoming in;
 
-    (void)version;
     if (!rs) { /* headers seen */
         http_conn *c = conn_of(conn);
         if (c) { /* the request must now be read and answered */
@@ -446,7 +456,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *req_ptr = rs;
         if (!s->get_only && !s->closing && declared_too_large(conn, s->max_body)) {
             rs->too_large = true;
-            return send_empty(conn, 413u, NULL);
+            return send_empty(s, conn, 413u, NULL);
         }
         return MHD_YES;
     }
@@ -456,18 +466,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return take_chunk(s, rs, upload_data, n) == 0 ? MHD_YES : MHD_NO;
     }
     if (s->closing) /* closed from a handler earlier in this MHD_run */
-        return send_empty(conn, MHD_HTTP_SERVICE_UNAVAILABLE, NULL);
+        return send_empty(s, conn, MHD_HTTP_SERVICE_UNAVAILABLE, NULL);
     if (s->get_only && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
-        return send_empty(conn, MHD_HTTP_METHOD_NOT_ALLOWED, MHD_HTTP_METHOD_GET);
+        return send_empty(s, conn, MHD_HTTP_METHOD_NOT_ALLOWED, MHD_HTTP_METHOD_GET);
     if (rs->too_large)
-        return send_empty(conn, 413u, NULL);
+        return send_empty(s, conn, 413u, NULL);
     in.method = method;
+    in.version = version ? version : "";
     in.path = url;
     in.body = rs->body.p ? rs->body.p : "";
     in.body_len = rs->body.len;
     in.conn = conn;
     s->handler(s->ud, &in, &out);
-    return send_response(conn, &out);
+    return send_response(s, conn, &out);
 }
 
 /* Every request ends here (answered, aborted, or the server stopping). */
@@ -508,6 +519,50 @@ static enum MHD_Result each_header(void *cls, enum MHD_ValueKind kind, const cha
     if (w->fn && key)
         w->fn(w->ud, key, value ? value : "");
     return MHD_YES;
+}
+
+/* inet_ntop of an IPv4 or IPv6 socket address into out; 0 or -1 (out ""). */
+static int addr_text(const struct sockaddr *sa, char *out, size_t len)
+{
+    const void *a = NULL;
+
+    if (len > 0)
+        out[0] = '\0';
+    if (sa && sa->sa_family == AF_INET)
+        a = &((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+    else if (sa && sa->sa_family == AF_INET6)
+        a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+    if (!a || !inet_ntop(sa->sa_family, a, out, (socklen_t)len)) {
+        if (len > 0)
+            out[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+int http_incoming_peer_addr(const http_incoming *in, char *out, size_t len)
+{
+    const union MHD_ConnectionInfo *i =
+        in && in->conn ? MHD_get_connection_info(in->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS)
+                       : NULL;
+
+    return addr_text(i ? i->client_addr : NULL, out, len);
+}
+
+int http_incoming_local_addr(const http_incoming *in, char *out, size_t len)
+{
+    const union MHD_ConnectionInfo *i =
+        in && in->conn ? MHD_get_connection_info(in->conn, MHD_CONNECTION_INFO_CONNECTION_FD)
+                       : NULL;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+
+    if (!i || getsockname(i->connect_fd, (struct sockaddr *)&ss, &sl) != 0) {
+        if (len > 0)
+            out[0] = '\0';
+        return -1;
+    }
+    return addr_text((const struct sockaddr *)&ss, out, len);
 }
 
 int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud)
@@ -718,6 +773,7 @@ http_server *http_server_serve(uv_loop_t *loop, const char *where, const http_se
     s->handler = o->handler;
     s->ud = o->ud;
     s->max_body = o->max_body != 0 ? o->max_body : HTTP_DEFAULT_MAX_BODY;
+    s->headers = o->headers;
     return start(s, loop, where, err, errlen);
 }
 

@@ -87,6 +87,7 @@ typedef struct http_server http_server;
 struct MHD_Connection;
 typedef struct http_incoming {
     const char *method;          /* "GET", "POST", "PUT", ... as sent */
+    const char *version;         /* "HTTP/1.1", "HTTP/1.0" */
     const char *path;            /* percent-decoded, without the query string */
     const char *body;            /* the whole body, NUL-terminated; "" when none */
     size_t body_len;             /* bytes of body (it may hold NUL bytes) */
@@ -102,6 +103,13 @@ const char *http_incoming_header(const http_incoming *in, const char *name);
 typedef void (*http_header_fn)(void *ud, const char *name, const char *value);
 int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud);
 
+/* The connection's addresses as text, as inet_ntop writes them ("127.0.0.1",
+ * "::1": IPv6 without brackets): the client's (peer) and the one it
+ * connected to (local: with a wildcard listener, the address dialled).
+ * 0, or -1 with out "" when unknown. */
+int http_incoming_peer_addr(const http_incoming *in, char *out, size_t len);
+int http_incoming_local_addr(const http_incoming *in, char *out, size_t len);
+
 /* Called on the loop thread for every complete request; fill *out (same
  * contract as http_handler: must not block, may close its own server;
  * out->content_type must stay valid until the handler returns and the
@@ -114,11 +122,16 @@ typedef void (*http_serve_handler)(void *ud, const http_incoming *in, http_respo
 typedef struct http_serve_options {
     http_serve_handler handler; /* required; borrowed like ud */
     void *ud;
-    size_t max_body; /* bytes; 0 = HTTP_DEFAULT_MAX_BODY. A longer
-                        body is answered 413 without calling the
-                        handler (at once when Content-Length says
-                        so, then the connection is closed; after
-                        reading and dropping it when chunked) */
+    size_t max_body;            /* bytes; 0 = HTTP_DEFAULT_MAX_BODY. A longer
+                                   body is answered 413 without calling the
+                                   handler (at once when Content-Length says
+                                   so, then the connection is closed; after
+                                   reading and dropping it when chunked) */
+    const char *const *headers; /* NULL, or static "Name", "value" pairs ended
+                                   by NULL: added to every response this
+                                   server sends, its own 405/413/503 included
+                                   (not libmicrohttpd's own 400/431 answers),
+                                   before the handler's http_response.headers */
 } http_serve_options;
 
 /* Starts listening on `listen` ("IPV4:PORT", "[IPV6]:PORT" or

@@ -1,7 +1,7 @@
 /*
  * oopsd — the scheduler engine. Every backend server runs one:
  *   oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--http-token-file FILE]
- *         [--run-as USER]
+ *         [--http-host NAME]... [--run-as USER]
  *   oopsd --check --policies DIR        validate the policies and exit (like nginx -t)
  *   oopsd lua SCRIPT [ARGS...]          run a Lua script with the oops module
  *   oopsd --version                     "oopsd VERSION (commit GIT-DESCRIBE)"
@@ -16,11 +16,13 @@
 #include "db.h"
 #include "log.h"
 #include "oops_version.h"
+#include "web.h"
 
 static void usage(FILE *f)
 {
     fputs("usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] "
-          "[--http-token-file FILE] [--run-as USER] [--drain MS] [--db-connections N] "
+          "[--http-token-file FILE] [--http-host NAME]... [--run-as USER] [--drain MS] "
+          "[--db-connections N] "
           "[--log-level L]\n"
           "       oopsd --check --policies DIR\n"
           "       oopsd lua SCRIPT [ARGS...]\n"
@@ -38,6 +40,9 @@ static void usage(FILE *f)
           "  --http-token-file FILE  a bearer token (one line, 16 to 4096 characters) every "
           "request\n"
           "                  but /healthz must carry; required when ADDR is not loopback\n"
+          "  --http-host NAME  a host name (or IP address) requests may name in their Host\n"
+          "                  header besides localhost, loopback addresses and ADDR; up to 16\n"
+          "                  times (others are answered 421: DNS rebinding)\n"
           "  --run-as USER   run every command (build, deploy, health, restart, notify) as USER,\n"
           "                  who cannot read oopsd's credentials; needs CAP_SETUID, CAP_SETGID\n"
           "                  and CAP_KILL (the systemd unit grants them)\n"
@@ -47,7 +52,9 @@ static void usage(FILE *f)
           "session\n"
           "                  is one more)\n"
           "  --check         load and validate the policies, print ok or every error, exit 0 or 1\n"
-          "Each flag may be given once; --flag=value and --flag value are the same.\n"
+          "Each flag may be given once (--http-host up to 16 times); --flag=value and --flag "
+          "value\n"
+          "are the same.\n"
           "exit codes: 0 ok, 1 bad input or broken policy, 2 database unreachable or unfit\n",
           f);
 }
@@ -69,9 +76,11 @@ int main(int argc, char **argv)
         F_HTTP_TOKEN_FILE,
         F_RUN_AS,
         F_HELP,
-        F_VERSION
+        F_VERSION,
+        F_HTTP_HOST, /* WEB_HOSTS_MAX entries from here: a repeatable flag (ctl_args.h) */
+        F__COUNT = F_HTTP_HOST + WEB_HOSTS_MAX
     };
-    ctl_flag f[] = {
+    ctl_flag f[F__COUNT] = {
         [F_DB] = {"--db", true, false, NULL},
         [F_NAME] = {"--name", true, false, NULL},
         [F_POLICIES] = {"--policies", true, false, NULL},
@@ -85,6 +94,8 @@ int main(int argc, char **argv)
         [F_HELP] = {"--help", false, false, NULL},
         [F_VERSION] = {"--version", false, false, NULL},
     };
+    for (int i = F_HTTP_HOST; i < F__COUNT; i++)
+        f[i] = (ctl_flag){"--http-host", true, false, NULL};
     char err[1024];
     int rc = ctl_parse_flags(argc - 1, argv + 1, f, sizeof f / sizeof f[0], false, NULL, 0, NULL,
                              NULL, err, sizeof err);
@@ -113,6 +124,10 @@ int main(int argc, char **argv)
     o.listen = f[F_LISTEN].value;
     o.http_token_file = f[F_HTTP_TOKEN_FILE].value;
     o.run_as = f[F_RUN_AS].value;
+    const char *http_hosts[WEB_HOSTS_MAX];
+    o.http_hosts = http_hosts;
+    for (int i = F_HTTP_HOST; i < F__COUNT && f[i].given; i++)
+        http_hosts[o.n_http_hosts++] = f[i].value;
     if (f[F_LOG_LEVEL].given) {
         if (log_level_parse(f[F_LOG_LEVEL].value) < 0) {
             char q[300];

@@ -43,7 +43,9 @@ size_t web_assets_bytes(void);
  * naming the file and what is wrong with it — never its content. */
 int web_token_read(const char *path, char **out, char *err, size_t errlen);
 
-/* Zeroes then frees a token (NULL is fine). */
+/* Zeroes then frees a token web_token_read gave (NULL is fine): the whole
+ * buffer it allocated, not only up to a terminator. Nothing else may be
+ * passed to it. */
 void web_token_free(char *token);
 
 /* Does the Authorization header value `header` (may be NULL) carry
@@ -55,5 +57,70 @@ bool web_bearer_ok(const char *header, const char *token);
 /* Is `listen` (a --listen value) a loopback address: "localhost:PORT",
  * 127.0.0.0/8 or [::1]? "off" is loopback too (nothing listens). */
 bool web_listen_is_loopback(const char *listen);
+
+/* ---- the Host header: DNS rebinding -----------------------------------
+ *
+ * A web page the operator visits could otherwise read the fleet's JSON (and
+ * commands' output) from a loopback oopsd by pointing a name it controls at
+ * 127.0.0.1: the browser then calls that the page's own origin. Its requests
+ * carry that name in Host, so every request's Host must be one this server
+ * answers for:
+ *   - localhost, any 127.0.0.0/8 address, [::1];
+ *   - the --listen address (an IP literal or localhost; a wildcard 0.0.0.0
+ *     or [::] is none);
+ *   - the address the client connected to (the connection's local address:
+ *     a probe of a server listening on a wildcard names the address it
+ *     dialled);
+ *   - a name given with --http-host (a DNS name or an IP literal).
+ * Any port (a proxy or a port mapping may change it). Names are compared in
+ * ASCII lower case, byte for byte otherwise (no trailing-dot folding); IP
+ * literals by their value ([::0:1] is [::1]). A request without a Host
+ * header (header NULL) is accepted here: a browser always sends one, which
+ * a script cannot change or remove, so a request without one never comes
+ * from a rebinding page. (The daemon answers such an HTTP/1.1 request 400,
+ * as RFC 9112 says; an HTTP/1.0 one, a minimal probe's, is answered.)
+ * Everything else is refused: a malformed or over-long value, an IPv6 zone,
+ * a name nobody listed. */
+
+#define WEB_HOSTS_MAX 16        /* --http-host names, at most */
+#define WEB_HOST_NAME_MAX 253   /* characters of a DNS name */
+#define WEB_HOST_HEADER_MAX 300 /* a longer Host header is refused unread */
+
+typedef struct web_hosts {
+    size_t n;
+    bool listen_added; /* name[] holds the --listen host too (one slot kept for it) */
+    /* canonical: names in lower case, IP literals as inet_ntop writes them
+     * (IPv6 without brackets); the --listen host and the --http-host names */
+    char name[WEB_HOSTS_MAX + 1][WEB_HOST_NAME_MAX + 1];
+} web_hosts;
+
+typedef enum web_host_kind {
+    WEB_HOST_BAD = -1, /* none of these: refused */
+    WEB_HOST_NAME,     /* a DNS name: labels of letters, digits, '-' (not first or last),
+                          1 to 63 characters each, 253 in all, the last not all digits */
+    WEB_HOST_IPV4,     /* dotted quad */
+    WEB_HOST_IPV6,     /* in brackets */
+} web_host_kind;
+
+/* Splits a Host header value "host[:port]" (port: 1 to 5 digits, at most
+ * 65535) and writes the host's canonical form into out (at least
+ * WEB_HOST_NAME_MAX + 1 bytes). Returns its kind; WEB_HOST_BAD (out "")
+ * for anything else, or for a value over WEB_HOST_HEADER_MAX bytes. */
+web_host_kind web_host_parse(const char *value, char *out, size_t outlen);
+
+/* Adds a --http-host value (a DNS name, a dotted quad or an [IPv6] literal,
+ * no port) to h. 0, or -1 with a one-line message in err naming the flag
+ * and the value (quoted, escaped): malformed, or more than WEB_HOSTS_MAX. */
+int web_hosts_add(web_hosts *h, const char *name, char *err, size_t errlen);
+
+/* Adds the host of a --listen value ("IPV4:PORT", "[IPV6]:PORT",
+ * "localhost:PORT"; already checked by http_listen_check) unless it is a
+ * wildcard (0.0.0.0, [::]) or "off". Never fails: h has a slot kept for it. */
+void web_hosts_listen(web_hosts *h, const char *listen);
+
+/* May a request whose Host header is `header` (NULL: it sent none), on a
+ * connection whose local address is `local` (inet_ntop text, IPv6 without
+ * brackets; NULL when unknown), be answered? See above. */
+bool web_host_allowed(const web_hosts *h, const char *header, const char *local);
 
 #endif

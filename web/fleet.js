@@ -11,7 +11,7 @@
     DEPLOYING: [1, "active"], ROLLING_OUT: [2, "active"], SUCCEEDED: [3, "done"],
   };
   const STEP_OF = { INITIALIZED: 0, RUNNING: 0, BUILD_SUCCEEDED: 1, DEPLOYING: 1, ROLLING_OUT: 2 };
-  let fleet = null, fetchedAt = 0, openId = null, detailTimer = null, failures = 0;
+  let fleet = null, fetchedAt = 0, openId = null, detailTimer = null, failures = 0, fetchError = "";
 
   function h(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -131,13 +131,23 @@
       " ms per refresh · refreshed every " + (f.refresh_ms / 1000) + " s while this page is open";
   }
 
+  // The data's age is the snapshot's age when served (the server's clock) plus
+  // the time since: a server whose database is down keeps serving its last
+  // snapshot, which must not look live.
   function tickLive() {
     const el = $("live");
     if (!fetchedAt) return;
-    const age = (Date.now() - fetchedAt) / 1000;
-    const stale = failures > 0 || age > 10;
+    const f = fleet;
+    const age = (f.snapshot_age_s || 0) + (Date.now() - fetchedAt) / 1000;
+    const why = failures > 0 ? "oopsd is not answering (" + fetchError + ")"
+      : f.refresh_error ? "reading the fleet failed: " + f.refresh_error
+        : f.refresh_running_s > 5 ? "the database has not answered for " + dur(f.refresh_running_s) : "";
+    const stale = why !== "" || age > Math.max(10, 3 * (f.refresh_ms || 2000) / 1000);
     el.className = "live " + (stale ? "stale" : "ok");
-    el.textContent = (stale ? "stale: " : "live · ") + "updated " + dur(age) + " ago";
+    el.dataset.state = stale ? "stale" : "live";
+    el.textContent = stale ? "stale · data " + dur(age) + " old" + (why ? " · " + why.slice(0, 200) : "")
+      : "live · updated " + dur(age) + " ago";
+    el.title = why || "data age";
   }
 
   async function getJSON(url) {
@@ -161,6 +171,7 @@
       }
     } catch (e) {
       failures++;
+      fetchError = e.message;
       next = Math.min(10000, 1000 * failures);
     }
     tickLive();

@@ -128,8 +128,9 @@ function M.start()
 end
 
 -- The fleet page's JSON (`/api/...`), for the daemon's HTTP handler: memory
--- only, never waits (lua/oops/web.lua). -> status, JSON text
-function M.http(path) return web.http(path) end
+-- only, never waits (lua/oops/web.lua). `client`: the client's address (the
+-- rate limits of pipeline reads). -> status, JSON text
+function M.http(path, client) return web.http(path, client) end
 
 -- SIGTERM: start no new tick; in-flight ticks finish (the daemon waits, bounded).
 function M.stop()

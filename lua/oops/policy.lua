@@ -15,6 +15,7 @@ local duration = require("oops.duration")
 local quantity = require("oops.quantity")
 
 local show = duration.show
+local shown_url = require("oops.url").show
 
 local M = {}
 
@@ -261,7 +262,9 @@ end
 
 local function url(v)
   if type(v) ~= "string" or not v:match("^https?://[^%s]+$") then
-    return nil, show(v) .. ": must be an http:// or https:// URL"
+    -- Never quoted whole: a secret may sit in its userinfo, path or query, and
+    -- the message reaches logs, /healthz and /status (oops.url).
+    return nil, (type(v) == "string" and show(shown_url(v)) or show(v)) .. ": must be an http:// or https:// URL"
   end
   return v
 end

@@ -10,13 +10,26 @@
 --     clock), unfinished pipelines, the RECENT newest pipelines, the last
 --     restart outcomes per scheduled target (one UNION statement), firing
 --     alerts, the outbox backlog per set of routes already done.
+--   * `/api/fleet` says how old its snapshot is (snapshot_age_s, on this
+--     server's clock) and why the last refresh failed (refresh_error), and how
+--     long a refresh has been waiting on the database (refresh_running_s): a
+--     database that is down or frozen shows as a growing age, not as live data.
 --   * A pipeline's detail (events, command output) is read on demand by a task
 --     (at most MAX_FETCHING at once) into a cache of DETAIL_CACHE entries; the
 --     page polls: 202 while it is being read, then the JSON (at most
---     DETAIL_TTL_MS old; an older one is answered and read again).
+--     DETAIL_TTL_MS old; an older one is answered and read again). An id
+--     found in no pipeline is remembered too (MISS_CACHE ids for MISS_TTL_MS),
+--     and new reads are rate-limited per client address and overall (token
+--     buckets: FETCH_RATE/FETCH_BURST per client, at most FETCH_CLIENTS
+--     clients kept, the least recently seen evicted; FETCH_RATE_ALL /
+--     FETCH_BURST_ALL in all): past the rate, a request with nothing cached to
+--     answer gets 429. So a loop over random ids costs a bounded number of
+--     statements. A failing read is logged at most once per FAIL_LOG_MS.
+--     oops_web_fetches_total{result=found|missing|failed|limited} counts them.
 local oops = require("oops")
 local json = require("oops.json")
 local log = require("oops.log")
+local shown_url = require("oops.url").show
 
 local M = {}
 
@@ -31,6 +44,14 @@ M.MAX_ALERTS = 100
 M.DETAIL_CACHE = 16
 M.DETAIL_TTL_MS = 2000
 M.MAX_FETCHING = 4
+M.MISS_CACHE = 256
+M.MISS_TTL_MS = 5000
+M.FETCH_RATE = 2 -- new detail reads per second, per client address
+M.FETCH_BURST = 10
+M.FETCH_RATE_ALL = 5 -- ... and in all
+M.FETCH_BURST_ALL = 20
+M.FETCH_CLIENTS = 256 -- client addresses whose bucket is kept
+M.FAIL_LOG_MS = 60000
 M.EVENTS = 200
 M.LOGS = 20
 M.LOG_BYTES = 8192
@@ -41,9 +62,15 @@ local state = {
   wanted_at = nil, -- oops.now_ms() of the last request
   snapshot = nil,  -- the fleet's JSON text
   error = nil,     -- why the last refresh failed
+  snapshot_at = nil, -- oops.now_ms() when the snapshot was read
+  refresh_started = nil, -- oops.now_ms() when the refresh under way started
   details = {},    -- id -> { at = now_ms, json = text }
+  misses = {},     -- id -> now_ms: no such pipeline (MISS_CACHE at most)
+  nmisses = 0,
   fetching = {},   -- id -> true
   nfetching = 0,
+  limiter = nil,   -- M.limiter(): detail reads per client and overall
+  fail = { logged_at = nil, since = 0 }, -- failed detail reads: last log, how many since
   policy = nil,    -- function returning the running policy (engine.policy)
   stats = { refreshes = 0, statements = 0, last_ms = 0 },
 }
@@ -79,7 +106,11 @@ local SQL = {
   outbox = "SELECT delivered_routes, COUNT(*) AS n,"
     .. " TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS age_us"
     .. " FROM outbox WHERE delivered_at IS NULL GROUP BY delivered_routes LIMIT 100",
-  pipeline = "SELECT " .. PIPELINE_COLUMNS .. ", LEFT(source, 2000) AS source FROM pipeline WHERE id = ?",
+  -- with the name of the live server whose lock session holds the pipeline's lock
+  pipeline = "SELECT " .. PIPELINE_COLUMNS .. ", LEFT(source, 2000) AS source,"
+    .. " (SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(CONCAT(?, pipeline.id))"
+    .. " AND IS_USED_LOCK(CONCAT(?, s.name)) = s.lock_connection_id LIMIT 1) AS owner_name"
+    .. " FROM pipeline WHERE id = ?",
   events = "SELECT id, event_type, from_status, to_status, LEFT(message, 1000) AS message, server,"
     .. " lock_session, created_at FROM pipeline_event WHERE pipeline_id = ? ORDER BY id LIMIT ?",
   logs = "SELECT id, step, server, LEFT(argv, 1000) AS argv, exit_status, result, duration_ms,"
@@ -102,6 +133,12 @@ local function timeouts(pol)
     ROLLING_OUT = pol.rollout.max_ms / 1000 }
 end
 
+-- A pipeline lock held by a session that is no live server's lock session (an
+-- oopsd older than the server table, or one whose row is not written yet).
+function M.unknown_driver(owner)
+  return ("lock session %d, not a live server's"):format(owner)
+end
+
 local function pipeline_row(r, by_conn, limits)
   local owner = num(r.owner)
   return {
@@ -109,7 +146,7 @@ local function pipeline_row(r, by_conn, limits)
     status = r.status, mode = r.deploy_mode, trigger = r.trigger_type, artifact = r.artifact,
     message = r.message, created_at = r.created_at, status_changed_at = r.status_changed_at,
     age_s = (num(r.age_us) or 0) / 1e6, timeout_s = limits[r.status],
-    driver = owner and (by_conn[owner] or ("session " .. owner)) or nil,
+    driver = owner and (by_conn[owner] or M.unknown_driver(owner)) or nil,
     driven_by = r.driven_by, last_from = r.last_from,
   }
 end
@@ -249,7 +286,9 @@ function M.read_fleet(pol)
           oldest = math.max(oldest, (num(g.age_us) or 0) / 1e6)
         end
       end
-      routes[#routes + 1] = { kind = r.kind, where = r.url or (r.argv and r.argv[1]) or r.kind,
+      -- A webhook by its scheme and host only: its userinfo, path or query may hold
+      -- the secret (oops.url).
+      routes[#routes + 1] = { kind = r.kind, where = r.url and shown_url(r.url) or (r.argv and r.argv[1]) or r.kind,
         pending = pending, oldest_s = oldest }
     end
   end
@@ -264,10 +303,12 @@ end
 function M.read_pipeline(id)
   local c = { n = 0 }
   local names = oops.locks.names
-  local rows = exec(c, SQL.pipeline, names.pipeline_prefix, id)
+  local rows = exec(c, SQL.pipeline, names.pipeline_prefix, names.pipeline_prefix, names.server_prefix, id)
   if #rows == 0 then return nil end
   local pol = state.policy and state.policy()
-  local p = pipeline_row(rows[1], {}, timeouts(pol))
+  local owner = num(rows[1].owner)
+  local p = pipeline_row(rows[1], owner and rows[1].owner_name and { [owner] = rows[1].owner_name } or {},
+    timeouts(pol))
   p.source = rows[1].source
   local events = {}
   for _, r in ipairs(exec(c, SQL.events, id, M.EVENTS)) do
@@ -291,10 +332,13 @@ end
 
 local function refresh()
   local pol = state.policy and state.policy()
+  state.refresh_started = oops.now_ms()
   local ok, res = pcall(M.read_fleet, pol)
+  state.refresh_started = nil
   state.stats.refreshes = state.stats.refreshes + 1
   if ok then
     state.snapshot, state.error = json.encode(res), nil
+    state.snapshot_at = oops.now_ms()
     state.stats.statements, state.stats.last_ms = res.statements, res.read_ms
   else
     local why = type(res) == "table" and res.why or tostring(res)
@@ -317,56 +361,157 @@ local function loop()
   end
 end
 
+oops.metrics.describe("oops_web_fetches_total", "counter",
+  "fleet page pipeline detail reads: found, missing (no such pipeline), failed; limited: refused (429)")
+
 function M.start(policy_fn)
   state.policy = policy_fn
+  for _, r in ipairs({ "found", "missing", "failed", "limited" }) do
+    oops.metrics.inc("oops_web_fetches_total", { result = r }, 0) -- shown from the start
+  end
   oops.task("web", loop)
+end
+
+------------------------------------------------------------------ limits
+
+-- Token buckets: one per client address (at most `clients`, the least
+-- recently seen evicted) and one for all. take(client, now) takes a token
+-- from both, or none: -> true, or false and the ms until one is there.
+function M.limiter(o)
+  local L = { clients = {}, n = 0 }
+  local function refill(b, rate, burst, now)
+    b.tokens = math.min(burst, b.tokens + (now - b.at) * rate / 1000)
+    b.at = now
+  end
+  L.all = { tokens = o.burst_all, at = nil }
+  function L.take(client, now)
+    local b = L.clients[client]
+    if not b then
+      if L.n >= o.clients then
+        local oldest, at = nil, math.huge
+        for k, v in pairs(L.clients) do
+          if v.seen < at then oldest, at = k, v.seen end
+        end
+        L.clients[oldest], L.n = nil, L.n - 1
+      end
+      b = { tokens = o.burst, at = now }
+      L.clients[client], L.n = b, L.n + 1
+    end
+    b.seen = now
+    refill(b, o.rate, o.burst, now)
+    L.all.at = L.all.at or now
+    refill(L.all, o.rate_all, o.burst_all, now)
+    if b.tokens >= 1 and L.all.tokens >= 1 then
+      b.tokens, L.all.tokens = b.tokens - 1, L.all.tokens - 1
+      return true
+    end
+    local need = math.max(b.tokens < 1 and (1 - b.tokens) * 1000 / o.rate or 0,
+      L.all.tokens < 1 and (1 - L.all.tokens) * 1000 / o.rate_all or 0)
+    return false, math.ceil(need)
+  end
+  return L
+end
+
+local function limiter()
+  state.limiter = state.limiter or M.limiter({ rate = M.FETCH_RATE, burst = M.FETCH_BURST,
+    rate_all = M.FETCH_RATE_ALL, burst_all = M.FETCH_BURST_ALL, clients = M.FETCH_CLIENTS })
+  return state.limiter
+end
+
+local function counted(result) oops.metrics.inc("oops_web_fetches_total", { result = result }) end
+
+-- Logged once per FAIL_LOG_MS, with how many failed since the last line.
+local function fetch_failed(id, why)
+  counted("failed")
+  local f, now = state.fail, oops.now_ms()
+  f.since = f.since + 1
+  if f.logged_at and now - f.logged_at < M.FAIL_LOG_MS then return end
+  local more = f.since > 1 and (" (%d reads failed since the last such line)"):format(f.since - 1) or ""
+  log.warn("fleet page: reading pipeline " .. id .. " failed: " .. why .. more, { scan = "web" })
+  f.logged_at, f.since = now, 0
+end
+
+-- Bounded caches: drop the oldest entry when full (n entries, `at` of each).
+local function drop_oldest(t, at_of)
+  local oldest_id, oldest_at = nil, math.huge
+  for k, v in pairs(t) do
+    if at_of(v) < oldest_at then oldest_id, oldest_at = k, at_of(v) end
+  end
+  if oldest_id ~= nil then t[oldest_id] = nil end
 end
 
 local function fetch(id)
   local ok, res = pcall(M.read_pipeline, id)
   state.fetching[id], state.nfetching = nil, state.nfetching - 1
-  if not ok then
-    local why = type(res) == "table" and res.why or tostring(res)
-    log.warn("fleet page: reading pipeline " .. id .. " failed: " .. why, { scan = "web" })
+  if not ok then return fetch_failed(id, type(res) == "table" and res.why or tostring(res)) end
+  local now = oops.now_ms()
+  if not res then
+    counted("missing")
+    if state.details[id] then state.details[id] = nil end
+    if not state.misses[id] then
+      if state.nmisses >= M.MISS_CACHE then
+        drop_oldest(state.misses, function(at) return at end)
+      else
+        state.nmisses = state.nmisses + 1
+      end
+    end
+    state.misses[id] = now
     return
   end
-  -- Keep at most DETAIL_CACHE entries: drop the oldest.
-  local n, oldest_id, oldest_at = 0, nil, math.huge
-  for k, v in pairs(state.details) do
-    n = n + 1
-    if v.at < oldest_at then oldest_id, oldest_at = k, v.at end
-  end
-  if n >= M.DETAIL_CACHE and not state.details[id] then state.details[oldest_id] = nil end
-  state.details[id] = { at = oops.now_ms(), json = res and json.encode(res) or false }
+  counted("found")
+  if state.misses[id] then state.misses[id], state.nmisses = nil, state.nmisses - 1 end
+  local n = 0
+  for _ in pairs(state.details) do n = n + 1 end
+  if n >= M.DETAIL_CACHE and not state.details[id] then drop_oldest(state.details, function(v) return v.at end) end
+  state.details[id] = { at = now, json = json.encode(res) }
 end
 
 ------------------------------------------------------------------ HTTP
 
 local function answer(status, t) return status, json.encode(t) end
 
--- engine.http(path) -> status, JSON text. Called by the daemon's HTTP handler
--- on the loop: reads memory only, starts tasks, never waits.
-function M.http(path)
-  local now = oops.now_ms()
-  state.wanted_at = now
-  if path == "/api/fleet" then
-    if not state.snapshot then
-      return answer(state.error and 503 or 202, { pending = true, error = state.error })
-    end
-    return 200, state.snapshot
+-- The snapshot with how old it is and how its refresh is going, in front.
+local function fleet(now)
+  if not state.snapshot then
+    return answer(state.error and 503 or 202, { pending = true, error = state.error })
   end
-  local id = path:match("^/api/pipeline/([a-z0-9]+)$")
-  if id and #id <= 64 then
-    local d = state.details[id]
-    local fresh = d and now - d.at < M.DETAIL_TTL_MS
-    if not fresh and not state.fetching[id] and state.nfetching < M.MAX_FETCHING then
+  local head = json.encode({
+    snapshot_age_s = (now - state.snapshot_at) / 1000,
+    refresh_error = state.error or json.null,
+    refresh_running_s = state.refresh_started and (now - state.refresh_started) / 1000 or json.null,
+  })
+  return 200, head:sub(1, -2) .. "," .. state.snapshot:sub(2)
+end
+
+local function pipeline(id, client, now)
+  local missed = state.misses[id]
+  if missed and now - missed < M.MISS_TTL_MS then return answer(404, { error = "no pipeline " .. id }) end
+  local d = state.details[id]
+  local fresh = d and now - d.at < M.DETAIL_TTL_MS
+  if not fresh and not state.fetching[id] and state.nfetching < M.MAX_FETCHING then
+    local ok, wait_ms = limiter().take(client or "?", now)
+    if ok then
       state.fetching[id], state.nfetching = true, state.nfetching + 1
       oops.task("web pipeline", fetch, id)
+    elseif not d and not missed then
+      counted("limited")
+      return answer(429, { error = "too many pipeline reads; try again later", retry_after_ms = wait_ms })
     end
-    if d and d.json == false then return answer(404, { error = "no pipeline " .. id }) end
-    if d then return 200, d.json end
-    return answer(202, { pending = true })
   end
+  if d then return 200, d.json end
+  if missed then return answer(404, { error = "no pipeline " .. id }) end -- read again meanwhile
+  return answer(202, { pending = true })
+end
+
+-- engine.http(path, client) -> status, JSON text. Called by the daemon's HTTP
+-- handler on the loop with the client's address: reads memory only, starts
+-- tasks, never waits.
+function M.http(path, client)
+  local now = oops.now_ms()
+  state.wanted_at = now
+  if path == "/api/fleet" then return fleet(now) end
+  local id = path:match("^/api/pipeline/([a-z0-9]+)$")
+  if id and #id <= 64 then return pipeline(id, client, now) end
   return answer(404, { error = "no such endpoint" })
 end
 

@@ -9,7 +9,8 @@
 // FLEET_RELEASE_CMD, to watch it change to SUCCEEDED), FLEET_DETAIL (a
 // finished pipeline whose history is opened), FLEET_KILL_PID and
 // FLEET_KILL_NAME (the server killed with SIGKILL), FLEET_SHOTS (the directory
-// for the screenshots), FLEET_SERVERS (names, comma-separated).
+// for the screenshots), FLEET_SERVERS (names, comma-separated), FLEET_DB_PID
+// (the MariaDB the servers use: frozen with SIGSTOP at the end, and thawed).
 "use strict";
 const puppeteer = require("puppeteer-core");
 const { execFileSync } = require("child_process");
@@ -126,6 +127,28 @@ async function until(page, seconds, fn, ...args) {
     console.log("# the killed server showed as gone after " + took + " s");
     check(gone, env.FLEET_KILL_NAME + ", killed with SIGKILL, shows as gone (after " + took + " s)",
       await page.$eval("#servers", (t) => t.innerText));
+
+    // The database freezes: the page keeps its data but says it is stale, how old, and why.
+    const liveText = await page.$eval("#live", (e) => e.dataset.state + ": " + e.textContent);
+    check(/^live: live · updated/.test(liveText), "before the freeze the page says it is live", liveText);
+    process.kill(Number(env.FLEET_DB_PID), "SIGSTOP");
+    let staleText = "";
+    try {
+      const stale = await until(page, 40, () => {
+        const e = document.querySelector("#live");
+        return e.dataset.state === "stale" && /reading the fleet failed: .+/.test(e.textContent);
+      });
+      staleText = await page.$eval("#live", (e) => e.textContent);
+      check(stale, "with the database frozen the page says its data is stale, and why", staleText);
+      check(/data \d+s old/.test(staleText), "... and how old it is", staleText);
+      const rows = await page.$$eval("tr.pipeline", (r) => r.length);
+      check(rows > 0, "... still showing the last data (" + rows + " pipelines)", rows);
+      await page.screenshot({ path: path.join(env.FLEET_SHOTS, "fleet-stale.png") });
+    } finally {
+      process.kill(Number(env.FLEET_DB_PID), "SIGCONT");
+    }
+    const back = await until(page, 60, () => document.querySelector("#live").dataset.state === "live");
+    check(back, "after the thaw it is live again", await page.$eval("#live", (e) => e.textContent));
 
     check(errors.length === 0, "no console error", errors.join(" | "));
     check(foreign.length === 0, "no request left the oopsd the page came from", foreign.join(" "));

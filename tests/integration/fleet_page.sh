@@ -5,12 +5,14 @@
 # firing alert and a restart schedule. The page shows the servers and the
 # pipelines, a status changes without a reload, an event history opens with
 # the server of each transition, no console error, nothing fetched from
-# elsewhere, a server killed with SIGKILL shows as gone. Screenshots (laptop,
-# history, phone) go to the work directory, or to docs/ with
-# OOPS_UPDATE_SCREENSHOTS=1 (what README shows).
+# elsewhere, a server killed with SIGKILL shows as gone, and when the database
+# freezes (SIGSTOP: a MariaDB of its own) the page says its data is stale, how
+# old, and why (issue 22). Screenshots (laptop, history, phone, stale) go to
+# the work directory, or to docs/ with OOPS_UPDATE_SCREENSHOTS=1 (what README
+# shows).
 set -u
 source "$OOPS_ROOT/tests/lib/tap.sh"
-not_under_sanitizers "a browser against the same C paths fleet_token.sh covers under the sanitizers"
+not_under_sanitizers "a browser against the same C paths fleet_token.sh and fleet_stale.sh cover under the sanitizers"
 source "$OOPS_ROOT/tests/lib/oopsd.sh"
 trap stop_servers EXIT
 
@@ -28,6 +30,17 @@ if [[ ! -d $browser_dir/node_modules/puppeteer-core ]]; then
   fi
 fi
 
+# A MariaDB of its own: the page's last check freezes it.
+source "$OOPS_ROOT/tests/lib/mariadb.sh" # replaces MDB_* in this process only
+mdb_work=$(mktemp -d "$OOPS_TEST_WORK/fleet_page_db.XXXXXX")
+cleanup() {
+  [[ -n ${MDB_PID:-} ]] && kill -CONT "$MDB_PID" 2>/dev/null
+  stop_servers
+  mariadb_stop
+}
+trap cleanup EXIT
+mariadb_start "$mdb_work/mariadb" || { echo "not ok 1 - a MariaDB of its own starts"; exit 1; }
+export OOPS_TEST_DB="$(mariadb_new_db fleet_page)?read_timeout=3&connect_timeout=2"
 "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" migrate >/dev/null
 pol=$OOPS_TEST_WORK/fleet_page.$$
 mkdir -p "$pol"
@@ -89,7 +102,8 @@ mkdir -p "$shots"
 out=$(FLEET_URL=$(url s1 /) FLEET_EXPECT="{${expect%,}}" FLEET_HOLD=$hold FLEET_DETAIL=$done_id \
   FLEET_WATCH=$rolling FLEET_RELEASE_CMD="sql \"DELETE FROM sim_job WHERE pipeline_id = 'shop/media/prod'\"" \
   FLEET_KILL_PID=${SRV_PID[s3]} FLEET_KILL_NAME=s3 FLEET_SERVERS=s1,s2,s3 FLEET_SHOTS=$shots \
-  CHROMIUM=$chromium timeout 110 node "$browser_dir/fleet_page.js" 2>&1)
+  FLEET_DB_PID=$MDB_PID \
+  CHROMIUM=$chromium timeout 240 node "$browser_dir/fleet_page.js" 2>&1)
 rc=$?
 while IFS= read -r line; do
   case $line in
@@ -100,5 +114,5 @@ while IFS= read -r line; do
   esac
 done <<<"$out"
 is "$rc" 0 "the browser run ended cleanly"
-for f in fleet-laptop fleet-history fleet-phone; do check "screenshot $f.png saved" test -s "$shots/$f.png"; done
+for f in fleet-laptop fleet-history fleet-phone fleet-stale; do check "screenshot $f.png saved" test -s "$shots/$f.png"; done
 done_testing

@@ -32,7 +32,7 @@ done_testing() { echo "1..$TAP_N"; ((TAP_FAILED == 0)); }
 # SQL against the test database, as the test user: sql "SELECT ..." → tab-separated rows
 sql() {
   local url=${OOPS_TEST_DB#mysql://}; local cred=${url%%@*}; local rest=${url#*@}
-  local hostport=${rest%%/*}; local db=${rest#*/}
+  local hostport=${rest%%/*}; local db=${rest#*/}; db=${db%%\?*} # without the URL's options
   mariadb --no-defaults -N -B -h"${hostport%%:*}" -P"${hostport##*:}" -u"${cred%%:*}" -p"${cred#*:}" "$db" -e "$1"
 }
 export -f sql

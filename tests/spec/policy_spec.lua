@@ -159,7 +159,7 @@ local FAILS = {
     'bad_gateway/unknown.lua:1: gateway "docker": unknown gateway (known: exec, kubernetes, simulated)',
   },
   bad_notify = {
-    'bad_notify/oopsd.lua:1: notify.webhook: "ftp://example.com/hook": must be an http:// or https:// URL',
+    'bad_notify/oopsd.lua:1: notify.webhook: "ftp://example.com/***": must be an http:// or https:// URL',
     'bad_notify/oopsd.lua:2: notify.command: must be an argv list of strings like {"make", "image"}, not a string ' ..
       '(commands never run through a shell)',
     'bad_notify/oopsd.lua:3: notify: names no route (use webhook = "http://...", command = {...} or log = true)',
@@ -262,6 +262,17 @@ describe("policy errors", function()
       select(2, policy.load_files({ long }, OPTS)))
     local boom = FIX .. "runtime_error/" .. string.rep("./", 30) .. "boom.lua"
     assert.are.same({ boom .. ":2: boom" }, select(2, policy.load_files({ boom }, OPTS)))
+  end)
+
+  it("never quotes a refused URL's userinfo, path or query (they hold webhook secrets)", function()
+    local _, errs = load_text('notify { webhook = "http://user:SECRET1@hooks.example/T0/SECRET2 x" }\n'
+      .. 'notify { webhook = "ftp://hooks.example/services/SECRET3?token=SECRET4" }\n'
+      .. 'alert { probe = { prometheus = "prom.example/SECRET5" } }\n')
+    local text = table.concat(errs or {}, "\n")
+    assert.is_truthy(text:find('notify.webhook: "http://hooks.example/***": must be an http', 1, true), text)
+    assert.is_truthy(text:find('notify.webhook: "ftp://hooks.example/***": must be an http', 1, true), text)
+    assert.is_truthy(text:find('alert.probe.prometheus: "prom.example/***": must be an http', 1, true), text)
+    assert.is_nil(text:find("SECRET"), text)
   end)
 
   it("reports a missing directory", function()

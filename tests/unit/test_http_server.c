@@ -39,6 +39,7 @@ typedef struct reply {
     size_t body_len;
     char content_type[128];
     char allow[32];
+    char always[32]; /* X-Always: http_serve_options.headers */
 } reply;
 
 typedef struct fixture fixture;
@@ -65,6 +66,8 @@ struct fixture {
     int has_missing_header;   /* lookup of an absent header was not NULL */
     char x_headers[256];      /* "Name=value;" for each X-* header, in order */
     int nheaders;             /* what http_incoming_headers returned */
+    char version[16];         /* in->version */
+    char local[64], peer[64]; /* http_incoming_local_addr, _peer_addr */
 
     /* written by the client thread, read after join */
     pthread_t client_thread;
@@ -143,6 +146,11 @@ static void serve_handler(void *ud, const http_incoming *in, http_response *out)
     f->has_missing_header = http_incoming_header(in, "X-Not-Sent") != NULL;
     f->x_headers[0] = '\0';
     f->nheaders = http_incoming_headers(in, add_x_header, f);
+    snprintf(f->version, sizeof f->version, "%s", in->version);
+    if (http_incoming_local_addr(in, f->local, sizeof f->local) != 0)
+        snprintf(f->local, sizeof f->local, "?");
+    if (http_incoming_peer_addr(in, f->peer, sizeof f->peer) != 0)
+        snprintf(f->peer, sizeof f->peer, "?");
 
     if (strcmp(in->path, "/echo") == 0) { /* 201 with the body back */
         out->status = 201;
@@ -186,6 +194,14 @@ static size_t on_header(char *line, size_t size, size_t n, void *ud)
         while (end > start && (line[end - 1] == '\r' || line[end - 1] == '\n'))
             end--;
         snprintf(r->allow, sizeof r->allow, "%.*s", (int)(end - start), line + start);
+    }
+    if (len > 9 && strncasecmp(line, "X-Always:", 9) == 0) {
+        size_t start = 9, end = len;
+        while (start < end && line[start] == ' ')
+            start++;
+        while (end > start && (line[end - 1] == '\r' || line[end - 1] == '\n'))
+            end--;
+        snprintf(r->always, sizeof r->always, "%.*s", (int)(end - start), line + start);
     }
     return len;
 }
@@ -351,7 +367,9 @@ static int setup_with(void **state, long max_body)
     if (max_body < 0) {
         f->srv = http_server_start(&f->loop, "127.0.0.1:0", handler, f, err, sizeof err);
     } else {
-        http_serve_options o = {.handler = serve_handler, .ud = f, .max_body = (size_t)max_body};
+        static const char *const always[] = {"X-Always", "yes", NULL};
+        http_serve_options o = {
+            .handler = serve_handler, .ud = f, .max_body = (size_t)max_body, .headers = always};
         f->srv = http_server_serve(&f->loop, "127.0.0.1:0", &o, err, sizeof err);
     }
     if (!f->srv) {
@@ -634,6 +652,10 @@ static void test_serve_post_body_and_headers_reach_handler(void **state)
     assert_string_equal(f->x_headers, "X-Oops-Event-Id=e1;X-Oops-Server=s-1;");
     /* Host, Accept, Content-Type, Content-Length and the two X- ones */
     assert_true(f->nheaders >= 6);
+    assert_string_equal(f->version, "HTTP/1.1");
+    assert_string_equal(f->local, "127.0.0.1");
+    assert_string_equal(f->peer, "127.0.0.1");
+    assert_string_equal(f->replies[0].always, "yes"); /* http_serve_options.headers */
 }
 
 static void client_put_binary(fixture *f)
@@ -696,6 +718,9 @@ static void test_serve_body_limit_with_content_length(void **state)
     assert_int_equal(f->replies[1].status, 413);
     assert_int_equal(f->calls, 1);
     assert_int_equal(f->last_body_len, SMALL_LIMIT);
+    /* the options' headers are on every response, the server's own 413 too */
+    assert_string_equal(f->replies[0].always, "yes");
+    assert_string_equal(f->replies[1].always, "yes");
 }
 
 /* Chunked: the size is known only while reading. Over the limit: read,

@@ -831,6 +831,22 @@ static void flags_are_parsed_exactly(void **state)
         assert_int_equal(rc, -1);
         assert_string_equal(err, bad[i].want);
     }
+    /* A name listed N times is a flag that may be given N times, in order. */
+    {
+        ctl_flag r[] = {{"--host", true, false, NULL},
+                        {"--host", true, false, NULL},
+                        {"--manual", false, false, NULL}};
+        char *argv[] = {"--host", "a", "--manual", "--host=b", "--host", "c"};
+        assert_int_equal(
+            ctl_parse_flags(4, argv, r, 3, false, pos, 1, &npos, NULL, err, sizeof err), 0);
+        assert_string_equal(r[0].value, "a");
+        assert_string_equal(r[1].value, "b");
+        assert_true(r[2].given);
+        r[0].given = r[1].given = r[2].given = false;
+        assert_int_equal(
+            ctl_parse_flags(6, argv, r, 3, false, pos, 1, &npos, NULL, err, sizeof err), -1);
+        assert_string_equal(err, "--host is given more than 2 times");
+    }
     /* Global flags before the command: stops at the command, not consumed. */
     {
         ctl_flag g[] = {{"--db", true, false, NULL}, {"--json", false, false, NULL}};

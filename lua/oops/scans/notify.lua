@@ -22,6 +22,7 @@ local log = require("oops.log")
 local leader = require("oops.leader")
 local notify = require("oops.notify")
 local tasks = require("oops.tasks")
+local shown_url = require("oops.url").show
 
 local M = { name = "notify" }
 local SCAN = "notify"
@@ -112,8 +113,10 @@ function send.log(_, m)
   return true
 end
 
+-- How a route is named in logs and outbox.last_error: a webhook by its scheme
+-- and host only (its userinfo, path or query may hold the secret: oops.url).
 local function where(route)
-  return route.kind .. (route.url and " " .. route.url or route.argv and " " .. route.argv[1] or "")
+  return route.kind .. (route.url and " " .. shown_url(route.url) or route.argv and " " .. route.argv[1] or "")
 end
 
 ------------------------------------------------------------------ reading
