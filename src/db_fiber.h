@@ -58,6 +58,13 @@ void db_fiber_forget(int fd);
 /* Drop every kept watcher: before the loop's handles are closed. */
 void db_fiber_forget_all(void);
 
+/*
+ * The bytes of stack a fiber's code may use. Below them lies a guard of
+ * PROT_NONE pages: an overflow ends the process with SIGSEGV rather than
+ * writing into another fiber's stack.
+ */
+size_t db_fiber_stack_size(void);
+
 /* Fibers alive now (started, not yet done). */
 size_t db_fiber_count(void);
 
