@@ -9,8 +9,10 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include <mysql.h>
+#include <uv.h>
 
 #include "db.h"
+#include "db_fiber.h"
 #include "testdb.h"
 
 static void a_full_url_is_parsed(void **state)
@@ -506,6 +508,108 @@ static void an_idle_connection_is_reopened_before_its_wait_timeout(void **state)
     db_config_free(&cfg);
 }
 
+/* ---- in fibers: sockets whose numbers come back ------------------------- */
+
+typedef struct fiber_job {
+    db_conn *c;
+    const char *sql; /* NULL: db_conn_ensure only */
+    unsigned rc;
+    long long value;
+    bool done;
+    char err[256];
+} fiber_job;
+
+static void job_run(void *arg)
+{
+    fiber_job *j = arg;
+    j->rc = db_conn_ensure(j->c, j->err, sizeof j->err);
+    if (!j->rc && j->sql) {
+        db_result *r = NULL;
+        j->rc = db_exec(j->c, j->sql, NULL, 0, &r, j->err, sizeof j->err);
+        j->value = db_get_int(r, 0, 0, -1);
+        db_result_free(r);
+    }
+}
+
+static void job_done(void *arg) { ((fiber_job *)arg)->done = true; }
+
+/* Start each job in a fiber of its own, then turn the loop until all are done. */
+static void run_jobs(uv_loop_t *loop, fiber_job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        jobs[i].done = false;
+        assert_int_equal(db_fiber_run(loop, job_run, job_done, &jobs[i]), 0);
+    }
+    for (bool all = false; !all;) {
+        all = true;
+        for (size_t i = 0; i < n; i++)
+            all = all && jobs[i].done;
+        if (!all)
+            uv_run(loop, UV_RUN_ONCE);
+    }
+}
+
+/*
+ * Two sessions are killed; the library closes their sockets when their next
+ * statements find them lost, and two new connections get the same socket
+ * numbers. Reopening one lost connection and closing the other must not
+ * touch the watchers of those numbers, which now belong to the new
+ * connections: their statements, waiting at that moment, must be answered
+ * (not left waiting for read_timeout, then failing "lost connection").
+ */
+static void a_lost_sessions_socket_number_is_not_forgotten_for_its_next_owner(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    db_config cfg;
+    testdb_config(&cfg);
+    cfg.read_timeout_s = cfg.write_timeout_s = 5;
+    db_conn *admin = testdb_open();
+    db_conn *a = db_conn_new(&cfg), *b = db_conn_new(&cfg);
+    fiber_job open_ab[] = {{.c = a, .sql = "SELECT 1"}, {.c = b, .sql = "SELECT 1"}};
+    run_jobs(&loop, open_ab, 2);
+    assert_int_equal(open_ab[0].rc + open_ab[1].rc, 0);
+    db_value ka[] = {db_int((long long)db_connection_id(a))};
+    db_value kb[] = {db_int((long long)db_connection_id(b))};
+    db_result_free(testdb_q(admin, "KILL ?", ka, 1));
+    db_result_free(testdb_q(admin, "KILL ?", kb, 1));
+    /* Their next statements find them lost: the library closes both sockets. */
+    fiber_job lost[] = {{.c = a, .sql = "SELECT 1"}, {.c = b, .sql = "SELECT 1"}};
+    run_jobs(&loop, lost, 2);
+    assert_true(db_errno_is_connection(lost[0].rc) && db_errno_is_connection(lost[1].rc));
+    /* New sessions take the lowest free numbers: the two just closed. */
+    db_conn *c = db_conn_new(&cfg), *d = db_conn_new(&cfg);
+    fiber_job open_cd[] = {{.c = c, .sql = "SELECT 1"}, {.c = d, .sql = "SELECT 1"}};
+    run_jobs(&loop, open_cd, 2);
+    assert_int_equal(open_cd[0].rc + open_cd[1].rc, 0);
+    /* While c and d wait for their answers, a is reopened and b closed. */
+    fiber_job work[] = {{.c = c, .sql = "SELECT SLEEP(1) + 7"},
+                        {.c = d, .sql = "SELECT SLEEP(1) + 8"},
+                        {.c = a, .sql = "SELECT 9"}};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(db_fiber_run(&loop, job_run, job_done, &work[i]), 0);
+        if (i == 1)
+            db_close(b);
+    }
+    while (!work[0].done || !work[1].done || !work[2].done)
+        uv_run(&loop, UV_RUN_ONCE);
+    if (work[0].rc || work[1].rc)
+        fail_msg("a statement on a reused socket number failed: %s / %s", work[0].err, work[1].err);
+    assert_int_equal(work[0].value, 7);
+    assert_int_equal(work[1].value, 8);
+    assert_int_equal(work[2].rc, 0);
+    assert_int_equal(work[2].value, 9);
+    db_close(a);
+    db_close(c);
+    db_close(d);
+    db_close(admin);
+    db_config_free(&cfg);
+    db_fiber_forget_all();
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -523,6 +627,7 @@ int main(void)
         cmocka_unit_test(a_killed_work_connection_is_reopened_on_demand),
         cmocka_unit_test(session_settings_apply_on_open_and_reopen),
         cmocka_unit_test(an_idle_connection_is_reopened_before_its_wait_timeout),
+        cmocka_unit_test(a_lost_sessions_socket_number_is_not_forgotten_for_its_next_owner),
         /* last: left out where the test server has no ::1 (tests/lib/mariadb.sh) */
         cmocka_unit_test(connects_over_ipv6_with_a_bracketed_literal),
     };
