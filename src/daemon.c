@@ -936,6 +936,11 @@ static void teardown(server_state *d)
         runtime_free(d->ctx.rt);
     d->ctx.rt = NULL;
     uv_walk(&d->loop, close_walk, NULL);
+    if (db_fiber_offloads_left())
+        log_msg(LOG_INFO,
+                "waiting for %zu database connect(s) by host name to end (within the "
+                "resolver's timeout and connect_timeout)",
+                db_fiber_offloads_left());
     uv_run(&d->loop, UV_RUN_DEFAULT);
     uv_loop_close(&d->loop);
     lock_registry_free(d->ctx.locks);

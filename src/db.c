@@ -1,7 +1,9 @@
 #include "db.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <mysql.h>
 #include <errmsg.h>
 #include <stdio.h>
@@ -229,15 +231,16 @@ static const char *tls_hint(const db_config *cfg, unsigned code, char *buf, size
     return buf;
 }
 
-static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
+/* A new handle with every option a session gets; the connect timeout is the
+ * caller's (what is left of connect_timeout when several addresses are tried). */
+static MYSQL *session_init(const db_config *cfg, unsigned connect_timeout_s, char *why, size_t n)
 {
-    char where[300], why[1500];
     MYSQL *m = mysql_init(NULL);
     if (!m) {
-        snprintf(err, errlen, "cannot connect to database: out of memory");
+        snprintf(why, n, "out of memory");
         return NULL;
     }
-    unsigned ct = cfg->connect_timeout_s ? cfg->connect_timeout_s : 5;
+    unsigned ct = connect_timeout_s;
     unsigned rt = cfg->read_timeout_s ? cfg->read_timeout_s : 30;
     unsigned wt = cfg->write_timeout_s ? cfg->write_timeout_s : 30;
     my_bool no = 0;
@@ -253,10 +256,29 @@ static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
         unsigned proto = MYSQL_PROTOCOL_SOCKET;
         mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
     }
-    if (apply_tls(m, cfg, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot connect to database at %s: %s",
-                 db_config_where(cfg, where, sizeof where), why);
+    if (apply_tls(m, cfg, why, n) != 0) {
         mysql_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* A refused connection's message: the library's, with what TLS adds. */
+static MYSQL *connect_failed(MYSQL *m, const db_config *cfg, unsigned *code, char *why, size_t n)
+{
+    char hint[1200];
+    *code = mysql_errno(m);
+    snprintf(why, n, "%s%s", mysql_error(m), tls_hint(cfg, *code, hint, sizeof hint));
+    mysql_close(m);
+    return NULL;
+}
+
+/* Through the non-blocking API: every wait is the fiber's (or a poll()). */
+static MYSQL *connect_nb(const db_config *cfg, unsigned ct, unsigned *code, char *why, size_t n)
+{
+    MYSQL *m = session_init(cfg, ct, why, n);
+    if (!m) {
+        *code = CR_UNKNOWN_ERROR;
         return NULL;
     }
     MYSQL *connected = NULL;
@@ -265,12 +287,91 @@ static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
                                 cfg->password ? cfg->password : "", cfg->database, cfg->port,
                                 cfg->socket, 0),
        mysql_real_connect_cont, m);
-    if (!connected) {
-        char hint[1200];
-        snprintf(err, errlen, "cannot connect to database at %s: %s%s",
-                 db_config_where(cfg, where, sizeof where), mysql_error(m),
-                 tls_hint(cfg, mysql_errno(m), hint, sizeof hint));
-        mysql_close(m);
+    return connected ? m : connect_failed(m, cfg, code, why, n);
+}
+
+/*
+ * A host name. Connector/C resolves it with a blocking getaddrinfo (retried
+ * with sleeps on EAI_AGAIN) inside its "non-blocking" connect, so the loop
+ * would wait as long as the resolver does. It cannot be given an address
+ * instead and keep the name: ssl-mode=VERIFY_IDENTITY checks the server's
+ * certificate against the very host it connects to (X509_check_host on
+ * mysql->host, during a TLS handshake that 3.3 runs blocking, with no wait in
+ * between to step in), and checking the name ourselves after connecting
+ * would come after the password exchange. So the whole connect of a named
+ * host runs as it always did (the library resolves, tries every address in
+ * order, each within connect_timeout, and checks the certificate against the
+ * name), but on libuv's thread pool (db_fiber_offload): the fiber waits for it
+ * as for a socket. The worker gets copies of the settings: the connection
+ * that asked may be gone when an abandoned connect ends.
+ */
+typedef struct named_connect {
+    MYSQL *m;
+    db_config cfg;
+    bool connected;
+} named_connect;
+
+static void named_run(void *arg) /* on a thread of the pool */
+{
+    named_connect *nc = arg;
+    const db_config *c = &nc->cfg;
+    nc->connected = mysql_real_connect(nc->m, c->host, c->user, c->password ? c->password : "",
+                                       c->database, c->port, c->socket, 0) != NULL;
+}
+
+static void named_free(void *arg)
+{
+    named_connect *nc = arg;
+    mysql_close(nc->m);
+    db_config_free(&nc->cfg);
+    free(nc);
+}
+
+static MYSQL *connect_named(const db_config *cfg, unsigned ct, unsigned *code, char *why, size_t n)
+{
+    *code = CR_UNKNOWN_ERROR;
+    named_connect *nc = calloc(1, sizeof *nc);
+    if (!nc || db_config_copy(&nc->cfg, cfg) != 0) {
+        free(nc);
+        snprintf(why, n, "out of memory");
+        return NULL;
+    }
+    if (!(nc->m = session_init(cfg, ct, why, n))) {
+        db_config_free(&nc->cfg);
+        free(nc);
+        return NULL;
+    }
+    if (db_fiber_offload(named_run, named_free, nc, 0) != 0) {
+        *code = CR_CONN_HOST_ERROR;
+        snprintf(why, n, "connecting to %s was abandoned (the process is stopping)", cfg->host);
+        return NULL;
+    }
+    MYSQL *m = nc->m;
+    bool connected = nc->connected;
+    db_config_free(&nc->cfg);
+    free(nc);
+    return connected ? m : connect_failed(m, cfg, code, why, n);
+}
+
+/* A host name, looked up: not a socket, not an IP literal, not "localhost"
+ * (which Connector/C takes for its default socket). */
+static bool names_a_host(const db_config *cfg)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    const char *h = cfg->host;
+    return !cfg->socket && h && *h && strcmp(h, "localhost") != 0 &&
+           inet_pton(AF_INET, h, buf) != 1 && inet_pton(AF_INET6, h, buf) != 1;
+}
+
+static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
+{
+    char where[300], why[1500];
+    unsigned ct = cfg->connect_timeout_s ? cfg->connect_timeout_s : 5, code = 0;
+    MYSQL *m = names_a_host(cfg) ? connect_named(cfg, ct, &code, why, sizeof why)
+                                 : connect_nb(cfg, ct, &code, why, sizeof why);
+    if (!m) {
+        snprintf(err, errlen, "cannot connect to database at %s: %s",
+                 db_config_where(cfg, where, sizeof where), why);
         return NULL;
     }
     /* Connector/C 3.3 makes TLS a condition before authenticating only with

@@ -393,6 +393,73 @@ int db_fiber_wait_kept(int fd, int status, unsigned timeout_ms)
     return f->ready;
 }
 
+/* ---- work on the thread pool ---------------------------------------------- */
+
+typedef struct offload {
+    uv_work_t req;
+    db_fiber_fn work, abandoned;
+    void *arg;
+    fiber *waiter; /* NULL once the fiber gave up: abandoned(arg) then runs at the end */
+    bool done;
+} offload;
+
+static size_t offloads_left;
+size_t db_fiber_offloads_left(void) { return offloads_left; }
+
+static void offload_work(uv_work_t *req)
+{
+    offload *o = req->data;
+    o->work(o->arg);
+}
+
+/* On the loop's thread, once work has ended (or was cancelled before it began). */
+static void offload_after(uv_work_t *req, int status)
+{
+    (void)status;
+    offload *o = req->data;
+    if (o->waiter) {
+        o->done = true;
+        wake(o->waiter, MYSQL_WAIT_READ);
+        return;
+    }
+    offloads_left--;
+    o->abandoned(o->arg);
+    free(o);
+}
+
+int db_fiber_offload(db_fiber_fn work, db_fiber_fn abandoned, void *arg, unsigned timeout_ms)
+{
+    fiber *f = current;
+    if (!f) {
+        work(arg);
+        return 0;
+    }
+    offload *o = aborting ? NULL : calloc(1, sizeof *o);
+    if (o) {
+        *o = (offload){.work = work, .abandoned = abandoned, .arg = arg, .waiter = f};
+        o->req.data = o;
+    }
+    if (!o || uv_queue_work(f->loop, &o->req, offload_work, offload_after) != 0) {
+        free(o);
+        abandoned(arg);
+        return -1;
+    }
+    if (timeout_ms)
+        uv_timer_start(&f->timer, on_timeout, timeout_ms, 0);
+    f->waiting = true;
+    leave(f, false);
+    if (o->done) {
+        free(o);
+        return 0;
+    }
+    /* Timed out, or abandoned (db_fiber_abort_all): work goes on by itself
+     * (it is cancelled if it has not begun). */
+    o->waiter = NULL;
+    offloads_left++;
+    uv_cancel((uv_req_t *)&o->req);
+    return -1;
+}
+
 void db_fiber_forget(int fd)
 {
     if (fd < 0 || fd >= KEPT_MAX || !kept_fds[fd].h)
