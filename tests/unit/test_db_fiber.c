@@ -1,4 +1,4 @@
-/* Fibers (db_fiber.c): their stacks, and a guard below each. */
+/* Fibers (db_fiber.c): their stacks and the guard below each; work on the thread pool. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -116,11 +117,108 @@ static void an_overflowing_fiber_faults_on_its_guard_page(void **state)
     assert_int_equal(WTERMSIG(st), SIGSEGV);
 }
 
+/* ---- work on the thread pool ------------------------------------------- */
+
+/* The work blocks until the loop writes to its pipe: it can only end if the
+ * loop goes on turning while it runs (else the test hangs: alarm()). */
+typedef struct pipe_work {
+    int fds[2];
+    pthread_t thread; /* where work ran */
+    bool ran, abandoned, fiber_done;
+    int offload_rc;
+    unsigned timeout_ms;
+} pipe_work;
+
+static void read_pipe(void *arg)
+{
+    pipe_work *w = arg;
+    char c;
+    w->thread = pthread_self();
+    while (read(w->fds[0], &c, 1) < 0)
+        ;
+    w->ran = true;
+}
+
+static void mark_abandoned(void *arg) { ((pipe_work *)arg)->abandoned = true; }
+
+static void offload_fiber(void *arg)
+{
+    pipe_work *w = arg;
+    w->offload_rc = db_fiber_offload(read_pipe, mark_abandoned, w, w->timeout_ms);
+}
+
+static void fiber_ended(void *arg) { ((pipe_work *)arg)->fiber_done = true; }
+
+static void write_pipe(uv_timer_t *t)
+{
+    pipe_work *w = t->data;
+    assert_int_equal(write(w->fds[1], "x", 1), 1);
+}
+
+static void run_until(uv_loop_t *loop, const bool *flag)
+{
+    while (!*flag)
+        uv_run(loop, UV_RUN_ONCE);
+}
+
+static void offloaded_work_runs_on_another_thread_while_the_loop_turns(void **state)
+{
+    (void)state;
+    alarm(60); /* a loop blocked by the work would never write its pipe */
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    pipe_work w = {.timeout_ms = 0};
+    assert_int_equal(pipe(w.fds), 0);
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    t.data = &w;
+    assert_int_equal(db_fiber_run(&loop, offload_fiber, fiber_ended, &w), 0);
+    assert_false(w.fiber_done); /* waiting for the work */
+    uv_timer_start(&t, write_pipe, 10, 0);
+    run_until(&loop, &w.fiber_done);
+    assert_int_equal(w.offload_rc, 0);
+    assert_true(w.ran);
+    assert_false(w.abandoned);
+    assert_false(pthread_equal(w.thread, pthread_self()));
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    close(w.fds[0]);
+    close(w.fds[1]);
+    alarm(0);
+}
+
+static void work_given_up_on_is_undone_once_it_has_ended(void **state)
+{
+    (void)state;
+    alarm(60);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    pipe_work w = {.timeout_ms = 20};
+    assert_int_equal(pipe(w.fds), 0);
+    assert_int_equal(db_fiber_run(&loop, offload_fiber, fiber_ended, &w), 0);
+    run_until(&loop, &w.fiber_done); /* the wait times out: the work still blocks */
+    assert_int_equal(w.offload_rc, -1);
+    assert_false(w.abandoned);
+    assert_int_equal(db_fiber_offloads_left(), 1);
+    assert_int_equal(write(w.fds[1], "x", 1), 1);
+    run_until(&loop, &w.abandoned); /* now it ends, and is undone on the loop */
+    assert_true(w.ran);
+    assert_int_equal(db_fiber_offloads_left(), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    close(w.fds[0]);
+    close(w.fds[1]);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(an_overflowing_fiber_faults_on_its_guard_page),
         cmocka_unit_test(a_fiber_may_use_the_whole_stack_it_is_promised),
+        cmocka_unit_test(offloaded_work_runs_on_another_thread_while_the_loop_turns),
+        cmocka_unit_test(work_given_up_on_is_undone_once_it_has_ended),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
