@@ -291,84 +291,89 @@ static MYSQL *connect_nb(const db_config *cfg, unsigned ct, unsigned *code, char
 }
 
 /*
- * A host name. Connector/C resolves it with a blocking getaddrinfo (retried
- * with sleeps on EAI_AGAIN) inside its "non-blocking" connect, so the loop
- * would wait as long as the resolver does. It cannot be given an address
- * instead and keep the name: ssl-mode=VERIFY_IDENTITY checks the server's
- * certificate against the very host it connects to (X509_check_host on
- * mysql->host, during a TLS handshake that 3.3 runs blocking, with no wait in
- * between to step in), and checking the name ourselves after connecting
- * would come after the password exchange. So the whole connect of a named
- * host runs as it always did (the library resolves, tries every address in
- * order, each within connect_timeout, and checks the certificate against the
- * name), but on libuv's thread pool (db_fiber_offload): the fiber waits for it
- * as for a socket. The worker gets copies of the settings: the connection
- * that asked may be gone when an abandoned connect ends.
+ * Two waits of Connector/C 3.3 sit inside its "non-blocking" connect, where
+ * the loop would stand still: a host name is resolved with a blocking
+ * getaddrinfo (retried with sleeps on EAI_AGAIN), for as long as the resolver
+ * takes; and the TLS handshake runs on a blocking socket, for as long as the
+ * server takes to answer (up to read_timeout). A name cannot be resolved here
+ * and its address given instead: ssl-mode=VERIFY_IDENTITY checks the server
+ * certificate against the very host the library connects to (X509_check_host
+ * on mysql->host, within that blocking handshake, with no wait to step in
+ * at), and a check of our own after connecting would come after the password
+ * exchange. So such a connect runs whole as it always did (the library
+ * resolves, tries every address in order, each within connect_timeout, and
+ * checks the certificate against the name), but on libuv's thread pool
+ * (db_fiber_offload): the fiber waits for it as for a socket. The worker has
+ * copies of the settings: the connection that asked may be gone when an
+ * abandoned connect ends.
  */
-typedef struct named_connect {
+typedef struct off_connect {
     MYSQL *m;
     db_config cfg;
     bool connected;
-} named_connect;
+} off_connect;
 
-static void named_run(void *arg) /* on a thread of the pool */
+static void off_connect_run(void *arg) /* on a thread of the pool */
 {
-    named_connect *nc = arg;
-    const db_config *c = &nc->cfg;
-    nc->connected = mysql_real_connect(nc->m, c->host, c->user, c->password ? c->password : "",
+    off_connect *oc = arg;
+    const db_config *c = &oc->cfg;
+    oc->connected = mysql_real_connect(oc->m, c->host, c->user, c->password ? c->password : "",
                                        c->database, c->port, c->socket, 0) != NULL;
 }
 
-static void named_free(void *arg)
+static void off_connect_free(void *arg)
 {
-    named_connect *nc = arg;
-    mysql_close(nc->m);
-    db_config_free(&nc->cfg);
-    free(nc);
+    off_connect *oc = arg;
+    mysql_close(oc->m);
+    db_config_free(&oc->cfg);
+    free(oc);
 }
 
-static MYSQL *connect_named(const db_config *cfg, unsigned ct, unsigned *code, char *why, size_t n)
+static MYSQL *connect_off_loop(const db_config *cfg, unsigned ct, unsigned *code, char *why,
+                               size_t n)
 {
     *code = CR_UNKNOWN_ERROR;
-    named_connect *nc = calloc(1, sizeof *nc);
-    if (!nc || db_config_copy(&nc->cfg, cfg) != 0) {
-        free(nc);
+    off_connect *oc = calloc(1, sizeof *oc);
+    if (!oc || db_config_copy(&oc->cfg, cfg) != 0) {
+        free(oc);
         snprintf(why, n, "out of memory");
         return NULL;
     }
-    if (!(nc->m = session_init(cfg, ct, why, n))) {
-        db_config_free(&nc->cfg);
-        free(nc);
+    if (!(oc->m = session_init(cfg, ct, why, n))) {
+        db_config_free(&oc->cfg);
+        free(oc);
         return NULL;
     }
-    if (db_fiber_offload(named_run, named_free, nc, 0) != 0) {
+    if (db_fiber_offload(off_connect_run, off_connect_free, oc, 0) != 0) {
         *code = CR_CONN_HOST_ERROR;
-        snprintf(why, n, "connecting to %s was abandoned (the process is stopping)", cfg->host);
+        snprintf(why, n, "connecting was abandoned (the process is stopping)");
         return NULL;
     }
-    MYSQL *m = nc->m;
-    bool connected = nc->connected;
-    db_config_free(&nc->cfg);
-    free(nc);
+    MYSQL *m = oc->m;
+    bool connected = oc->connected;
+    db_config_free(&oc->cfg);
+    free(oc);
     return connected ? m : connect_failed(m, cfg, code, why, n);
 }
 
-/* A host name, looked up: not a socket, not an IP literal, not "localhost"
- * (which Connector/C takes for its default socket). */
-static bool names_a_host(const db_config *cfg)
+/* Whether the library would wait inside its connect (above): a host name
+ * (not a socket, an IP literal or "localhost", which Connector/C takes for
+ * its default socket), or TLS. */
+static bool connect_blocks(const db_config *cfg)
 {
     unsigned char buf[sizeof(struct in6_addr)];
     const char *h = cfg->host;
-    return !cfg->socket && h && *h && strcmp(h, "localhost") != 0 &&
-           inet_pton(AF_INET, h, buf) != 1 && inet_pton(AF_INET6, h, buf) != 1;
+    bool name = !cfg->socket && h && *h && strcmp(h, "localhost") != 0 &&
+                inet_pton(AF_INET, h, buf) != 1 && inet_pton(AF_INET6, h, buf) != 1;
+    return name || cfg->ssl_mode >= DB_SSL_REQUIRED;
 }
 
 static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
 {
     char where[300], why[1500];
     unsigned ct = cfg->connect_timeout_s ? cfg->connect_timeout_s : 5, code = 0;
-    MYSQL *m = names_a_host(cfg) ? connect_named(cfg, ct, &code, why, sizeof why)
-                                 : connect_nb(cfg, ct, &code, why, sizeof why);
+    MYSQL *m = connect_blocks(cfg) ? connect_off_loop(cfg, ct, &code, why, sizeof why)
+                                   : connect_nb(cfg, ct, &code, why, sizeof why);
     if (!m) {
         snprintf(err, errlen, "cannot connect to database at %s: %s",
                  db_config_where(cfg, where, sizeof where), why);

@@ -1,4 +1,8 @@
 /* Connection settings: URL parsing, password masking, and db_exec on the real database. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -6,6 +10,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <mysql.h>
@@ -610,6 +615,139 @@ static void a_lost_sessions_socket_number_is_not_forgotten_for_its_next_owner(vo
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* ---- in a fiber: a TLS handshake the server never answers --------------- */
+
+/* A server that greets like the test MariaDB (its own greeting, read from it,
+ * with the TLS capability added), then takes the client's TLS request and
+ * handshake and answers nothing, until the loop tells it to hang up. */
+typedef struct stall_server {
+    int listener, port, hangup[2];
+    unsigned char greeting[512];
+    size_t greeting_len;
+    volatile int in_handshake; /* the client has sent something after the greeting */
+    pthread_t thread;
+} stall_server;
+
+static void read_greeting(stall_server *s, const db_config *cfg)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
+    inet_pton(AF_INET, cfg->host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    size_t n = 0;
+    while (n < 4 || n < 4 + (size_t)(s->greeting[0] | s->greeting[1] << 8 | s->greeting[2] << 16)) {
+        ssize_t got = read(fd, s->greeting + n, sizeof s->greeting - n);
+        assert_true(got > 0);
+        n += (size_t)got;
+    }
+    close(fd);
+    s->greeting_len = n;
+    /* protocol 10: version\0, thread id (4), scramble (8), filler (1), then
+     * the capabilities' low 16 bits: add CLIENT_SSL (0x0800). */
+    unsigned char *p = memchr(s->greeting + 5, 0, s->greeting_len - 5);
+    assert_non_null(p);
+    p += 1 + 4 + 8 + 1;
+    p[1] |= 0x08;
+}
+
+static void *stall_run(void *arg)
+{
+    stall_server *s = arg;
+    int c = accept(s->listener, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    assert_int_equal(write(c, s->greeting, s->greeting_len), (ssize_t)s->greeting_len);
+    for (;;) {
+        struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = s->hangup[0], .events = POLLIN}};
+        poll(p, 2, -1);
+        if (p[1].revents)
+            break;
+        char buf[4096];
+        if (read(c, buf, sizeof buf) <= 0)
+            break;
+        s->in_handshake = 1;
+    }
+    close(c);
+    return NULL;
+}
+
+typedef struct stall_probe {
+    stall_server *s;
+    bool hung_up;       /* the loop saw the handshake waiting and told the server to hang up */
+    bool hung_up_first; /* ... before the connect ended */
+    fiber_job job;
+} stall_probe;
+
+static void stall_tick(uv_timer_t *t)
+{
+    stall_probe *pr = t->data;
+    if (pr->hung_up || !pr->s->in_handshake)
+        return;
+    pr->hung_up = true;
+    assert_int_equal(write(pr->s->hangup[1], "x", 1), 1);
+}
+
+static void stall_done(void *arg)
+{
+    stall_probe *pr = arg;
+    pr->hung_up_first = pr->hung_up;
+    pr->job.done = true;
+}
+
+static void stall_connect(void *arg) { job_run(&((stall_probe *)arg)->job); }
+
+/*
+ * Connector/C 3.3 runs a TLS handshake blocking, inside its non-blocking
+ * connect: in a fiber, the loop must go on turning while the server keeps
+ * it waiting. The loop's timer hangs the server up once the handshake
+ * waits: had the loop been held, the connect would end by read_timeout alone
+ * and the timer would come too late.
+ */
+static void a_tls_handshake_left_unanswered_does_not_hold_the_loop(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    db_config cfg;
+    testdb_config(&cfg);
+    stall_server s = {0};
+    read_greeting(&s, &cfg);
+    s.listener = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(s.listener, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(s.listener, 4), 0);
+    assert_int_equal(getsockname(s.listener, (struct sockaddr *)&sa, &len), 0);
+    assert_int_equal(pipe(s.hangup), 0);
+    assert_int_equal(pthread_create(&s.thread, NULL, stall_run, &s), 0);
+    cfg.port = ntohs(sa.sin_port);
+    cfg.ssl_mode = DB_SSL_REQUIRED;
+    cfg.read_timeout_s = cfg.write_timeout_s = cfg.connect_timeout_s = 5;
+    stall_probe pr = {.s = &s};
+    pr.job.c = db_conn_new(&cfg);
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    t.data = &pr;
+    uv_timer_start(&t, stall_tick, 10, 10);
+    assert_int_equal(db_fiber_run(&loop, stall_connect, stall_done, &pr), 0);
+    while (!pr.job.done)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_not_equal(pr.job.rc, 0); /* the server hung up: no session */
+    if (!pr.hung_up_first)
+        fail_msg("the loop stood still while the TLS handshake waited: %s", pr.job.err);
+    pthread_join(s.thread, NULL);
+    uv_close((uv_handle_t *)&t, NULL);
+    db_close(pr.job.c);
+    db_config_free(&cfg);
+    close(s.listener);
+    close(s.hangup[0]);
+    close(s.hangup[1]);
+    db_fiber_forget_all();
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -628,6 +766,7 @@ int main(void)
         cmocka_unit_test(session_settings_apply_on_open_and_reopen),
         cmocka_unit_test(an_idle_connection_is_reopened_before_its_wait_timeout),
         cmocka_unit_test(a_lost_sessions_socket_number_is_not_forgotten_for_its_next_owner),
+        cmocka_unit_test(a_tls_handshake_left_unanswered_does_not_hold_the_loop),
         /* last: left out where the test server has no ::1 (tests/lib/mariadb.sh) */
         cmocka_unit_test(connects_over_ipv6_with_a_bracketed_literal),
     };
