@@ -656,7 +656,10 @@ static void *stall_run(void *arg)
     int c = accept(s->listener, NULL, NULL);
     if (c < 0)
         return NULL;
-    assert_int_equal(write(c, s->greeting, s->greeting_len), (ssize_t)s->greeting_len);
+    if (write(c, s->greeting, s->greeting_len) != (ssize_t)s->greeting_len) { /* no cmocka here */
+        close(c);
+        return NULL;
+    }
     for (;;) {
         struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = s->hangup[0], .events = POLLIN}};
         poll(p, 2, -1);
