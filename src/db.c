@@ -231,16 +231,15 @@ static const char *tls_hint(const db_config *cfg, unsigned code, char *buf, size
     return buf;
 }
 
-/* A new handle with every option a session gets; the connect timeout is the
- * caller's (what is left of connect_timeout when several addresses are tried). */
-static MYSQL *session_init(const db_config *cfg, unsigned connect_timeout_s, char *why, size_t n)
+/* A new handle with every option a session gets. */
+static MYSQL *session_init(const db_config *cfg, char *why, size_t n)
 {
     MYSQL *m = mysql_init(NULL);
     if (!m) {
         snprintf(why, n, "out of memory");
         return NULL;
     }
-    unsigned ct = connect_timeout_s;
+    unsigned ct = cfg->connect_timeout_s ? cfg->connect_timeout_s : 5;
     unsigned rt = cfg->read_timeout_s ? cfg->read_timeout_s : 30;
     unsigned wt = cfg->write_timeout_s ? cfg->write_timeout_s : 30;
     my_bool no = 0;
@@ -264,30 +263,27 @@ static MYSQL *session_init(const db_config *cfg, unsigned connect_timeout_s, cha
 }
 
 /* A refused connection's message: the library's, with what TLS adds. */
-static MYSQL *connect_failed(MYSQL *m, const db_config *cfg, unsigned *code, char *why, size_t n)
+static MYSQL *connect_failed(MYSQL *m, const db_config *cfg, char *why, size_t n)
 {
     char hint[1200];
-    *code = mysql_errno(m);
-    snprintf(why, n, "%s%s", mysql_error(m), tls_hint(cfg, *code, hint, sizeof hint));
+    snprintf(why, n, "%s%s", mysql_error(m), tls_hint(cfg, mysql_errno(m), hint, sizeof hint));
     mysql_close(m);
     return NULL;
 }
 
 /* Through the non-blocking API: every wait is the fiber's (or a poll()). */
-static MYSQL *connect_nb(const db_config *cfg, unsigned ct, unsigned *code, char *why, size_t n)
+static MYSQL *connect_nb(const db_config *cfg, char *why, size_t n)
 {
-    MYSQL *m = session_init(cfg, ct, why, n);
-    if (!m) {
-        *code = CR_UNKNOWN_ERROR;
+    MYSQL *m = session_init(cfg, why, n);
+    if (!m)
         return NULL;
-    }
     MYSQL *connected = NULL;
     NB(m, connected,
        mysql_real_connect_start(&connected, m, cfg->host, cfg->user,
                                 cfg->password ? cfg->password : "", cfg->database, cfg->port,
                                 cfg->socket, 0),
        mysql_real_connect_cont, m);
-    return connected ? m : connect_failed(m, cfg, code, why, n);
+    return connected ? m : connect_failed(m, cfg, why, n);
 }
 
 /*
@@ -329,23 +325,20 @@ static void off_connect_free(void *arg)
     free(oc);
 }
 
-static MYSQL *connect_off_loop(const db_config *cfg, unsigned ct, unsigned *code, char *why,
-                               size_t n)
+static MYSQL *connect_off_loop(const db_config *cfg, char *why, size_t n)
 {
-    *code = CR_UNKNOWN_ERROR;
     off_connect *oc = calloc(1, sizeof *oc);
     if (!oc || db_config_copy(&oc->cfg, cfg) != 0) {
         free(oc);
         snprintf(why, n, "out of memory");
         return NULL;
     }
-    if (!(oc->m = session_init(cfg, ct, why, n))) {
+    if (!(oc->m = session_init(cfg, why, n))) {
         db_config_free(&oc->cfg);
         free(oc);
         return NULL;
     }
     if (db_fiber_offload(off_connect_run, off_connect_free, oc, 0) != 0) {
-        *code = CR_CONN_HOST_ERROR;
         snprintf(why, n, "connecting was abandoned (the process is stopping)");
         return NULL;
     }
@@ -353,7 +346,7 @@ static MYSQL *connect_off_loop(const db_config *cfg, unsigned ct, unsigned *code
     bool connected = oc->connected;
     db_config_free(&oc->cfg);
     free(oc);
-    return connected ? m : connect_failed(m, cfg, code, why, n);
+    return connected ? m : connect_failed(m, cfg, why, n);
 }
 
 /* Whether the library would wait inside its connect (above): a host name
@@ -371,9 +364,8 @@ static bool connect_blocks(const db_config *cfg)
 static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
 {
     char where[300], why[1500];
-    unsigned ct = cfg->connect_timeout_s ? cfg->connect_timeout_s : 5, code = 0;
-    MYSQL *m = connect_blocks(cfg) ? connect_off_loop(cfg, ct, &code, why, sizeof why)
-                                   : connect_nb(cfg, ct, &code, why, sizeof why);
+    MYSQL *m = connect_blocks(cfg) ? connect_off_loop(cfg, why, sizeof why)
+                                   : connect_nb(cfg, why, sizeof why);
     if (!m) {
         snprintf(err, errlen, "cannot connect to database at %s: %s",
                  db_config_where(cfg, where, sizeof where), why);
