@@ -313,6 +313,11 @@ static void finish(server_state *d)
 {
     uv_timer_stop(&d->drain);
     uv_timer_stop(&d->tick);
+    /* No new work from here on: the rest of this loop pass must not serve a
+     * request whose task would start a database read (a fiber) that the
+     * teardown then has to abandon. The listening socket closes now. */
+    http_server_close(d->http);
+    d->http = NULL;
     size_t left = runtime_task_count(d->ctx.rt);
     if (left)
         log_msg(LOG_WARN, "stopping with %zu step(s) still in flight after %u ms", left,
@@ -945,22 +950,52 @@ static void close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-static void teardown(server_state *d)
+/*
+ * Everything that may still call into Lua does so now, while the Lua state
+ * lives: every database wait fails at once (db_fiber_abort_all, for good:
+ * a fiber started from here on ends before it could wait), HTTP requests in
+ * flight are cancelled and no new client can be made, and the loop runs what
+ * is already due (a fiber's end, a cancelled request's answer, a child
+ * process's exit and its close callbacks) until no fiber is left. Each of
+ * those resumes its task with an error. Nothing is listening any more.
+ */
+#define SETTLE_PASSES 100
+static void settle(server_state *d)
 {
     http_server_close(d->http);
     d->http = NULL;
+    d->ctx.closing = true;
+    db_fiber_abort_all();
     if (d->ctx.http)
-        http_client_close(d->ctx.http);
+        http_client_close(d->ctx.http); /* freed once its handles have closed */
     d->ctx.http = NULL;
+    for (int pass = 0; pass < SETTLE_PASSES; pass++) {
+        uv_run(&d->loop, UV_RUN_NOWAIT);
+        if (db_fiber_count() == 0 && pass >= 1)
+            break;
+    }
+    if (db_fiber_count()) /* never seen: they are left behind, never resumed */
+        log_msg(LOG_WARN, "exiting with %zu database call(s) that would not end", db_fiber_count());
+    db_fiber_forget_all(); /* the kept watchers, freed as they close */
+}
+
+static void teardown(server_state *d)
+{
+    settle(d);
+    /* Only now the Lua state goes (its __gc closes what Lua owned, such as
+     * oops.http.serve's servers). Whatever handle is left (a child still
+     * running, the signals, the timers) closes without calling back. */
     if (d->ctx.rt)
         runtime_free(d->ctx.rt);
     d->ctx.rt = NULL;
-    db_fiber_forget_all(); /* the kept watchers, freed as they close */
     uv_walk(&d->loop, close_walk, NULL);
+    if (db_fiber_offloads_left())
+        log_msg(LOG_INFO,
+                "waiting for %zu database connect(s) by host name to end (within the "
+                "resolver's timeout and connect_timeout)",
+                db_fiber_offloads_left());
     uv_run(&d->loop, UV_RUN_DEFAULT);
     uv_loop_close(&d->loop);
-    if (db_fiber_count())
-        db_fiber_abort_all(); /* none should be left; if one is, it ends before we free */
     lock_registry_free(d->ctx.locks);
     db_pool_free(d->ctx.pool);
     db_pool_free(d->ctx.lock_lane);

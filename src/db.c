@@ -1,7 +1,9 @@
 #include "db.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <mysql.h>
 #include <errmsg.h>
 #include <stdio.h>
@@ -40,7 +42,7 @@ struct db_conn {
     uint64_t prepares;
     uint64_t clock;   /* for LRU */
     uint64_t used_ms; /* monotonic time of the last statement answered (or of the connect) */
-    int fd; /* the session's socket (its kept watcher: db_fiber_wait_kept), -1 when none */
+    int fd;           /* the socket whose watcher is kept (db_fiber_wait_kept), -1 when none */
     cached_stmt cache[STMT_CACHE_SIZE];
 };
 
@@ -64,22 +66,51 @@ static int nb_wait(MYSQL *m, int status)
     } while (0)
 
 /* A statement on an established session waits on the socket's kept watcher
- * (no system call to arm it); the connect above does not. */
-static int nb_wait_kept(MYSQL *m, int status)
+ * (no system call to arm it); the connect above does not. c->fd records the
+ * socket whose watcher the connection keeps. */
+static int nb_wait_kept(db_conn *c, int status)
 {
-    unsigned t = (status & MYSQL_WAIT_TIMEOUT) ? mysql_get_timeout_value_ms(m) : 0;
-    return db_fiber_wait_kept((int)mysql_get_socket(m), status, t);
+    unsigned t = (status & MYSQL_WAIT_TIMEOUT) ? mysql_get_timeout_value_ms(c->m) : 0;
+    c->fd = (int)mysql_get_socket(c->m);
+    return db_fiber_wait_kept(c->fd, status, t);
 }
 
-#define NBK(m, ret, start_call, cont_fn, obj)                                                      \
+#define NBK(c, ret, start_call, cont_fn, obj)                                                      \
     do {                                                                                           \
         int nb_status_ = (start_call);                                                             \
         while (nb_status_)                                                                         \
-            nb_status_ = cont_fn(&(ret), (obj), nb_wait_kept((m), nb_status_));                    \
+            nb_status_ = cont_fn(&(ret), (obj), nb_wait_kept((c), nb_status_));                    \
     } while (0)
 
-/* Before the session's socket may close (an error, a close): its kept watcher goes. */
-static void forget_socket(db_conn *c) { db_fiber_forget(c->fd); }
+/*
+ * Before the session's socket may close (an error, a close), and as soon as
+ * the library has closed it: its kept watcher goes, and so does the number.
+ * Once closed, the number may be handed to another connection's socket (or
+ * the lock session's): forgetting it later would break that one's watcher.
+ */
+static void forget_socket(db_conn *c)
+{
+    db_fiber_forget(c->fd);
+    c->fd = -1;
+}
+
+/* The library closes the socket by itself when it finds the session lost
+ * (also while closing a statement, which reports nothing): noted at once,
+ * before the number can be reused. */
+static bool socket_closed(db_conn *c)
+{
+    if (!c->m || c->m->net.pvio)
+        return false;
+    forget_socket(c);
+    c->alive = false;
+    return true;
+}
+
+static void stmt_close(db_conn *c, MYSQL_STMT *st)
+{
+    mysql_stmt_close(st);
+    socket_closed(c);
+}
 
 static uint64_t mono_ms(void)
 {
@@ -142,7 +173,7 @@ static void cache_clear(db_conn *c)
 {
     for (int i = 0; i < STMT_CACHE_SIZE; i++) {
         if (c->cache[i].st)
-            mysql_stmt_close(c->cache[i].st);
+            stmt_close(c, c->cache[i].st);
         free(c->cache[i].sql);
         c->cache[i] = (cached_stmt){0};
     }
@@ -200,12 +231,12 @@ static const char *tls_hint(const db_config *cfg, unsigned code, char *buf, size
     return buf;
 }
 
-static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
+/* A new handle with every option a session gets. */
+static MYSQL *session_init(const db_config *cfg, char *why, size_t n)
 {
-    char where[300], why[1500];
     MYSQL *m = mysql_init(NULL);
     if (!m) {
-        snprintf(err, errlen, "cannot connect to database: out of memory");
+        snprintf(why, n, "out of memory");
         return NULL;
     }
     unsigned ct = cfg->connect_timeout_s ? cfg->connect_timeout_s : 5;
@@ -224,24 +255,120 @@ static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
         unsigned proto = MYSQL_PROTOCOL_SOCKET;
         mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
     }
-    if (apply_tls(m, cfg, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot connect to database at %s: %s",
-                 db_config_where(cfg, where, sizeof where), why);
+    if (apply_tls(m, cfg, why, n) != 0) {
         mysql_close(m);
         return NULL;
     }
+    return m;
+}
+
+/* A refused connection's message: the library's, with what TLS adds. */
+static MYSQL *connect_failed(MYSQL *m, const db_config *cfg, char *why, size_t n)
+{
+    char hint[1200];
+    snprintf(why, n, "%s%s", mysql_error(m), tls_hint(cfg, mysql_errno(m), hint, sizeof hint));
+    mysql_close(m);
+    return NULL;
+}
+
+/* Through the non-blocking API: every wait is the fiber's (or a poll()). */
+static MYSQL *connect_nb(const db_config *cfg, char *why, size_t n)
+{
+    MYSQL *m = session_init(cfg, why, n);
+    if (!m)
+        return NULL;
     MYSQL *connected = NULL;
     NB(m, connected,
        mysql_real_connect_start(&connected, m, cfg->host, cfg->user,
                                 cfg->password ? cfg->password : "", cfg->database, cfg->port,
                                 cfg->socket, 0),
        mysql_real_connect_cont, m);
-    if (!connected) {
-        char hint[1200];
-        snprintf(err, errlen, "cannot connect to database at %s: %s%s",
-                 db_config_where(cfg, where, sizeof where), mysql_error(m),
-                 tls_hint(cfg, mysql_errno(m), hint, sizeof hint));
-        mysql_close(m);
+    return connected ? m : connect_failed(m, cfg, why, n);
+}
+
+/*
+ * Two waits of Connector/C 3.3 sit inside its "non-blocking" connect, where
+ * the loop would stand still: a host name is resolved with a blocking
+ * getaddrinfo (retried with sleeps on EAI_AGAIN), for as long as the resolver
+ * takes; and the TLS handshake runs on a blocking socket, for as long as the
+ * server takes to answer (up to read_timeout). A name cannot be resolved here
+ * and its address given instead: ssl-mode=VERIFY_IDENTITY checks the server
+ * certificate against the very host the library connects to (X509_check_host
+ * on mysql->host, within that blocking handshake, with no wait to step in
+ * at), and a check of our own after connecting would come after the password
+ * exchange. So such a connect runs whole as it always did (the library
+ * resolves, tries every address in order, each within connect_timeout, and
+ * checks the certificate against the name), but on libuv's thread pool
+ * (db_fiber_offload): the fiber waits for it as for a socket. The worker has
+ * copies of the settings: the connection that asked may be gone when an
+ * abandoned connect ends.
+ */
+typedef struct off_connect {
+    MYSQL *m;
+    db_config cfg;
+    bool connected;
+} off_connect;
+
+static void off_connect_run(void *arg) /* on a thread of the pool */
+{
+    off_connect *oc = arg;
+    const db_config *c = &oc->cfg;
+    oc->connected = mysql_real_connect(oc->m, c->host, c->user, c->password ? c->password : "",
+                                       c->database, c->port, c->socket, 0) != NULL;
+}
+
+static void off_connect_free(void *arg)
+{
+    off_connect *oc = arg;
+    mysql_close(oc->m);
+    db_config_free(&oc->cfg);
+    free(oc);
+}
+
+static MYSQL *connect_off_loop(const db_config *cfg, char *why, size_t n)
+{
+    off_connect *oc = calloc(1, sizeof *oc);
+    if (!oc || db_config_copy(&oc->cfg, cfg) != 0) {
+        free(oc);
+        snprintf(why, n, "out of memory");
+        return NULL;
+    }
+    if (!(oc->m = session_init(cfg, why, n))) {
+        db_config_free(&oc->cfg);
+        free(oc);
+        return NULL;
+    }
+    if (db_fiber_offload(off_connect_run, off_connect_free, oc, 0) != 0) {
+        snprintf(why, n, "connecting was abandoned (the process is stopping)");
+        return NULL;
+    }
+    MYSQL *m = oc->m;
+    bool connected = oc->connected;
+    db_config_free(&oc->cfg);
+    free(oc);
+    return connected ? m : connect_failed(m, cfg, why, n);
+}
+
+/* Whether the library would wait inside its connect (above): a host name
+ * (not a socket, an IP literal or "localhost", which Connector/C takes for
+ * its default socket), or TLS. */
+static bool connect_blocks(const db_config *cfg)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    const char *h = cfg->host;
+    bool name = !cfg->socket && h && *h && strcmp(h, "localhost") != 0 &&
+                inet_pton(AF_INET, h, buf) != 1 && inet_pton(AF_INET6, h, buf) != 1;
+    return name || cfg->ssl_mode >= DB_SSL_REQUIRED;
+}
+
+static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
+{
+    char where[300], why[1500];
+    MYSQL *m = connect_blocks(cfg) ? connect_off_loop(cfg, why, sizeof why)
+                                   : connect_nb(cfg, why, sizeof why);
+    if (!m) {
+        snprintf(err, errlen, "cannot connect to database at %s: %s",
+                 db_config_where(cfg, where, sizeof where), why);
         return NULL;
     }
     /* Connector/C 3.3 makes TLS a condition before authenticating only with
@@ -305,7 +432,6 @@ db_conn *db_open(const db_config *cfg, char *err, size_t errlen)
         free(c);
         return NULL;
     }
-    c->fd = (int)mysql_get_socket(c->m);
     c->alive = true;
     c->used_ms = mono_ms();
     char e2[256];
@@ -364,7 +490,6 @@ unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
     c->m = open_session(&c->cfg, err, errlen);
     if (!c->m)
         return c->last_error = DB_CR_CONN_HOST_ERROR;
-    c->fd = (int)mysql_get_socket(c->m);
     c->alive = true;
     c->used_ms = mono_ms();
     unsigned rc = session_setup(c, err, errlen);
@@ -389,6 +514,7 @@ static unsigned stmt_fail(db_conn *c, MYSQL_STMT *st, const char *what, char *er
     forget_socket(c);
     if (db_errno_is_connection(code))
         c->alive = false;
+    socket_closed(c);
     return code;
 }
 
@@ -408,7 +534,7 @@ static MYSQL_STMT *cache_get(db_conn *c, const char *sql, char *err, size_t errl
     }
     int slot = free_slot >= 0 ? free_slot : lru;
     if (c->cache[slot].st) {
-        mysql_stmt_close(c->cache[slot].st);
+        stmt_close(c, c->cache[slot].st);
         free(c->cache[slot].sql);
         c->cache[slot] = (cached_stmt){0};
     }
@@ -421,11 +547,10 @@ static MYSQL_STMT *cache_get(db_conn *c, const char *sql, char *err, size_t errl
     mysql_stmt_attr_set(st, STMT_ATTR_UPDATE_MAX_LENGTH, &on);
     c->prepares++;
     int prc = 0;
-    NBK(c->m, prc, mysql_stmt_prepare_start(&prc, st, sql, strlen(sql)), mysql_stmt_prepare_cont,
-        st);
+    NBK(c, prc, mysql_stmt_prepare_start(&prc, st, sql, strlen(sql)), mysql_stmt_prepare_cont, st);
     if (prc != 0) {
         *code = stmt_fail(c, st, "prepare", err, errlen);
-        mysql_stmt_close(st);
+        stmt_close(c, st);
         return NULL;
     }
     c->cache[slot].sql = strdup(sql);
@@ -439,7 +564,7 @@ static void cache_drop(db_conn *c, MYSQL_STMT *st)
 {
     for (int i = 0; i < STMT_CACHE_SIZE; i++) {
         if (c->cache[i].st == st) {
-            mysql_stmt_close(st);
+            stmt_close(c, st);
             free(c->cache[i].sql);
             c->cache[i] = (cached_stmt){0};
             return;
@@ -665,7 +790,7 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     }
     c->statements++;
     int erc = 0;
-    NBK(c->m, erc, mysql_stmt_execute_start(&erc, st), mysql_stmt_execute_cont, st);
+    NBK(c, erc, mysql_stmt_execute_start(&erc, st), mysql_stmt_execute_cont, st);
     free(pb);
     free(pn);
     c->used_ms = mono_ms();
@@ -681,7 +806,7 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     MYSQL_RES *meta = mysql_stmt_result_metadata(st);
     if (meta) {
         int src = 0;
-        NBK(c->m, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
+        NBK(c, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
         if (src != 0 || fetch_all(st, meta, r) != 0) {
             code = stmt_fail(c, st, "fetch", err, errlen);
             mysql_free_result(meta);
@@ -702,7 +827,7 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
      * the next statement. */
     while (mysql_stmt_more_results(st)) {
         int nrc = 0;
-        NBK(c->m, nrc, mysql_stmt_next_result_start(&nrc, st), mysql_stmt_next_result_cont, st);
+        NBK(c, nrc, mysql_stmt_next_result_start(&nrc, st), mysql_stmt_next_result_cont, st);
         if (nrc > 0) {
             code = stmt_fail(c, st, "execute", err, errlen);
             db_result_free(r);
@@ -716,8 +841,7 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
             MYSQL_RES *more = mysql_stmt_result_metadata(st);
             bool keep = r->ncols == 0 && more;
             int src = 0;
-            NBK(c->m, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont,
-                st);
+            NBK(c, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
             if (src != 0 || (keep && fetch_all(st, more, r) != 0)) {
                 code = stmt_fail(c, st, "fetch", err, errlen);
                 if (more)

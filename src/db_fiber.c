@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define FIBER_ASAN 1
@@ -106,6 +107,25 @@ static void trampoline(void)
 static void *kept[STACKS_KEPT];
 static size_t nkept;
 
+/* Below each stack (stacks grow down on x86_64 and aarch64) a guard of
+ * PROT_NONE pages: a fiber that overflows faults there (SIGSEGV) instead of
+ * writing into whatever is mapped below, such as another fiber's stack. It
+ * costs address space only. 64 KiB rather than one page, so that a frame
+ * larger than a page cannot step over it. */
+#define GUARD_MIN (64 * 1024)
+static size_t guard_size(void)
+{
+    static size_t guard;
+    if (!guard) {
+        long page = sysconf(_SC_PAGESIZE);
+        size_t p = page > 0 ? (size_t)page : 4096;
+        guard = (GUARD_MIN + p - 1) / p * p;
+    }
+    return guard;
+}
+
+size_t db_fiber_stack_size(void) { return FIBER_STACK; }
+
 static void *stack_get(void)
 {
     if (nkept) {
@@ -116,9 +136,17 @@ static void *stack_get(void)
 #endif
         return s;
     }
-    void *s = mmap(NULL, FIBER_STACK, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    return s == MAP_FAILED ? NULL : s;
+    /* Mapped lazily (MAP_NORESERVE): pages never touched cost no memory. */
+    size_t guard = guard_size();
+    char *base = mmap(NULL, guard + FIBER_STACK, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (base == MAP_FAILED)
+        return NULL;
+    if (mprotect(base, guard, PROT_NONE) != 0) {
+        munmap(base, guard + FIBER_STACK);
+        return NULL;
+    }
+    return base + guard;
 }
 
 static void stack_put(void *s)
@@ -126,7 +154,7 @@ static void stack_put(void *s)
     if (nkept < STACKS_KEPT)
         kept[nkept++] = s;
     else
-        munmap(s, FIBER_STACK);
+        munmap((char *)s - guard_size(), guard_size() + FIBER_STACK);
 }
 
 static void fiber_free(uv_handle_t *h)
@@ -363,6 +391,73 @@ int db_fiber_wait_kept(int fd, int status, unsigned timeout_ms)
     leave(f, false);
     f->fd = -1;
     return f->ready;
+}
+
+/* ---- work on the thread pool ---------------------------------------------- */
+
+typedef struct offload {
+    uv_work_t req;
+    db_fiber_fn work, abandoned;
+    void *arg;
+    fiber *waiter; /* NULL once the fiber gave up: abandoned(arg) then runs at the end */
+    bool done;
+} offload;
+
+static size_t offloads_left;
+size_t db_fiber_offloads_left(void) { return offloads_left; }
+
+static void offload_work(uv_work_t *req)
+{
+    offload *o = req->data;
+    o->work(o->arg);
+}
+
+/* On the loop's thread, once work has ended (or was cancelled before it began). */
+static void offload_after(uv_work_t *req, int status)
+{
+    (void)status;
+    offload *o = req->data;
+    if (o->waiter) {
+        o->done = true;
+        wake(o->waiter, MYSQL_WAIT_READ);
+        return;
+    }
+    offloads_left--;
+    o->abandoned(o->arg);
+    free(o);
+}
+
+int db_fiber_offload(db_fiber_fn work, db_fiber_fn abandoned, void *arg, unsigned timeout_ms)
+{
+    fiber *f = current;
+    if (!f) {
+        work(arg);
+        return 0;
+    }
+    offload *o = aborting ? NULL : calloc(1, sizeof *o);
+    if (o) {
+        *o = (offload){.work = work, .abandoned = abandoned, .arg = arg, .waiter = f};
+        o->req.data = o;
+    }
+    if (!o || uv_queue_work(f->loop, &o->req, offload_work, offload_after) != 0) {
+        free(o);
+        abandoned(arg);
+        return -1;
+    }
+    if (timeout_ms)
+        uv_timer_start(&f->timer, on_timeout, timeout_ms, 0);
+    f->waiting = true;
+    leave(f, false);
+    if (o->done) {
+        free(o);
+        return 0;
+    }
+    /* Timed out, or abandoned (db_fiber_abort_all): work goes on by itself
+     * (it is cancelled if it has not begun). */
+    o->waiter = NULL;
+    offloads_left++;
+    uv_cancel((uv_req_t *)&o->req);
+    return -1;
 }
 
 void db_fiber_forget(int fd)

@@ -58,6 +58,29 @@ void db_fiber_forget(int fd);
 /* Drop every kept watcher: before the loop's handles are closed. */
 void db_fiber_forget_all(void);
 
+/*
+ * Run work(arg) on libuv's thread pool (uv_queue_work) and wait until it has
+ * ended: inside a fiber the fiber waits, at most timeout_ms (0: as long as
+ * work takes), while the loop goes on; elsewhere work simply runs here. For
+ * a blocking library call that must not block the loop (a connect that
+ * resolves a host name). work runs on another thread: it must touch nothing
+ * of the loop's (no loop, no fiber, no Lua, nothing another fiber may use).
+ * 0 once work has ended. -1 when the wait ended first (the time ran out, or
+ * db_fiber_abort_all) or work could not be queued: then arg is no longer the
+ * caller's, and abandoned(arg) runs on the loop's thread once work has ended
+ * or will never run, to undo and free what it made.
+ */
+int db_fiber_offload(db_fiber_fn work, db_fiber_fn abandoned, void *arg, unsigned timeout_ms);
+/* Work given up on and still running (the loop's last run waits for it). */
+size_t db_fiber_offloads_left(void);
+
+/*
+ * The bytes of stack a fiber's code may use. Below them lies a guard of
+ * PROT_NONE pages: an overflow ends the process with SIGSEGV rather than
+ * writing into another fiber's stack.
+ */
+size_t db_fiber_stack_size(void);
+
 /* Fibers alive now (started, not yet done). */
 size_t db_fiber_count(void);
 

@@ -77,6 +77,8 @@ static int l_request(lua_State *L)
     }
     hv[nh] = NULL;
     req.headers = nh ? hv : NULL;
+    if (!c->http && c->closing) /* its client is closed for good: nothing may start now */
+        return lua_fail(L, "the process is shutting down", OOPS_E_IO);
     if (!c->http && !(c->http = http_client_new(c->loop)))
         return luaL_error(L, "cannot create the HTTP client");
     lreq *q = malloc(sizeof *q);

@@ -121,4 +121,45 @@ wait_for 30 "a pipeline created over TLS is driven to SUCCEEDED" \
   bash -c "[[ \$('$ctl' --db '$srv_db' --json show '$id') == *'\"status\":\"SUCCEEDED\"'* ]]"
 sessions=$(root -e "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'tls_only'")
 like "$sessions" '^([4-9]|[1-9][0-9]+)$' "... each with its work and lock sessions open as that account ($sessions)"
+# Host names (issue 22): a name is looked up off the loop and its addresses
+# tried in turn, and VERIFY_IDENTITY still checks the certificate against the
+# NAME, not the address connected to. A private mount namespace gives the
+# clients their own /etc/hosts: db.oops.test (named by the certificate) at
+# 127.0.0.3 (nothing listens) then 127.0.0.2 (an address the certificate does
+# not name); wrong.oops.test at 127.0.0.1 (an address it names, but not that
+# name). Any other name asks a name server where none listens: refused at once.
+if unshare -m true 2>/dev/null; then
+  printf '%s\n' "127.0.0.1 localhost" "127.0.0.3 db.oops.test" "127.0.0.2 db.oops.test" \
+    "127.0.0.1 wrong.oops.test" >"$work/hosts"
+  printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' >"$work/resolv.conf"
+  in_ns() { # CMD... in a mount namespace with this test's /etc/hosts and /etc/resolv.conf
+    exec unshare -m bash -c 'mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf &&
+      shift 2 && exec "$@"' in_ns "$work/hosts" "$work/resolv.conf" "$@"
+  }
+  named="mysql://oops:$pw@db.oops.test:$MDB_PORT/oops"
+  wrong="mysql://oops:$pw@wrong.oops.test:$MDB_PORT/oops"
+  like "$( (in_ns "$oopsd" lua "$work/cipher.lua" "$named?ssl-mode=VERIFY_IDENTITY&ssl-ca=$ca") 2>&1)" \
+    "^cipher=.+" "VERIFY_IDENTITY to db.oops.test, at addresses the certificate does not name: the first refuses, the second connects"
+  out=$( (in_ns "$ctl" --db "$wrong?ssl-mode=VERIFY_IDENTITY&ssl-ca=$ca" list) 2>&1); rc=$?
+  is "$rc" 2 "VERIFY_IDENTITY to wrong.oops.test, at an address the certificate names but not by that name: refused (exit 2)"
+  like "$out" "^oopsctl: cannot connect to database at wrong\.oops\.test:$MDB_PORT: .*Validation of SSL server certificate failed .*name the host wrong\.oops\.test\)$" \
+    "... the name was checked, and the message says so"
+  like "$( (in_ns "$oopsd" lua "$work/cipher.lua" "$wrong?ssl-mode=VERIFY_CA&ssl-ca=$ca") 2>&1)" "^cipher=.+" \
+    "... VERIFY_CA to it connects (no name checked)"
+  out=$( (in_ns "$ctl" --db "mysql://oops:$pw@nowhere.oops.test:$MDB_PORT/oops" list) 2>&1); rc=$?
+  is "$rc" 2 "a name that does not resolve: exit 2"
+  like "$out" "^oopsctl: cannot connect to database at nowhere\.oops\.test:$MDB_PORT: Unknown server host 'nowhere\.oops\.test'" \
+    "... saying so"
+  # The daemon: its sessions open by name in fibers (uv_getaddrinfo), the
+  # name checked each time, also when the lock session is reopened.
+  SRV_WRAP=in_ns OOPS_TEST_DB="$named?ssl-mode=VERIFY_IDENTITY&ssl-ca=$ca" start_server tlsname "$fixtures/fast"
+  is "$(http_code "$(url tlsname /healthz)")" 200 "a server connected by name, VERIFY_IDENTITY: /healthz 200"
+  lock_id=$(curl -s "$(url tlsname /status)" | sed -n 's/.*"lock_connection_id":\([0-9]*\).*/\1/p')
+  root -e "KILL $lock_id"
+  wait_for 60 "... its lock session, killed, is reopened by name (lock_connection_id changes, /healthz 200)" \
+    bash -c "[[ \$(curl -s '$(url tlsname /status)') != *'\"lock_connection_id\":$lock_id,'* && \$(curl -s -o /dev/null -w '%{http_code}' '$(url tlsname /healthz)') == 200 ]]"
+  like "$(cat "${SRV_LOG[tlsname]}")" "lock session reconnected" "... as its log says"
+else
+  echo "ok $((TAP_N += 1)) # SKIP host names by a private /etc/hosts: unshare -m is not allowed here"
+fi
 done_testing

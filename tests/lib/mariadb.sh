@@ -8,7 +8,8 @@
 #
 # TLS, opt-in: MDB_TLS=1 before mariadb_start makes a certificate authority
 # with openssl in DIR/tls (nothing leaves DIR), a server certificate for
-# 127.0.0.1 and localhost signed by it, and a client certificate; the server
+# 127.0.0.1, localhost and db.oops.test (a name tests map in a private
+# /etc/hosts) signed by it, and a client certificate; the server
 # then offers TLS (ssl-ca/ssl-cert/ssl-key) and also listens on 127.0.0.2, an
 # address its certificate does not name. Exported: MDB_TLS_CA, MDB_TLS_CERT,
 # MDB_TLS_KEY (the client's), MDB_TLS_OTHER_HOST=127.0.0.2. Without MDB_TLS
@@ -91,7 +92,7 @@ _mariadb_make_tls() {
     openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
       -days 2 -out "$d/server.pem" -extfile <(printf '%s\n' "basicConstraints=CA:FALSE" \
         "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
-        "subjectAltName=IP:127.0.0.1,DNS:localhost") &&
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:db.oops.test") &&
     openssl req -new -newkey rsa:2048 -nodes -subj "/CN=oops test client" \
       -keyout "$d/client.key" -out "$d/client.csr" &&
     openssl x509 -req -in "$d/client.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \

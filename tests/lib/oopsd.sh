@@ -1,5 +1,7 @@
 # Start and stop real oopsd servers in integration tests (sourced after tap.sh).
 #   start_server NAME POLICY_DIR [ARGS...]   waits until it logs "started:"
+#                                            (SRV_WRAP=CMD: runs CMD oopsd ARGS, where CMD
+#                                            execs it, e.g. in a mount namespace)
 #   url NAME PATH                            http://127.0.0.1:PORT/PATH of that server
 #   stop_servers                             SIGKILL every server still running (trap)
 declare -A SRV_PID SRV_PORT SRV_LOG
@@ -13,7 +15,7 @@ start_server() {
   # The log is appended to (a restarted server keeps its history): look for
   # "started:" only in what this start writes, never in an earlier test's.
   local from; from=$(stat -c %s "$log" 2>/dev/null || echo 0)
-  "$OOPS_BUILD/oopsd" --db "$OOPS_TEST_DB" --name "$name" --policies "$dir" \
+  ${SRV_WRAP:-} "$OOPS_BUILD/oopsd" --db "$OOPS_TEST_DB" --name "$name" --policies "$dir" \
     --listen "127.0.0.1:$port" "$@" 2>>"$log" &
   SRV_PID[$name]=$!
   SRV_PORT[$name]=$port

@@ -1,4 +1,8 @@
 /* Connection settings: URL parsing, password masking, and db_exec on the real database. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -6,11 +10,14 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <mysql.h>
+#include <uv.h>
 
 #include "db.h"
+#include "db_fiber.h"
 #include "testdb.h"
 
 static void a_full_url_is_parsed(void **state)
@@ -506,6 +513,244 @@ static void an_idle_connection_is_reopened_before_its_wait_timeout(void **state)
     db_config_free(&cfg);
 }
 
+/* ---- in fibers: sockets whose numbers come back ------------------------- */
+
+typedef struct fiber_job {
+    db_conn *c;
+    const char *sql; /* NULL: db_conn_ensure only */
+    unsigned rc;
+    long long value;
+    bool done;
+    char err[256];
+} fiber_job;
+
+static void job_run(void *arg)
+{
+    fiber_job *j = arg;
+    j->rc = db_conn_ensure(j->c, j->err, sizeof j->err);
+    if (!j->rc && j->sql) {
+        db_result *r = NULL;
+        j->rc = db_exec(j->c, j->sql, NULL, 0, &r, j->err, sizeof j->err);
+        j->value = db_get_int(r, 0, 0, -1);
+        db_result_free(r);
+    }
+}
+
+static void job_done(void *arg) { ((fiber_job *)arg)->done = true; }
+
+/* Start each job in a fiber of its own, then turn the loop until all are done. */
+static void run_jobs(uv_loop_t *loop, fiber_job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        jobs[i].done = false;
+        assert_int_equal(db_fiber_run(loop, job_run, job_done, &jobs[i]), 0);
+    }
+    for (bool all = false; !all;) {
+        all = true;
+        for (size_t i = 0; i < n; i++)
+            all = all && jobs[i].done;
+        if (!all)
+            uv_run(loop, UV_RUN_ONCE);
+    }
+}
+
+/*
+ * Two sessions are killed; the library closes their sockets when their next
+ * statements find them lost, and two new connections get the same socket
+ * numbers. Reopening one lost connection and closing the other must not
+ * touch the watchers of those numbers, which now belong to the new
+ * connections: their statements, waiting at that moment, must be answered
+ * (not left waiting for read_timeout, then failing "lost connection").
+ */
+static void a_lost_sessions_socket_number_is_not_forgotten_for_its_next_owner(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    db_config cfg;
+    testdb_config(&cfg);
+    cfg.read_timeout_s = cfg.write_timeout_s = 5;
+    db_conn *admin = testdb_open();
+    db_conn *a = db_conn_new(&cfg), *b = db_conn_new(&cfg);
+    fiber_job open_ab[] = {{.c = a, .sql = "SELECT 1"}, {.c = b, .sql = "SELECT 1"}};
+    run_jobs(&loop, open_ab, 2);
+    assert_int_equal(open_ab[0].rc + open_ab[1].rc, 0);
+    db_value ka[] = {db_int((long long)db_connection_id(a))};
+    db_value kb[] = {db_int((long long)db_connection_id(b))};
+    db_result_free(testdb_q(admin, "KILL ?", ka, 1));
+    db_result_free(testdb_q(admin, "KILL ?", kb, 1));
+    /* Their next statements find them lost: the library closes both sockets. */
+    fiber_job lost[] = {{.c = a, .sql = "SELECT 1"}, {.c = b, .sql = "SELECT 1"}};
+    run_jobs(&loop, lost, 2);
+    assert_true(db_errno_is_connection(lost[0].rc) && db_errno_is_connection(lost[1].rc));
+    /* New sessions take the lowest free numbers: the two just closed. */
+    db_conn *c = db_conn_new(&cfg), *d = db_conn_new(&cfg);
+    fiber_job open_cd[] = {{.c = c, .sql = "SELECT 1"}, {.c = d, .sql = "SELECT 1"}};
+    run_jobs(&loop, open_cd, 2);
+    assert_int_equal(open_cd[0].rc + open_cd[1].rc, 0);
+    /* While c and d wait for their answers, a is reopened and b closed. */
+    fiber_job work[] = {{.c = c, .sql = "SELECT SLEEP(1) + 7"},
+                        {.c = d, .sql = "SELECT SLEEP(1) + 8"},
+                        {.c = a, .sql = "SELECT 9"}};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(db_fiber_run(&loop, job_run, job_done, &work[i]), 0);
+        if (i == 1)
+            db_close(b);
+    }
+    while (!work[0].done || !work[1].done || !work[2].done)
+        uv_run(&loop, UV_RUN_ONCE);
+    if (work[0].rc || work[1].rc)
+        fail_msg("a statement on a reused socket number failed: %s / %s", work[0].err, work[1].err);
+    assert_int_equal(work[0].value, 7);
+    assert_int_equal(work[1].value, 8);
+    assert_int_equal(work[2].rc, 0);
+    assert_int_equal(work[2].value, 9);
+    db_close(a);
+    db_close(c);
+    db_close(d);
+    db_close(admin);
+    db_config_free(&cfg);
+    db_fiber_forget_all();
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* ---- in a fiber: a TLS handshake the server never answers --------------- */
+
+/* A server that greets like the test MariaDB (its own greeting, read from it,
+ * with the TLS capability added), then takes the client's TLS request and
+ * handshake and answers nothing, until the loop tells it to hang up. */
+typedef struct stall_server {
+    int listener, port, hangup[2];
+    unsigned char greeting[512];
+    size_t greeting_len;
+    volatile int in_handshake; /* the client has sent something after the greeting */
+    pthread_t thread;
+} stall_server;
+
+static void read_greeting(stall_server *s, const db_config *cfg)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
+    inet_pton(AF_INET, cfg->host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    size_t n = 0;
+    while (n < 4 || n < 4 + (size_t)(s->greeting[0] | s->greeting[1] << 8 | s->greeting[2] << 16)) {
+        ssize_t got = read(fd, s->greeting + n, sizeof s->greeting - n);
+        assert_true(got > 0);
+        n += (size_t)got;
+    }
+    close(fd);
+    s->greeting_len = n;
+    /* protocol 10: version\0, thread id (4), scramble (8), filler (1), then
+     * the capabilities' low 16 bits: add CLIENT_SSL (0x0800). */
+    unsigned char *p = memchr(s->greeting + 5, 0, s->greeting_len - 5);
+    assert_non_null(p);
+    p += 1 + 4 + 8 + 1;
+    p[1] |= 0x08;
+}
+
+static void *stall_run(void *arg)
+{
+    stall_server *s = arg;
+    int c = accept(s->listener, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    if (write(c, s->greeting, s->greeting_len) != (ssize_t)s->greeting_len) { /* no cmocka here */
+        close(c);
+        return NULL;
+    }
+    for (;;) {
+        struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = s->hangup[0], .events = POLLIN}};
+        poll(p, 2, -1);
+        if (p[1].revents)
+            break;
+        char buf[4096];
+        if (read(c, buf, sizeof buf) <= 0)
+            break;
+        s->in_handshake = 1;
+    }
+    close(c);
+    return NULL;
+}
+
+typedef struct stall_probe {
+    stall_server *s;
+    bool hung_up;       /* the loop saw the handshake waiting and told the server to hang up */
+    bool hung_up_first; /* ... before the connect ended */
+    fiber_job job;
+} stall_probe;
+
+static void stall_tick(uv_timer_t *t)
+{
+    stall_probe *pr = t->data;
+    if (pr->hung_up || !pr->s->in_handshake)
+        return;
+    pr->hung_up = true;
+    assert_int_equal(write(pr->s->hangup[1], "x", 1), 1);
+}
+
+static void stall_done(void *arg)
+{
+    stall_probe *pr = arg;
+    pr->hung_up_first = pr->hung_up;
+    pr->job.done = true;
+}
+
+static void stall_connect(void *arg) { job_run(&((stall_probe *)arg)->job); }
+
+/*
+ * Connector/C 3.3 runs a TLS handshake blocking, inside its non-blocking
+ * connect: in a fiber, the loop must go on turning while the server keeps
+ * it waiting. The loop's timer hangs the server up once the handshake
+ * waits: had the loop been held, the connect would end by read_timeout alone
+ * and the timer would come too late.
+ */
+static void a_tls_handshake_left_unanswered_does_not_hold_the_loop(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    db_config cfg;
+    testdb_config(&cfg);
+    stall_server s = {0};
+    read_greeting(&s, &cfg);
+    s.listener = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(s.listener, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(s.listener, 4), 0);
+    assert_int_equal(getsockname(s.listener, (struct sockaddr *)&sa, &len), 0);
+    assert_int_equal(pipe(s.hangup), 0);
+    assert_int_equal(pthread_create(&s.thread, NULL, stall_run, &s), 0);
+    cfg.port = ntohs(sa.sin_port);
+    cfg.ssl_mode = DB_SSL_REQUIRED;
+    cfg.read_timeout_s = cfg.write_timeout_s = cfg.connect_timeout_s = 5;
+    stall_probe pr = {.s = &s};
+    pr.job.c = db_conn_new(&cfg);
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    t.data = &pr;
+    uv_timer_start(&t, stall_tick, 10, 10);
+    assert_int_equal(db_fiber_run(&loop, stall_connect, stall_done, &pr), 0);
+    while (!pr.job.done)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_not_equal(pr.job.rc, 0); /* the server hung up: no session */
+    if (!pr.hung_up_first)
+        fail_msg("the loop stood still while the TLS handshake waited: %s", pr.job.err);
+    pthread_join(s.thread, NULL);
+    uv_close((uv_handle_t *)&t, NULL);
+    db_close(pr.job.c);
+    db_config_free(&cfg);
+    close(s.listener);
+    close(s.hangup[0]);
+    close(s.hangup[1]);
+    db_fiber_forget_all();
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -523,6 +768,8 @@ int main(void)
         cmocka_unit_test(a_killed_work_connection_is_reopened_on_demand),
         cmocka_unit_test(session_settings_apply_on_open_and_reopen),
         cmocka_unit_test(an_idle_connection_is_reopened_before_its_wait_timeout),
+        cmocka_unit_test(a_lost_sessions_socket_number_is_not_forgotten_for_its_next_owner),
+        cmocka_unit_test(a_tls_handshake_left_unanswered_does_not_hold_the_loop),
         /* last: left out where the test server has no ::1 (tests/lib/mariadb.sh) */
         cmocka_unit_test(connects_over_ipv6_with_a_bracketed_literal),
     };
