@@ -34,7 +34,7 @@ typedef struct oops_ctx {
     metrics *metrics;
     struct runtime *rt;
     bool stopping; /* SIGTERM/SIGINT received: no new ticks */
-    bool closing;  /* the process tears down (daemon.c's teardown): no new HTTP client */
+    bool closing;  /* the process tears down (daemon.c's teardown): no new HTTP client, no child */
     bool daemon;   /* the serving daemon (not --check, oopsd lua or oopsctl):
                       holds the database secret, so stricter rules apply */
     /* policy state, for /healthz and /status */

@@ -1,8 +1,10 @@
 /*
  * oops.proc: child processes as argv (never through a shell), on the loop.
- *   run{argv=, env=, inherit_env=, clear_env=, cwd=, stdin=, timeout_ms=, max_output=} waits (in a
- * task) start{..., on_exit=fn(result), on_output=fn(stream, data)} returns a handle at once result
- * = {ok=, status=, signal=, timed_out=, stdout=, stderr=}
+ *   run{argv=, env=, inherit_env=, clear_env=, cwd=, stdin=, timeout_ms=, max_output=}
+ *       waits (in a task) and returns the result;
+ *   start{..., on_exit=fn(result), on_output=fn(stream, data)}
+ *       returns a handle at once;
+ *   result = {ok=, status=, signal=, timed_out=, stdout=, stderr=}
  */
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -286,7 +288,11 @@ static proc *spawn(lua_State *L, lproc *lp, char *err, size_t errlen)
     o.max_output = (size_t)luaL_optinteger(L, -1, 0);
     if (lp->on_output != LUA_NOREF)
         o.on_output = on_output_cb;
-    proc *p = proc_spawn(runtime_ctx(L)->loop, &o, err, errlen);
+    proc *p = NULL;
+    if (runtime_ctx(L)->closing) /* a task resumed during teardown: it would outlive us */
+        snprintf(err, errlen, "%s: not started: oopsd is stopping", a.argv[0]);
+    else
+        p = proc_spawn(runtime_ctx(L)->loop, &o, err, errlen);
     lua_pop(L, 4);
     spawn_args_free(&a);
     return p;
