@@ -131,9 +131,12 @@ static void init(void)
     ctx.loop = &loop;
     ctx.metrics = metrics_new();
     snprintf(ctx.server_name, sizeof ctx.server_name, "fuzz");
-    runtime *rt = runtime_new(&ctx);
-    if (!rt)
+    char err[1024];
+    runtime *rt = runtime_new(&ctx, err, sizeof err);
+    if (!rt) {
+        fprintf(stderr, "fuzz_exec_argv: %s\n", err);
         abort();
+    }
     ctx.rt = (struct runtime *)rt;
     L = runtime_state(rt);
     const char *lua_dir = getenv("OOPS_LUA_DIR");
