@@ -10,7 +10,7 @@
 #include <uv.h>
 
 #include "db.h"
-#include "db_pool.h"
+#include "db_calls.h"
 #include "http_client.h"
 #include "lock_registry.h"
 #include "metrics.h"
@@ -22,14 +22,12 @@ typedef struct oops_ctx {
     char server_name[65];
     db_config dbcfg; /* valid when have_db */
     bool have_db;
-    db_conn *work;        /* the work connection, NULL until connected: start-up, shutdown and
-                             calls made outside a task (lua_dbcall.h) */
-    bool work_busy;       /* a fiber is using `work` (the daemon's tick): callers outside a
-                             task must not touch it now */
-    db_pool *pool;        /* the work connections tasks borrow (the daemon; NULL elsewhere:
-                             then every call uses `work`, blocking) */
+    db_calls calls;       /* database calls (db_calls.h): `calls.work` is the work connection,
+                             NULL until connected (start-up, shutdown, calls made outside a
+                             task); `calls.pool` the work connections tasks borrow (the daemon;
+                             NULL elsewhere: then every call blocks on `work`);
+                             `calls.lane` one statement at a time on the lock session */
     lock_registry *locks; /* the lock session, NULL until connected */
-    db_pool *lock_lane;   /* one statement at a time on the lock session (with `pool`) */
     http_client *http;    /* created lazily by the HTTP binding */
     metrics *metrics;
     struct runtime *rt;

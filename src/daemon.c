@@ -261,7 +261,7 @@ static void register_server(server_state *d)
     db_value p[] = {db_text(d->ctx.server_name),
                     db_int((long long)lock_registry_connection_id(d->ctx.locks)), db_text(host),
                     db_int(getpid())};
-    if (db_exec(d->ctx.work,
+    if (db_exec(d->ctx.calls.work,
                 "INSERT INTO server (name, lock_connection_id, started_at, last_seen, host, pid) "
                 "VALUES (?, ?, NOW(6), NOW(6), ?, ?) ON DUPLICATE KEY UPDATE "
                 "lock_connection_id = VALUES(lock_connection_id), started_at = NOW(6), "
@@ -276,12 +276,12 @@ static void register_server(server_state *d)
 static void heartbeat(server_state *d)
 {
     char err[512];
-    if (db_conn_ensure(d->ctx.work, err, sizeof err))
+    if (db_conn_ensure(d->ctx.calls.work, err, sizeof err))
         return;
     if (d->schema_waiting) {
         db_value p[] = {db_int((long long)lock_registry_connection_id(d->ctx.locks)),
                         db_text(d->ctx.server_name)};
-        db_exec(d->ctx.work,
+        db_exec(d->ctx.calls.work,
                 "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?", p, 2,
                 NULL, err, sizeof err);
         return;
@@ -289,7 +289,7 @@ static void heartbeat(server_state *d)
     db_value p[] = {db_int((long long)lock_registry_connection_id(d->ctx.locks)),
                     db_text(d->pub_health), db_text(d->pub_hash), db_text(OOPS_VERSION),
                     db_text(d->ctx.server_name)};
-    db_exec(d->ctx.work,
+    db_exec(d->ctx.calls.work,
             "UPDATE server SET last_seen = NOW(6), lock_connection_id = ?, health = ?, "
             "policy_hash = ?, oopsd_version = ? WHERE name = ?",
             p, 5, NULL, err, sizeof err);
@@ -338,8 +338,8 @@ static void finish(server_state *d)
         lock_registry_release_all(d->ctx.locks);
         char err[256];
         db_value p[] = {db_text(d->ctx.server_name)};
-        if (d->ctx.work)
-            db_exec(d->ctx.work,
+        if (d->ctx.calls.work)
+            db_exec(d->ctx.calls.work,
                     "UPDATE server SET lock_connection_id = NULL, last_seen = NOW(6) "
                     "WHERE name = ?",
                     p, 1, NULL, err, sizeof err);
@@ -437,7 +437,7 @@ static void on_ignored_signal(uv_signal_t *s, int sig)
 static int check_schema(server_state *d)
 {
     char err[1024];
-    int cur = schema_current(d->ctx.work, err, sizeof err);
+    int cur = schema_current(d->ctx.calls.work, err, sizeof err);
     if (cur < 0) {
         fprintf(stderr, "oopsd: reading the schema version: %s\n", err);
         return OOPSD_DB;
@@ -449,7 +449,7 @@ static int check_schema(server_state *d)
     }
     if (cur == schema_latest())
         return OOPSD_OK;
-    unsigned rc = schema_migrate(d->ctx.work, NULL, err, sizeof err);
+    unsigned rc = schema_migrate(d->ctx.calls.work, NULL, err, sizeof err);
     if (rc && !db_errno_is_denied(rc)) {
         fprintf(stderr, "oopsd: migrating the schema: %s\n", err);
         return OOPSD_DB;
@@ -506,8 +506,8 @@ static void tick_work(void *arg)
     if (d->tick_schema) {
         char err[512] = "";
         d->tick_schema_cur = -1;
-        if (db_conn_ensure(d->ctx.work, err, sizeof err) == 0)
-            d->tick_schema_cur = schema_current(d->ctx.work, err, sizeof err);
+        if (db_conn_ensure(d->ctx.calls.work, err, sizeof err) == 0)
+            d->tick_schema_cur = schema_current(d->ctx.calls.work, err, sizeof err);
         if (d->tick_schema_cur == schema_latest())
             register_server(d);
         if (d->tick_schema_cur < 0)
@@ -519,8 +519,8 @@ static void tick_work(void *arg)
 static void tick_done(void *arg)
 {
     server_state *d = arg;
-    d->ctx.work_busy = false;
-    db_pool_put(d->ctx.lock_lane, NULL);
+    d->ctx.calls.work_busy = false;
+    db_pool_put(d->ctx.calls.lane, NULL);
     d->tick_running = false;
     int ev = d->tick_ev;
     if (ev == LOCK_REFUSED) {
@@ -548,7 +548,7 @@ static void tick_got_lane(db_conn *unused, void *arg)
 {
     (void)unused;
     server_state *d = arg;
-    d->ctx.work_busy = true;
+    d->ctx.calls.work_busy = true;
     if (db_fiber_run(&d->loop, tick_work, tick_done, d) != 0) {
         tick_work(d); /* no memory for a fiber: block rather than skip the lock session */
         tick_done(d);
@@ -578,7 +578,7 @@ static void on_tick(uv_timer_t *t)
     if (d->tick_schema)
         d->schema_checked = now;
     d->tick_running = true;
-    db_pool_get(d->ctx.lock_lane, tick_got_lane, d);
+    db_pool_get(d->ctx.calls.lane, tick_got_lane, d);
 }
 
 /* ---- HTTP: /healthz /metrics /status ----------------------------------- */
@@ -617,11 +617,12 @@ static void prom_metrics(server_state *d, http_response *out)
     metrics_set(m, "oops_policy_version", "", d->ctx.policy_version);
     metrics_set(m, "oops_policy_stale", "", d->ctx.policy_error != NULL);
     metrics_set(m, "oops_tasks", "", (double)runtime_task_count(d->ctx.rt));
-    metrics_set(m, "oops_db_round_trips_total", "conn=\"work\"",
-                (double)(db_round_trips(d->ctx.work) + db_pool_round_trips(d->ctx.pool)));
-    metrics_set(m, "oops_db_connections_lent", "", (double)db_pool_lent(d->ctx.pool));
+    metrics_set(
+        m, "oops_db_round_trips_total", "conn=\"work\"",
+        (double)(db_round_trips(d->ctx.calls.work) + db_pool_round_trips(d->ctx.calls.pool)));
+    metrics_set(m, "oops_db_connections_lent", "", (double)db_pool_lent(d->ctx.calls.pool));
     metrics_set(m, "oops_db_calls_waiting", "",
-                (double)(db_pool_waiting(d->ctx.pool) + db_pool_waiting(d->ctx.lock_lane)));
+                (double)(db_pool_waiting(d->ctx.calls.pool) + db_pool_waiting(d->ctx.calls.lane)));
     metrics_set(m, "oops_db_round_trips_total", "conn=\"locks\"",
                 (double)lock_registry_round_trips(r));
     http_server_stats hs = http_server_get_stats(d->http);
@@ -911,8 +912,8 @@ static int connect_all(server_state *d)
     db_config wcfg = d->ctx.dbcfg;
     wcfg.session_wait_timeout_s = WORK_WAIT_TIMEOUT_S;
     wcfg.row_lock_wait_s = WORK_ROW_LOCK_WAIT_S;
-    d->ctx.work = db_open(&wcfg, err, sizeof err);
-    if (!d->ctx.work) {
+    d->ctx.calls.work = db_open(&wcfg, err, sizeof err);
+    if (!d->ctx.calls.work) {
         fprintf(stderr, "oopsd: %s\n", err);
         return OOPSD_DB;
     }
@@ -921,9 +922,9 @@ static int connect_all(server_state *d)
         return rc;
     /* Tasks borrow work connections of the pool (opened as needed); the lock
      * session takes one call at a time. Both without blocking the loop. */
-    d->ctx.pool = db_pool_new(&wcfg, d->o.db_connections ? d->o.db_connections : 4);
-    d->ctx.lock_lane = db_pool_new_lane();
-    if (!d->ctx.pool || !d->ctx.lock_lane) {
+    d->ctx.calls.pool = db_pool_new(&wcfg, d->o.db_connections ? d->o.db_connections : 4);
+    d->ctx.calls.lane = db_pool_new_lane();
+    if (!d->ctx.calls.pool || !d->ctx.calls.lane) {
         fprintf(stderr, "oopsd: out of memory\n");
         return OOPSD_DB;
     }
@@ -997,9 +998,10 @@ static void teardown(server_state *d)
     uv_run(&d->loop, UV_RUN_DEFAULT);
     uv_loop_close(&d->loop);
     lock_registry_free(d->ctx.locks);
-    db_pool_free(d->ctx.pool);
-    db_pool_free(d->ctx.lock_lane);
-    db_close(d->ctx.work);
+    db_pool_free(d->ctx.calls.pool);
+    db_pool_free(d->ctx.calls.lane);
+    db_close(d->ctx.calls.work);
+    db_calls_fini(&d->ctx.calls);
     db_config_free(&d->ctx.dbcfg);
     metrics_free(d->ctx.metrics);
     free(d->ctx.policy_error);
@@ -1151,6 +1153,7 @@ int daemon_run(const daemon_options *o)
     uv_loop_init(&d->loop);
     d->ctx.loop = &d->loop;
     d->ctx.metrics = metrics_new();
+    db_calls_init(&d->ctx.calls, d->ctx.loop, d->ctx.metrics);
     describe_metrics(d->ctx.metrics);
     snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "%s", o->name);
     snprintf(d->ctx.policy_dir, sizeof d->ctx.policy_dir, "%s", o->policies);
@@ -1248,6 +1251,7 @@ int daemon_check(const char *policies)
     uv_loop_init(&d->loop);
     d->ctx.loop = &d->loop;
     d->ctx.metrics = metrics_new();
+    db_calls_init(&d->ctx.calls, d->ctx.loop, d->ctx.metrics);
     snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "check");
     int rc = setup_runtime(d);
     if (rc == OOPSD_OK) {
@@ -1277,6 +1281,7 @@ int daemon_lua(int argc, char **argv)
     uv_loop_init(&d->loop);
     d->ctx.loop = &d->loop;
     d->ctx.metrics = metrics_new();
+    db_calls_init(&d->ctx.calls, d->ctx.loop, d->ctx.metrics);
     snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "script");
     char err[4096];
     d->ctx.rt = runtime_new(&d->ctx, err, sizeof err);

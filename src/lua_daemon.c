@@ -29,7 +29,7 @@ static int l_connect(lua_State *L)
 {
     oops_ctx *c = runtime_ctx(L);
     luaL_checktype(L, 1, LUA_TTABLE);
-    if (c->work)
+    if (c->calls.work)
         return luaL_error(L, "oops.connect: already connected");
     lua_getfield(L, 1, "db");
     const char *url = luaL_optstring(L, -1, NULL);
@@ -45,8 +45,8 @@ static int l_connect(lua_State *L)
     if (db_config_resolve(&c->dbcfg, url, err, sizeof err) != 0)
         return luaL_error(L, "oops.connect: %s", err);
     c->have_db = true;
-    c->work = db_open(&c->dbcfg, err, sizeof err);
-    if (!c->work)
+    c->calls.work = db_open(&c->dbcfg, err, sizeof err);
+    if (!c->calls.work)
         return lua_fail(L, err, OOPS_E_UNREACHABLE);
     if (locks) {
         lock_registry_options o = {.validate_interval_ms = (unsigned)validate,
@@ -65,11 +65,11 @@ static int l_connect(lua_State *L)
 static int l_migrate(lua_State *L)
 {
     oops_ctx *c = runtime_ctx(L);
-    if (!c->work)
+    if (!c->calls.work)
         return luaL_error(L, "oops.migrate: not connected");
     char err[512];
     int applied = 0;
-    unsigned rc = schema_migrate(c->work, &applied, err, sizeof err);
+    unsigned rc = schema_migrate(c->calls.work, &applied, err, sizeof err);
     if (rc)
         return lua_fail(L, err, db_error_name(rc));
     lua_pushinteger(L, applied);

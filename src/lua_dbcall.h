@@ -1,14 +1,14 @@
 /*
- * lua_dbcall — how a Lua binding runs database work (oops.db, oops.store,
- * oops.locks).
+ * lua_dbcall — how a Lua binding runs a database call (oops.db, oops.store,
+ * oops.locks): the one await/resume pair over db_calls.h.
  *
- * From a task, with the daemon's pool (ctx->pool): the work runs in a fiber
- * (db_fiber.h) on a borrowed work connection — or on the lock session, one
- * call at a time (ctx->lock_lane) — and the task yields until it is done;
- * the loop goes on meanwhile. A task that began a transaction keeps its
- * connection until it commits or rolls back (or ends: then it is rolled
- * back). Anywhere else (no pool: oopsctl, `oopsd lua`, specs; or outside a
- * task) the work runs at once on ctx->work / the lock session and blocks.
+ * The binding fills a call (db_calls.h: its lane, its work or batch kind)
+ * and hands it to dbcall with how to push its results and free it. From a
+ * task, the call runs through the daemon's scheduler (ctx->calls) without
+ * blocking the loop and the task yields until it is done; a task's
+ * transaction is its own (the task is the call's owner). Anywhere else (no
+ * pool: oopsctl, `oopsd lua`, specs; or outside a task) it runs at once and
+ * blocks.
  */
 #ifndef OOPS_LUA_DBCALL_H
 #define OOPS_LUA_DBCALL_H
@@ -16,35 +16,21 @@
 #include <lua.h>
 #include <stdbool.h>
 
+#include "db_calls.h"
 #include "runtime.h"
 
-typedef enum { DBCALL_WORK, DBCALL_LOCK } dbcall_kind;
-typedef enum { DBCALL_PLAIN, DBCALL_BEGIN, DBCALL_END } dbcall_tx;
-
-typedef struct db_call db_call;
-struct db_call {
-    dbcall_kind kind;
-    dbcall_tx tx;           /* BEGIN: on success the connection stays the task's; END: given back */
-    oops_ctx *ctx;          /* set by dbcall() */
-    db_conn *conn;          /* DBCALL_WORK: the connection to use, open (set by dbcall()) */
-    void (*run)(db_call *); /* the work; on a fiber's stack or the loop's */
-    int (*push)(lua_State *L, db_call *); /* its results onto L (on the loop's stack) */
-    void (*release)(db_call *);           /* frees what run and push left (may be NULL) */
-    unsigned rc;                          /* run's error number, 0 = success (BEGIN reads it) */
-    /* dbcall's own */
-    lua_State *co;
-    unsigned conn_rc; /* the connection could not be (re)opened: push is not called */
-    char conn_err[512];
-    bool yielded, finished, borrowed;
-};
+/* Pushes a finished call's results onto L (on the loop's stack; never raises). */
+typedef int (*dbcall_push)(lua_State *L, db_call *call);
+/* Frees the call and what it owns. */
+typedef void (*dbcall_free)(db_call *call);
 
 /*
- * Run call (heap-allocated, db_call first in its struct; dbcall frees it with
- * release + free). Returns what the binding returns: push's results, or
- * lua_yield (the task resumes with them). On a connection that cannot be
- * opened: nil, msg, name.
+ * Run call for L; push and free it when it is over. Returns what the binding
+ * returns: push's results, or lua_yield (the task resumes with them). When no
+ * connection could be used: nil, msg, name. A BEGIN in a task that has a
+ * transaction open raises.
  */
-int dbcall(lua_State *L, db_call *call);
+int dbcall(lua_State *L, db_call *call, dbcall_push push, dbcall_free release);
 
 /* The runtime's news that a task ended: a transaction it left open is rolled back. */
 void lua_db_task_ended(lua_State *co);

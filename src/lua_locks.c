@@ -16,6 +16,7 @@ static int down(lua_State *L) { return lua_fail(L, "lock session down", OOPS_E_G
 /* A call on the lock session (lua_dbcall.h: one at a time, yielding in a task). */
 typedef struct {
     db_call base;
+    lock_registry *const *reg; /* the context's, read when it runs */
     char **names;
     size_t n;
     bool *got;
@@ -29,7 +30,7 @@ enum { ACQ_ONE, ACQ_MANY, REL_ONE, REL_MANY, REL_ALL };
 static void lock_run(db_call *b)
 {
     lock_call *k = (lock_call *)b;
-    lock_registry *r = b->ctx->locks;
+    lock_registry *r = *k->reg;
     if (!r) {
         k->rc = LOCK_DOWN;
         return;
@@ -75,25 +76,25 @@ static int lock_push(lua_State *L, db_call *b)
     return 1;
 }
 
-static void lock_release(db_call *b)
+static void lock_free(db_call *b)
 {
     lock_call *k = (lock_call *)b;
     for (size_t i = 0; i < k->n; i++)
         free(k->names[i]);
     free(k->names);
     free(k->got);
+    free(k);
 }
 
-static lock_call *lock_new(int what, size_t n)
+static lock_call *lock_new(lua_State *L, int what, size_t n)
 {
     lock_call *k = calloc(1, sizeof *k);
     if (!k || !(k->names = calloc(n ? n : 1, sizeof *k->names)) ||
         !(k->got = calloc(n ? n : 1, sizeof *k->got)))
         abort(); /* out of memory */
-    k->base.kind = DBCALL_LOCK;
+    k->base.lane = DB_CALL_LOCK;
     k->base.run = lock_run;
-    k->base.push = lock_push;
-    k->base.release = lock_release;
+    k->reg = &runtime_ctx(L)->locks;
     k->what = what;
     return k;
 }
@@ -111,9 +112,9 @@ static int l_acquire(lua_State *L)
     const char *name = luaL_checkstring(L, 1);
     if (!reg(L))
         return down(L);
-    lock_call *k = lock_new(ACQ_ONE, 1);
+    lock_call *k = lock_new(L, ACQ_ONE, 1);
     lock_name(k, 0, name);
-    return dbcall(L, &k->base);
+    return dbcall(L, &k->base, lock_push, lock_free);
 }
 
 /* acquire_many({names}) -> {name = true|false}, statements sent (one up to 65,535 names) |
@@ -131,13 +132,13 @@ static int l_acquire_many(lua_State *L)
     }
     if (!reg(L))
         return down(L);
-    lock_call *k = lock_new(ACQ_MANY, (size_t)n);
+    lock_call *k = lock_new(L, ACQ_MANY, (size_t)n);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, i);
         lock_name(k, (size_t)i - 1, lua_tostring(L, -1));
         lua_pop(L, 1);
     }
-    return dbcall(L, &k->base);
+    return dbcall(L, &k->base, lock_push, lock_free);
 }
 
 static int l_release(lua_State *L)
@@ -145,9 +146,9 @@ static int l_release(lua_State *L)
     const char *name = luaL_checkstring(L, 1);
     if (!reg(L))
         return down(L);
-    lock_call *k = lock_new(REL_ONE, 1);
+    lock_call *k = lock_new(L, REL_ONE, 1);
     lock_name(k, 0, name);
-    return dbcall(L, &k->base);
+    return dbcall(L, &k->base, lock_push, lock_free);
 }
 
 /* release_many({names}) -> how many were released (one statement per 1,000 names; names
@@ -165,20 +166,20 @@ static int l_release_many(lua_State *L)
     }
     if (!reg(L))
         return down(L);
-    lock_call *k = lock_new(REL_MANY, (size_t)n);
+    lock_call *k = lock_new(L, REL_MANY, (size_t)n);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, i);
         lock_name(k, (size_t)i - 1, lua_tostring(L, -1));
         lua_pop(L, 1);
     }
-    return dbcall(L, &k->base);
+    return dbcall(L, &k->base, lock_push, lock_free);
 }
 
 static int l_release_all(lua_State *L)
 {
     if (!reg(L))
         return 0;
-    return dbcall(L, &lock_new(REL_ALL, 0)->base);
+    return dbcall(L, &lock_new(L, REL_ALL, 0)->base, lock_push, lock_free);
 }
 
 static int l_holds(lua_State *L)

@@ -371,6 +371,7 @@ static int check_policy(const char *cmd, const char *dir, const char *app, const
     uv_loop_init(&loop);
     oops_ctx ctx = {.loop = &loop};
     ctx.metrics = metrics_new();
+    db_calls_init(&ctx.calls, ctx.loop, ctx.metrics);
     snprintf(ctx.server_name, sizeof ctx.server_name, "oopsctl");
     int rc = EXIT_INPUT;
     char err[4096];

@@ -281,30 +281,7 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
     return PSTORE_DB;
 }
 
-/* The next power of two from 2: statements of a batch come in a few shapes
- * (lists padded by repeating their last item), so the statement cache holds
- * them all. */
-static size_t batch_shape(size_t n)
-{
-    size_t b = 2;
-    while (b < n)
-        b *= 2;
-    return b;
-}
-
-/* " IN (?, ...)" over ids[0..n) padded to `shape` placeholders. */
-static void in_ids(buf *sql, db_value *p, size_t *np, const char *const *ids, size_t n,
-                   size_t shape)
-{
-    buf_puts(sql, " IN (");
-    for (size_t i = 0; i < shape; i++) {
-        buf_puts(sql, i ? ", ?" : "?");
-        p[(*np)++] = db_text(ids[i < n ? i : n - 1]);
-    }
-    buf_puts(sql, ")");
-}
-
-/* "CASE id WHEN ? THEN ? ... END" mapping ids[i] to vals[i], padded like in_ids. */
+/* "CASE id WHEN ? THEN ? ... END" mapping ids[i] to vals[i], padded like db_batch_in_list. */
 static void case_id(buf *sql, db_value *p, size_t *np, const char *const *ids,
                     const char *const *vals, size_t n, size_t shape)
 {
@@ -318,182 +295,197 @@ static void case_id(buf *sql, db_value *p, size_t *np, const char *const *ids,
     buf_puts(sql, " END");
 }
 
-/* One batch of n (2..PIPELINE_BATCH_MAX) in one transaction: 0 with every
- * rc set, or an error number (rolled back, nothing set). */
-static unsigned batch_tx(db_conn *c, pipeline_transition_req *v, size_t n, const char *driver,
-                         const char *actor, uint64_t lock_session, char *e, size_t elen)
-{
-    long long fence = (long long)lock_session;
-    const char *ids[PIPELINE_BATCH_MAX], *from[PIPELINE_BATCH_MAX], *to[PIPELINE_BATCH_MAX],
-        *msgs[PIPELINE_BATCH_MAX], *types[PIPELINE_BATCH_MAX];
+/* One batch's transaction: its transitions, the ones it makes (`w*`), and
+ * the statement being written. */
+typedef struct {
+    db_conn *c;
+    long long fence;
+    size_t n, nw;
+    const char *ids[PIPELINE_BATCH_MAX], *from[PIPELINE_BATCH_MAX], *to[PIPELINE_BATCH_MAX];
+    bool won[PIPELINE_BATCH_MAX];
     const char *wid[PIPELINE_BATCH_MAX], *wfrom[PIPELINE_BATCH_MAX], *wto[PIPELINE_BATCH_MAX],
         *wmsg[PIPELINE_BATCH_MAX], *wtype[PIPELINE_BATCH_MAX];
-    for (size_t i = 0; i < n; i++) {
-        ids[i] = v[i].id;
-        from[i] = pipeline_status_name(v[i].from);
-        to[i] = pipeline_status_name(v[i].to);
-        msgs[i] = v[i].message;
-        types[i] = pipeline_event_type(v[i].to);
-    }
-    /* Enough for the largest statement: the UPDATE's 3 CASEs of 2 values and
-     * 1 list per row, or the events' 7 values per row. */
-    db_value *p = malloc((8 * PIPELINE_BATCH_MAX + 8) * sizeof *p);
-    if (!p)
-        abort();
-    buf sql = {0};
+    buf sql;
+    db_value *p; /* room for the largest statement */
+    size_t np;
+    char *e;
+    size_t elen;
+} batch;
+
+static void batch_sql(batch *b, const char *text)
+{
+    b->sql.len = 0;
+    b->np = 0;
+    buf_puts(&b->sql, text);
+}
+
+/* " AND (? = 0 OR IS_USED_LOCK(CONCAT(prefix, id)) <=> ?)": the fence. */
+static void batch_fence(batch *b)
+{
+    buf_puts(&b->sql,
+             " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)");
+    b->p[b->np++] = db_int(b->fence);
+    b->p[b->np++] = db_int(b->fence);
+}
+
+/* Which ones it makes: the rows in their `from` status and (fenced) whose
+ * lock our session holds, locked until the commit. Sets won and w*. */
+static unsigned batch_choose(batch *b, const pipeline_transition_req *v)
+{
     db_result *r = NULL;
-    size_t np = 0, nw = 0, shape = batch_shape(n);
-    bool won[PIPELINE_BATCH_MAX] = {0};
-    unsigned rc = db_begin(c, e, elen);
-    if (rc)
-        goto out;
-    /* Which ones it makes: the rows in their `from` status, and (fenced)
-     * whose lock our session holds, locked until the commit. */
-    buf_puts(&sql, "SELECT id FROM pipeline WHERE id");
-    in_ids(&sql, p, &np, ids, n, shape);
-    buf_puts(&sql, " AND status = ");
-    case_id(&sql, p, &np, ids, from, n, shape);
-    buf_puts(&sql, " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX
-                   "', id)) <=> ?) FOR UPDATE");
-    p[np++] = db_int(fence);
-    p[np++] = db_int(fence);
-    if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
-        goto out;
-    for (size_t row = 0; row < r->nrows; row++) {
+    batch_sql(b, "SELECT id FROM pipeline WHERE id");
+    size_t shape = db_batch_shape(b->n);
+    db_batch_in_list(&b->sql, b->p, &b->np, b->ids, b->n, shape);
+    buf_puts(&b->sql, " AND status = ");
+    case_id(&b->sql, b->p, &b->np, b->ids, b->from, b->n, shape);
+    batch_fence(b);
+    buf_puts(&b->sql, " FOR UPDATE");
+    unsigned rc = db_exec(b->c, b->sql.p, b->p, b->np, &r, b->e, b->elen);
+    for (size_t row = 0; !rc && row < r->nrows; row++) {
         const char *id = db_get(r, row, 0);
-        for (size_t i = 0; id && i < n; i++) {
-            if (!won[i] && strcmp(ids[i], id) == 0) {
-                won[i] = true;
+        for (size_t i = 0; id && i < b->n; i++) {
+            if (!b->won[i] && strcmp(b->ids[i], id) == 0) {
+                b->won[i] = true;
                 break;
             }
         }
     }
     db_result_free(r);
-    r = NULL;
+    for (size_t i = 0; !rc && i < b->n; i++) {
+        if (b->won[i]) {
+            b->wid[b->nw] = b->ids[i];
+            b->wfrom[b->nw] = b->from[i];
+            b->wto[b->nw] = b->to[i];
+            b->wmsg[b->nw] = v[i].message ? v[i].message : "";
+            b->wtype[b->nw] = pipeline_event_type(v[i].to);
+            b->nw++;
+        }
+    }
+    return rc;
+}
+
+/* The update, of exactly the rows chosen (still fenced: a session lost
+ * since the read changes fewer, and the whole batch is made one by one). */
+static unsigned batch_update(batch *b, const char *driver)
+{
+    db_result *r = NULL;
+    size_t ws = db_batch_shape(b->nw);
+    batch_sql(b, "UPDATE pipeline SET status = ");
+    case_id(&b->sql, b->p, &b->np, b->wid, b->wto, b->nw, ws);
+    buf_puts(&b->sql, ", message = ");
+    case_id(&b->sql, b->p, &b->np, b->wid, b->wmsg, b->nw, ws);
+    buf_puts(&b->sql, ", status_changed_at = NOW(6), driven_by = COALESCE(?, driven_by) WHERE id");
+    b->p[b->np++] = db_text(driver);
+    db_batch_in_list(&b->sql, b->p, &b->np, b->wid, b->nw, ws);
+    buf_puts(&b->sql, " AND status = ");
+    case_id(&b->sql, b->p, &b->np, b->wid, b->wfrom, b->nw, ws);
+    batch_fence(b);
+    unsigned rc = db_exec(b->c, b->sql.p, b->p, b->np, &r, b->e, b->elen);
+    if (!rc && r->affected != b->nw) {
+        snprintf(b->e, b->elen, "the batch changed %llu rows of %zu",
+                 (unsigned long long)r->affected, b->nw);
+        rc = 1;
+    }
+    db_result_free(r);
+    return rc;
+}
+
+/* Their events: multi-row INSERT ... VALUES in chunks of a power of two (a
+ * few statement shapes). Not INSERT ... SELECT: InnoDB holds a table's
+ * AUTO-INC lock for the whole of such a "bulk" insert, against every other
+ * server's transitions. *first_event: the first one's id. */
+static unsigned batch_events(batch *b, const char *actor, uint64_t *first_event)
+{
+    for (size_t done = 0; done < b->nw;) {
+        size_t k = db_batch_chunk(b->nw - done, PIPELINE_BATCH_MAX);
+        batch_sql(b, "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, "
+                     "to_status, message, server, lock_session, created_at) VALUES ");
+        for (size_t i = done; i < done + k; i++) {
+            buf_puts(&b->sql, i > done ? ", (?, ?, ?, ?, ?, ?, NULLIF(?, 0), NOW(6))"
+                                       : "(?, ?, ?, ?, ?, ?, NULLIF(?, 0), NOW(6))");
+            const char *vals[] = {b->wid[i], b->wtype[i], b->wfrom[i],
+                                  b->wto[i], b->wmsg[i],  actor};
+            for (size_t j = 0; j < sizeof vals / sizeof *vals; j++)
+                b->p[b->np++] = db_text(vals[j]);
+            b->p[b->np++] = db_int(b->fence);
+        }
+        db_result *r = NULL;
+        unsigned rc = db_exec(b->c, b->sql.p, b->p, b->np, &r, b->e, b->elen);
+        if (!rc && !done)
+            *first_event = r->insert_id;
+        db_result_free(r);
+        if (rc)
+            return rc;
+        done += k;
+    }
+    return 0;
+}
+
+/* Their notifications: the events' ids read back (nobody else writes events
+ * for rows we hold locked, and ours are the newest), one outbox row each. */
+static unsigned batch_outbox(batch *b, uint64_t first_event)
+{
+    db_result *ev = NULL;
+    batch_sql(b, "SELECT id FROM pipeline_event WHERE pipeline_id");
+    db_batch_in_list(&b->sql, b->p, &b->np, b->wid, b->nw, db_batch_shape(b->nw));
+    buf_puts(&b->sql, " AND id >= ?");
+    b->p[b->np++] = db_int((long long)first_event);
+    unsigned rc = db_exec(b->c, b->sql.p, b->p, b->np, &ev, b->e, b->elen);
+    if (!rc && ev->nrows != b->nw) {
+        snprintf(b->e, b->elen, "the batch read %zu events of %zu", ev->nrows, b->nw);
+        rc = 1;
+    }
+    for (size_t done = 0; !rc && done < b->nw;) {
+        size_t k = db_batch_chunk(b->nw - done, PIPELINE_BATCH_MAX);
+        batch_sql(b, "INSERT INTO outbox (event_id, kind, ref_id) VALUES ");
+        for (size_t i = done; i < done + k; i++) {
+            buf_puts(&b->sql, i > done ? ", (CONCAT('pipeline-event-', ?), 'pipeline', ?)"
+                                       : "(CONCAT('pipeline-event-', ?), 'pipeline', ?)");
+            b->p[b->np++] = db_text(db_get(ev, i, 0));
+            b->p[b->np++] = db_text(db_get(ev, i, 0));
+        }
+        rc = db_exec(b->c, b->sql.p, b->p, b->np, NULL, b->e, b->elen);
+        done += k;
+    }
+    db_result_free(ev);
+    return rc;
+}
+
+/* One batch of n (2..PIPELINE_BATCH_MAX) in one transaction: 0 with every
+ * rc set, or an error number (rolled back, nothing set). */
+static unsigned batch_tx(db_conn *c, pipeline_transition_req *v, size_t n, const char *driver,
+                         const char *actor, uint64_t lock_session, char *e, size_t elen)
+{
+    batch *b = calloc(1, sizeof *b);
+    /* Enough for the largest statement: the UPDATE's 3 CASEs of 2 values and
+     * 1 list per row, or the events' 7 values per row. */
+    if (!b || !(b->p = malloc((8 * PIPELINE_BATCH_MAX + 8) * sizeof *b->p)))
+        abort();
+    *b = (batch){.c = c, .fence = (long long)lock_session, .n = n, .p = b->p, .e = e, .elen = elen};
     for (size_t i = 0; i < n; i++) {
-        if (won[i]) {
-            wid[nw] = ids[i];
-            wfrom[nw] = from[i];
-            wto[nw] = to[i];
-            wmsg[nw] = msgs[i] ? msgs[i] : "";
-            wtype[nw] = types[i];
-            nw++;
-        }
+        b->ids[i] = v[i].id;
+        b->from[i] = pipeline_status_name(v[i].from);
+        b->to[i] = pipeline_status_name(v[i].to);
     }
-    if (nw) {
-        size_t ws = batch_shape(nw);
-        /* The update, of exactly those rows (still fenced: a session lost
-         * since the read changes fewer, and the whole batch is retried one
-         * by one). */
-        sql.len = 0;
-        np = 0;
-        buf_puts(&sql, "UPDATE pipeline SET status = ");
-        case_id(&sql, p, &np, wid, wto, nw, ws);
-        buf_puts(&sql, ", message = ");
-        case_id(&sql, p, &np, wid, wmsg, nw, ws);
-        buf_puts(&sql, ", status_changed_at = NOW(6), driven_by = COALESCE(?, driven_by) WHERE id");
-        p[np++] = db_text(driver);
-        in_ids(&sql, p, &np, wid, nw, ws);
-        buf_puts(&sql, " AND status = ");
-        case_id(&sql, p, &np, wid, wfrom, nw, ws);
-        buf_puts(&sql,
-                 " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)");
-        p[np++] = db_int(fence);
-        p[np++] = db_int(fence);
-        if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
-            goto out;
-        uint64_t changed = r->affected;
-        db_result_free(r);
-        r = NULL;
-        if (changed != nw) {
-            snprintf(e, elen, "the batch changed %llu rows of %zu", (unsigned long long)changed,
-                     nw);
-            rc = 1;
-            goto out;
-        }
-        /* Their events, then their notifications: multi-row INSERT ...
-         * VALUES in chunks of a power of two (a few statement shapes). Not
-         * INSERT ... SELECT: InnoDB holds a table's AUTO-INC lock for the
-         * whole of such a "bulk" insert, against every other server's
-         * transitions. */
-        const char *actor_name = actor ? actor : driver ? driver : "unknown";
-        uint64_t first_event = 0;
-        for (size_t done = 0; done < nw;) {
-            size_t k = PIPELINE_BATCH_MAX;
-            while (k > nw - done)
-                k /= 2;
-            sql.len = 0;
-            np = 0;
-            buf_puts(&sql, "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, "
-                           "to_status, message, server, lock_session, created_at) VALUES ");
-            for (size_t i = done; i < done + k; i++) {
-                buf_puts(&sql, i > done ? ", (?, ?, ?, ?, ?, ?, NULLIF(?, 0), NOW(6))"
-                                        : "(?, ?, ?, ?, ?, ?, NULLIF(?, 0), NOW(6))");
-                p[np++] = db_text(wid[i]);
-                p[np++] = db_text(wtype[i]);
-                p[np++] = db_text(wfrom[i]);
-                p[np++] = db_text(wto[i]);
-                p[np++] = db_text(wmsg[i]);
-                p[np++] = db_text(actor_name);
-                p[np++] = db_int(fence);
-            }
-            if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
-                goto out;
-            if (!done)
-                first_event = r->insert_id;
-            db_result_free(r);
-            r = NULL;
-            done += k;
-        }
-        /* The events' ids: nobody else writes events for rows we hold
-         * locked, and ours are the newest. */
-        sql.len = 0;
-        np = 0;
-        buf_puts(&sql, "SELECT id FROM pipeline_event WHERE pipeline_id");
-        in_ids(&sql, p, &np, wid, nw, ws);
-        buf_puts(&sql, " AND id >= ?");
-        p[np++] = db_int((long long)first_event);
-        if ((rc = db_exec(c, sql.p, p, np, &r, e, elen)))
-            goto out;
-        if (r->nrows != nw) {
-            snprintf(e, elen, "the batch read %zu events of %zu", r->nrows, nw);
-            rc = 1;
-            goto out;
-        }
-        db_result *rev = r;
-        r = NULL;
-        for (size_t done = 0; done < nw;) {
-            size_t k = PIPELINE_BATCH_MAX;
-            while (k > nw - done)
-                k /= 2;
-            sql.len = 0;
-            np = 0;
-            buf_puts(&sql, "INSERT INTO outbox (event_id, kind, ref_id) VALUES ");
-            for (size_t i = done; i < done + k; i++) {
-                buf_puts(&sql, i > done ? ", (CONCAT('pipeline-event-', ?), 'pipeline', ?)"
-                                        : "(CONCAT('pipeline-event-', ?), 'pipeline', ?)");
-                p[np++] = db_text(db_get(rev, i, 0));
-                p[np++] = db_text(db_get(rev, i, 0));
-            }
-            if ((rc = db_exec(c, sql.p, p, np, NULL, e, elen))) {
-                db_result_free(rev);
-                goto out;
-            }
-            done += k;
-        }
-        db_result_free(rev);
-    }
-    if ((rc = db_commit(c, e, elen)))
-        goto out;
-    for (size_t i = 0; i < n; i++)
-        v[i].rc = won[i] ? 1 : 0;
-out:
-    if (r)
-        db_result_free(r);
+    uint64_t first_event = 0;
+    unsigned rc = db_begin(c, e, elen);
+    if (!rc)
+        rc = batch_choose(b, v);
+    if (!rc && b->nw)
+        rc = batch_update(b, driver);
+    if (!rc && b->nw)
+        rc = batch_events(b, actor ? actor : driver ? driver : "unknown", &first_event);
+    if (!rc && b->nw)
+        rc = batch_outbox(b, first_event);
+    if (!rc)
+        rc = db_commit(c, e, elen);
     if (rc)
         db_rollback(c);
-    buf_free(&sql);
-    free(p);
+    for (size_t i = 0; !rc && i < n; i++)
+        v[i].rc = b->won[i] ? 1 : 0;
+    buf_free(&b->sql);
+    free(b->p);
+    free(b);
     return rc;
 }
 
@@ -525,6 +517,35 @@ void pipeline_store_transitions(db_conn *c, pipeline_transition_req *v, size_t n
                                             actor, lock_session, v[i].err, sizeof v[i].err);
         v[i].last_error = v[i].rc < 0 ? db_last_error(c) : 0;
     }
+}
+
+static void transition_batch(db_calls *s, db_conn *conn, db_call **calls, size_t n)
+{
+    pipeline_transition_req v[PIPELINE_BATCH_MAX];
+    pipeline_transition_call *first = (pipeline_transition_call *)calls[0];
+    for (size_t i = 0; i < n; i++)
+        v[i] = ((pipeline_transition_call *)calls[i])->req;
+    uint64_t fence = first->fence ? first->fence(first->fence_ud) : 0;
+    pipeline_store_transitions(conn, v, n, first->driver, first->actor, fence);
+    for (size_t i = 0; i < n; i++) {
+        pipeline_transition_call *t = (pipeline_transition_call *)calls[i];
+        t->req = v[i];
+        t->call.rc = v[i].rc < 0 ? (v[i].last_error ? v[i].last_error : 1) : 0;
+    }
+    if (n > 1 && s->metrics) {
+        metrics_add(s->metrics, "oops_transition_batches_total", NULL, 1);
+        metrics_add(s->metrics, "oops_transition_batched_total", NULL, (double)n);
+    }
+}
+
+static const db_batch_kind transition_kind = {"transition", PIPELINE_BATCH_MAX, transition_batch};
+
+void pipeline_transition_call_init(pipeline_transition_call *t)
+{
+    t->call.lane = DB_CALL_WORK;
+    t->call.kind = &transition_kind;
+    t->call.key = NULL;
+    t->call.run = NULL;
 }
 
 int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen)

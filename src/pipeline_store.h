@@ -11,6 +11,7 @@
 #define OOPS_PIPELINE_STORE_H
 
 #include "db.h"
+#include "db_calls.h"
 #include "pipeline_state.h"
 
 /* Negative results of the store's calls. */
@@ -100,7 +101,7 @@ typedef struct pipeline_transition_req {
     char err[256];
 } pipeline_transition_req;
 
-#define PIPELINE_BATCH_MAX 64
+#define PIPELINE_BATCH_MAX DB_BATCH_MAX
 
 /*
  * Several transitions with one driver, actor and lock session, each with
@@ -116,6 +117,23 @@ typedef struct pipeline_transition_req {
  */
 void pipeline_store_transitions(db_conn *c, pipeline_transition_req *v, size_t n,
                                 const char *driver, const char *actor, uint64_t lock_session);
+
+/*
+ * A transition as a database call (db_calls.h): the transitions that wait
+ * for a connection together are made by pipeline_store_transitions in one
+ * transaction; one alone (or in a task's transaction) by the same, with one.
+ * oops_transition_batches_total / _batched_total count batches of more than one.
+ */
+typedef struct pipeline_transition_call {
+    db_call call; /* first: it is a db_call */
+    pipeline_transition_req req;
+    const char *driver, *actor;  /* as pipeline_store_transitions' (one server's) */
+    uint64_t (*fence)(void *ud); /* the lock session to fence with, asked when it runs */
+    void *fence_ud;
+} pipeline_transition_call;
+
+/* t's call made a transition call (kind, lane); the caller fills the rest. */
+void pipeline_transition_call_init(pipeline_transition_call *t);
 
 /* False once this process found it may not CALL oops_transition (the
  * account lacks EXECUTE): transitions then take five statements. */

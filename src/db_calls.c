@@ -1,0 +1,375 @@
+#include "db_calls.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_fiber.h"
+
+/* The calls of one kind and key waiting for a connection. Lives while it
+ * holds a call, a runner waits for a connection for it, or a batch of it
+ * runs; freed after. */
+struct db_queue {
+    const db_batch_kind *kind;
+    char *key; /* NULL: the kind's one queue */
+    db_call *first, *last;
+    bool runner_waiting;
+    size_t running; /* its batches in flight */
+    db_queue *next;
+};
+
+/* One batch: the calls a runner took from its queue, and their connection. */
+typedef struct {
+    db_calls *s;
+    db_queue *q;
+    db_conn *conn;
+    db_call *m[DB_BATCH_MAX];
+    size_t n;
+} runner;
+
+void db_calls_init(db_calls *s, uv_loop_t *loop, metrics *m)
+{
+    *s = (db_calls){.loop = loop, .metrics = m};
+}
+
+void db_calls_fini(db_calls *s)
+{
+    for (db_queue *q = s->queues, *next; q; q = next) {
+        next = q->next;
+        free(q->key);
+        free(q);
+    }
+    s->queues = NULL;
+}
+
+/* ---- transactions: the connection each owner keeps until its END ---- */
+
+static db_conn *tx_of(const db_calls *s, const void *owner)
+{
+    for (size_t i = 0; owner && i < DB_POOL_MAX; i++)
+        if (s->txs[i].owner == owner)
+            return s->txs[i].conn;
+    return NULL;
+}
+
+static void tx_keep(db_calls *s, const void *owner, db_conn *conn)
+{
+    for (size_t i = 0; i < DB_POOL_MAX; i++) {
+        if (!s->txs[i].owner) {
+            s->txs[i].owner = owner;
+            s->txs[i].conn = conn;
+            return;
+        }
+    }
+    abort(); /* more transactions than connections: cannot be */
+}
+
+static void tx_drop(db_calls *s, const void *owner)
+{
+    for (size_t i = 0; i < DB_POOL_MAX; i++)
+        if (s->txs[i].owner == owner)
+            s->txs[i].owner = NULL, s->txs[i].conn = NULL;
+}
+
+bool db_calls_in_tx(const db_calls *s, const void *owner) { return tx_of(s, owner) != NULL; }
+
+bool db_calls_busy(const db_calls *s)
+{
+    for (size_t i = 0; i < DB_POOL_MAX; i++)
+        if (s->txs[i].owner)
+            return true;
+    return s->queues || (s->pool && db_pool_lent(s->pool)) || (s->lane && db_pool_lent(s->lane));
+}
+
+/* ---- running ---- */
+
+static void fail_conn(db_call *call, unsigned rc, const char *why)
+{
+    call->conn_rc = call->rc = rc;
+    snprintf(call->conn_err, sizeof call->conn_err, "%s", why);
+}
+
+/* Open (or reopen) the call's connection: false, with the call failed, when it cannot be. */
+static bool ensure(db_call *call)
+{
+    char err[sizeof call->conn_err];
+    unsigned rc = db_conn_ensure(call->conn, err, sizeof err);
+    if (rc)
+        fail_conn(call, rc, err);
+    return rc == 0;
+}
+
+static void run_alone(db_call *call)
+{
+    if (call->run)
+        call->run(call);
+    else
+        call->kind->run(call->calls, call->conn, &call, 1);
+}
+
+static void finish(db_call *call)
+{
+    call->finished = true;
+    call->done(call); /* may free it */
+}
+
+/* Start body(arg) in a fiber, then after(arg); both at once, blocking, when
+ * no fiber can be made (out of memory): blocking beats losing the call. */
+static void in_fiber(db_calls *s, db_fiber_fn body, db_fiber_fn after, void *arg)
+{
+    if (db_fiber_run(s->loop, body, after, arg) != 0) {
+        body(arg);
+        after(arg);
+    }
+}
+
+/* -- a call alone -- */
+
+static void alone_body(void *arg)
+{
+    db_call *call = arg;
+    if (call->lane == DB_CALL_WORK && !ensure(call))
+        return;
+    run_alone(call);
+}
+
+static void alone_done(void *arg)
+{
+    db_call *call = arg;
+    db_calls *s = call->calls;
+    if (call->lane == DB_CALL_LOCK) {
+        db_pool_put(s->lane, NULL);
+    } else if (call->borrowed) {
+        if (call->tx == DB_CALL_BEGIN && !call->rc)
+            tx_keep(s, call->owner, call->conn); /* the owner's until its END */
+        else
+            db_pool_put(s->pool, call->conn);
+    } else if (call->tx == DB_CALL_END) {
+        tx_drop(s, call->owner);
+        db_pool_put(s->pool, call->conn);
+    }
+    finish(call);
+}
+
+static void alone_got(db_conn *conn, void *ud)
+{
+    db_call *call = ud;
+    if (call->lane == DB_CALL_WORK) {
+        call->conn = conn;
+        call->borrowed = true;
+    }
+    in_fiber(call->calls, alone_body, alone_done, call);
+}
+
+/* -- blocking: no pool, or a caller that cannot wait -- */
+
+static void blocking(db_calls *s, db_call *call)
+{
+    if (call->lane == DB_CALL_LOCK) {
+        if (s->lane && db_pool_lent(s->lane))
+            fail_conn(call, 2000 /* CR_UNKNOWN_ERROR: "db" */,
+                      "the lock session is busy: call oops.locks from a task");
+        else
+            run_alone(call);
+    } else if (!s->work) {
+        fail_conn(call, DB_CR_CONNECTION_ERROR, "not connected to a database");
+    } else if (s->work_busy) {
+        fail_conn(call, 2000, "the work connection is busy: call the database from a task");
+    } else {
+        call->conn = s->work;
+        if (ensure(call))
+            run_alone(call);
+    }
+    finish(call);
+}
+
+/* -- batches -- */
+
+static db_queue *queue_of(db_calls *s, const db_batch_kind *kind, const char *key)
+{
+    for (db_queue *q = s->queues; q; q = q->next)
+        if (q->kind == kind && (q->key && key ? strcmp(q->key, key) == 0 : q->key == key))
+            return q;
+    db_queue *q = calloc(1, sizeof *q);
+    if (!q || (key && !(q->key = strdup(key))))
+        abort(); /* out of memory */
+    q->kind = kind;
+    q->next = s->queues;
+    s->queues = q;
+    return q;
+}
+
+static void queue_drop_if_idle(db_calls *s, db_queue *q)
+{
+    if (q->first || q->runner_waiting || q->running)
+        return;
+    for (db_queue **p = &s->queues; *p; p = &(*p)->next) {
+        if (*p == q) {
+            *p = q->next;
+            break;
+        }
+    }
+    free(q->key);
+    free(q);
+}
+
+static void runner_start(db_calls *s, db_queue *q);
+
+static void runner_body(void *arg)
+{
+    runner *r = arg;
+    char err[sizeof r->m[0]->conn_err];
+    unsigned rc = db_conn_ensure(r->conn, err, sizeof err);
+    if (rc) { /* every call of the batch hears why */
+        for (size_t i = 0; i < r->n; i++)
+            fail_conn(r->m[i], rc, err);
+        return;
+    }
+    r->q->kind->run(r->s, r->conn, r->m, r->n);
+}
+
+static void runner_done(void *arg)
+{
+    runner *r = arg;
+    db_calls *s = r->s;
+    db_pool_put(s->pool, r->conn);
+    r->q->running--;
+    queue_drop_if_idle(s, r->q);
+    for (size_t i = 0; i < r->n; i++)
+        finish(r->m[i]);
+    free(r);
+}
+
+static void runner_got(db_conn *conn, void *ud)
+{
+    runner *r = ud;
+    db_queue *q = r->q;
+    r->conn = conn;
+    q->runner_waiting = false;
+    while (q->first && r->n < q->kind->limit) {
+        db_call *call = q->first;
+        q->first = call->next;
+        call->next = NULL;
+        call->conn = conn;
+        r->m[r->n++] = call;
+    }
+    if (!q->first)
+        q->last = NULL;
+    else
+        runner_start(r->s, q); /* more than one batch's worth: the next one waits */
+    q->running++;
+    in_fiber(r->s, runner_body, runner_done, r);
+}
+
+static void runner_start(db_calls *s, db_queue *q)
+{
+    runner *r = calloc(1, sizeof *r);
+    if (!r)
+        abort();
+    r->s = s;
+    r->q = q;
+    q->runner_waiting = true;
+    db_pool_get(s->pool, runner_got, r);
+}
+
+static void enqueue(db_calls *s, db_call *call)
+{
+    db_queue *q = queue_of(s, call->kind, call->key);
+    if (q->last)
+        q->last->next = call;
+    else
+        q->first = call;
+    q->last = call;
+    if (!q->runner_waiting)
+        runner_start(s, q);
+}
+
+void db_calls_submit(db_calls *s, db_call *call, bool can_wait)
+{
+    if ((!call->run && !call->kind) || !call->done)
+        abort(); /* a caller's bug */
+    call->calls = s;
+    call->next = NULL;
+    call->finished = call->borrowed = false;
+    call->rc = call->conn_rc = 0;
+    call->conn_err[0] = '\0';
+    if (!s->pool || !can_wait) {
+        blocking(s, call);
+        return;
+    }
+    if (call->lane == DB_CALL_LOCK) {
+        db_pool_get(s->lane, alone_got, call);
+        return;
+    }
+    db_conn *tx = tx_of(s, call->owner);
+    if (call->tx == DB_CALL_BEGIN && tx)
+        abort(); /* the caller checks db_calls_in_tx first */
+    if (call->tx == DB_CALL_END && !tx)
+        call->tx = DB_CALL_PLAIN; /* COMMIT/ROLLBACK outside a transaction: a plain call */
+    if (tx) {
+        call->conn = tx; /* in its owner's transaction: there, alone */
+        in_fiber(s, alone_body, alone_done, call);
+    } else if (call->kind && call->tx == DB_CALL_PLAIN) {
+        enqueue(s, call);
+    } else {
+        db_pool_get(s->pool, alone_got, call);
+    }
+}
+
+/* -- an owner gone with its transaction open: rolled back -- */
+
+typedef struct {
+    db_calls *s;
+    db_conn *conn;
+} orphan;
+
+static void orphan_body(void *arg) { db_rollback(((orphan *)arg)->conn); }
+
+static void orphan_done(void *arg)
+{
+    orphan *o = arg;
+    db_pool_put(o->s->pool, o->conn);
+    free(o);
+}
+
+void db_calls_owner_ended(db_calls *s, const void *owner)
+{
+    db_conn *conn = tx_of(s, owner);
+    if (!conn)
+        return;
+    tx_drop(s, owner);
+    orphan *o = malloc(sizeof *o);
+    if (!o)
+        abort();
+    *o = (orphan){s, conn};
+    in_fiber(s, orphan_body, orphan_done, o);
+}
+
+/* ---- lists padded to a few shapes ---- */
+
+size_t db_batch_shape(size_t n)
+{
+    size_t b = 2;
+    while (b < n)
+        b *= 2;
+    return b;
+}
+
+size_t db_batch_chunk(size_t left, size_t max)
+{
+    size_t k = 1;
+    while (k * 2 <= left && k * 2 <= max)
+        k *= 2;
+    return k;
+}
+
+void db_batch_in_list(buf *sql, db_value *p, size_t *np, const char *const *v, size_t n,
+                      size_t shape)
+{
+    buf_puts(sql, " IN (");
+    for (size_t i = 0; i < shape; i++) {
+        buf_puts(sql, i ? ", ?" : "?");
+        p[(*np)++] = db_text(v[i < n ? i : n - 1]);
+    }
+    buf_puts(sql, ")");
+}

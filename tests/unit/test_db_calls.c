@@ -1,0 +1,470 @@
+/* db_calls and db_stmt on the real database: calls alone and in batches, the
+ * one-by-one fallback, the reconnect fan-out, transactions kept for their
+ * owner, calls that finish before their caller waits. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "db_calls.h"
+#include "db_fiber.h"
+#include "db_stmt.h"
+#include "testdb.h"
+
+typedef struct {
+    uv_loop_t loop;
+    db_config cfg;
+    metrics *m;
+    db_calls s;
+    db_conn *held[DB_POOL_MAX]; /* connections the test keeps lent, so calls must wait */
+    size_t nheld;
+    int finished; /* calls whose done ran */
+} fixture;
+
+static void on_done(db_call *call)
+{
+    fixture *f = call->ud;
+    f->finished++;
+}
+
+static void got_held(db_conn *c, void *ud)
+{
+    fixture *f = ud;
+    f->held[f->nheld++] = c;
+}
+
+/* Lend the pool's connections (all of them) to the test. */
+static void hold_all(fixture *f)
+{
+    for (size_t i = 0; i < db_pool_size(f->s.pool); i++)
+        db_pool_get(f->s.pool, got_held, f);
+    assert_int_equal(db_pool_lent(f->s.pool), db_pool_size(f->s.pool));
+}
+
+static void release_all(fixture *f)
+{
+    while (f->nheld)
+        db_pool_put(f->s.pool, f->held[--f->nheld]);
+}
+
+static void run_until(fixture *f, int finished)
+{
+    for (int i = 0; i < 100000 && f->finished < finished; i++)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(f->finished, finished);
+}
+
+static fixture *setup(size_t pool_size, const db_config *cfg)
+{
+    fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    uv_loop_init(&f->loop);
+    if (cfg)
+        f->cfg = *cfg;
+    else
+        testdb_config(&f->cfg);
+    f->m = metrics_new();
+    db_calls_init(&f->s, &f->loop, f->m);
+    f->s.pool = db_pool_new(&f->cfg, pool_size);
+    f->s.lane = db_pool_new_lane();
+    assert_non_null(f->s.pool);
+    return f;
+}
+
+static void teardown(fixture *f, bool free_cfg)
+{
+    assert_false(db_calls_busy(&f->s));
+    db_pool_free(f->s.pool);
+    db_pool_free(f->s.lane);
+    db_calls_fini(&f->s);
+    db_fiber_forget_all();
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    uv_loop_close(&f->loop);
+    metrics_free(f->m);
+    if (free_cfg)
+        db_config_free(&f->cfg);
+    free(f);
+}
+
+static db_stmt *stmt(fixture *f, const char *sql)
+{
+    db_stmt *st = db_stmt_new(sql, 0, true);
+    st->call.done = on_done;
+    st->call.ud = f;
+    return st;
+}
+
+static db_stmt *insert(fixture *f, const char *row, const char *k)
+{
+    db_stmt *st = db_stmt_insert("INSERT INTO calls_t (k, v)", row, "", 1);
+    db_stmt_text(st, 0, k, strlen(k));
+    st->call.done = on_done;
+    st->call.ud = f;
+    return st;
+}
+
+static db_stmt *lookup(fixture *f, const char *k)
+{
+    db_stmt *st = db_stmt_lookup("SELECT k, v FROM calls_t WHERE k IN (?) ORDER BY v");
+    assert_non_null(st);
+    db_stmt_text(st, 0, k, strlen(k));
+    st->call.done = on_done;
+    st->call.ud = f;
+    return st;
+}
+
+static double metric(fixture *f, const char *name, const char *labels)
+{
+    return metrics_get(f->m, name, labels);
+}
+
+static void reset_table(void)
+{
+    db_conn *c = testdb_open();
+    db_result_free(testdb_q(c, "DROP TABLE IF EXISTS calls_t", NULL, 0));
+    db_result_free(testdb_q(
+        c, "CREATE TABLE calls_t (k VARCHAR(40) COLLATE utf8mb4_bin PRIMARY KEY, v INT)", NULL, 0));
+    db_close(c);
+}
+
+static long long rows_in_table(void)
+{
+    db_conn *c = testdb_open();
+    long long n = testdb_int(c, "SELECT COUNT(*) FROM calls_t", NULL, 0);
+    db_close(c);
+    return n;
+}
+
+static void a_call_alone_goes_at_once(void **state)
+{
+    (void)state;
+    fixture *f = setup(2, NULL);
+    db_stmt *st = stmt(f, "SELECT 41 + 1 AS v");
+    db_calls_submit(&f->s, &st->call, true);
+    /* Not queued behind anything: it holds a connection and waits for its answer. */
+    assert_int_equal(db_pool_lent(f->s.pool), 1);
+    assert_false(st->call.finished);
+    run_until(f, 1);
+    assert_int_equal(st->call.rc, 0);
+    assert_string_equal(db_get(st->r, 0, 0), "42");
+    assert_int_equal(db_pool_lent(f->s.pool), 0);
+    db_stmt_free(st);
+    teardown(f, true);
+}
+
+static void calls_made_while_the_pool_is_lent_form_one_batch(void **state)
+{
+    (void)state;
+    reset_table();
+    fixture *f = setup(1, NULL);
+    hold_all(f);
+    db_stmt *v[10];
+    char k[16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(k, sizeof k, "k%d", i);
+        v[i] = insert(f, "(?, 1)", k);
+        db_calls_submit(&f->s, &v[i]->call, true);
+        assert_false(v[i]->call.finished);
+    }
+    assert_int_equal(db_pool_waiting(f->s.pool), 1); /* one runner waits, for all of them */
+    release_all(f);
+    run_until(f, 10);
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(v[i]->call.rc, 0);
+        db_stmt_free(v[i]);
+    }
+    assert_int_equal(rows_in_table(), 10);
+    /* One batch of 10, sent as chunks of a power of two: 8 + 2 rows, two statements. */
+    assert_true(metric(f, "oops_db_insert_batches_total", NULL) == 1);
+    assert_true(metric(f, "oops_db_insert_batched_total", NULL) == 10);
+    assert_true(metric(f, "oops_db_insert_statements_total", "table=\"calls_t\"") == 2);
+    teardown(f, true);
+}
+
+static void sixty_five_calls_go_as_64_and_1(void **state)
+{
+    (void)state;
+    reset_table();
+    fixture *f = setup(1, NULL);
+    hold_all(f);
+    db_stmt *v[65];
+    char k[16];
+    for (int i = 0; i < 65; i++) {
+        snprintf(k, sizeof k, "k%d", i);
+        v[i] = insert(f, "(?, 2)", k);
+        db_calls_submit(&f->s, &v[i]->call, true);
+    }
+    release_all(f);
+    run_until(f, 65);
+    for (int i = 0; i < 65; i++) {
+        assert_int_equal(v[i]->call.rc, 0);
+        db_stmt_free(v[i]);
+    }
+    assert_int_equal(rows_in_table(), 65);
+    /* One batch of 64 (one statement), then the last alone. */
+    assert_true(metric(f, "oops_db_insert_batches_total", NULL) == 1);
+    assert_true(metric(f, "oops_db_insert_batched_total", NULL) == 64);
+    assert_true(metric(f, "oops_db_insert_statements_total", "table=\"calls_t\"") == 2);
+    teardown(f, true);
+}
+
+static void a_failing_batch_is_made_one_by_one_each_with_its_answer(void **state)
+{
+    (void)state;
+    reset_table();
+    fixture *f = setup(1, NULL);
+    db_stmt *first = insert(f, "(?, 3)", "dup");
+    db_calls_submit(&f->s, &first->call, true);
+    run_until(f, 1);
+    assert_int_equal(first->call.rc, 0);
+    db_stmt_free(first);
+    hold_all(f);
+    const char *keys[8] = {"a", "b", "dup", "c", "d", "dup", "e", "f"};
+    db_stmt *v[8];
+    for (int i = 0; i < 8; i++) {
+        v[i] = insert(f, "(?, 3)", keys[i]);
+        db_calls_submit(&f->s, &v[i]->call, true);
+    }
+    release_all(f);
+    run_until(f, 9);
+    for (int i = 0; i < 8; i++) {
+        if (strcmp(keys[i], "dup") == 0) {
+            assert_int_equal(v[i]->call.rc, DB_ER_DUP_ENTRY);
+            assert_non_null(strstr(v[i]->err, "Duplicate"));
+        } else {
+            assert_int_equal(v[i]->call.rc, 0);
+        }
+        db_stmt_free(v[i]);
+    }
+    assert_int_equal(rows_in_table(), 7);
+    /* The first alone, the batch that failed, then each of the 8 alone. */
+    assert_true(metric(f, "oops_db_insert_statements_total", "table=\"calls_t\"") == 1 + 1 + 8);
+    teardown(f, true);
+}
+
+static void lookups_waiting_together_are_one_statement_each_gets_its_rows(void **state)
+{
+    (void)state;
+    reset_table();
+    fixture *f = setup(1, NULL);
+    db_conn *c = testdb_open();
+    db_result_free(testdb_q(
+        c, "INSERT INTO calls_t VALUES ('x', 1), ('y', 2), ('x2', 3), ('Y', 4)", NULL, 0));
+    db_close(c);
+    hold_all(f);
+    const char *keys[5] = {"x", "y", "nobody", "x", "Y"};
+    const char *want[5] = {"1", "2", NULL, "1", "4"};
+    db_stmt *v[5];
+    for (int i = 0; i < 5; i++) {
+        v[i] = lookup(f, keys[i]);
+        db_calls_submit(&f->s, &v[i]->call, true);
+    }
+    release_all(f);
+    run_until(f, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(v[i]->call.rc, 0);
+        assert_int_equal(v[i]->r->nrows, want[i] ? 1 : 0);
+        if (want[i])
+            assert_string_equal(db_get(v[i]->r, 0, 1), want[i]);
+        db_stmt_free(v[i]);
+    }
+    assert_true(metric(f, "oops_db_lookup_statements_total", "table=\"calls_t\"") == 1);
+    teardown(f, true);
+}
+
+static void kinds_are_not_slots_forty_shapes_each_batch(void **state)
+{
+    (void)state;
+    reset_table();
+    fixture *f = setup(1, NULL);
+    hold_all(f);
+    db_stmt *v[80];
+    char row[32], k[16];
+    for (int i = 0; i < 80; i++) {
+        snprintf(row, sizeof row, "(?, %d)", i % 40); /* 40 statement shapes */
+        snprintf(k, sizeof k, "k%d", i);
+        v[i] = insert(f, row, k);
+        db_calls_submit(&f->s, &v[i]->call, true);
+    }
+    release_all(f);
+    run_until(f, 80);
+    for (int i = 0; i < 80; i++) {
+        assert_int_equal(v[i]->call.rc, 0);
+        db_stmt_free(v[i]);
+    }
+    /* Each shape's two rows in one statement: 40, not 80; and every queue is gone after. */
+    assert_true(metric(f, "oops_db_insert_statements_total", "table=\"calls_t\"") == 40);
+    assert_true(metric(f, "oops_db_insert_batches_total", NULL) == 40);
+    assert_null(f->s.queues);
+    teardown(f, true);
+}
+
+/* A loopback port nothing listens on. */
+static int closed_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static void a_connection_that_cannot_open_fails_every_waiting_call(void **state)
+{
+    (void)state;
+    db_config cfg;
+    testdb_config(&cfg);
+    cfg.port = (unsigned)closed_port();
+    fixture *f = setup(1, &cfg);
+    hold_all(f);
+    db_stmt *v[7];
+    for (int i = 0; i < 7; i++) {
+        v[i] = i < 3 ? insert(f, "(?, 5)", "k") : i < 6 ? lookup(f, "k") : stmt(f, "SELECT 1");
+        db_calls_submit(&f->s, &v[i]->call, true);
+    }
+    release_all(f);
+    run_until(f, 7);
+    for (int i = 0; i < 7; i++) {
+        assert_int_not_equal(v[i]->call.conn_rc, 0);
+        assert_true(db_errno_is_connection(v[i]->call.conn_rc));
+        assert_non_null(strstr(v[i]->call.conn_err, "127.0.0.1"));
+        db_stmt_free(v[i]);
+    }
+    teardown(f, true);
+}
+
+static void nothing(db_call *call) { (void)call; }
+
+static void a_call_can_finish_before_its_caller_waits(void **state)
+{
+    (void)state;
+    fixture *f = setup(1, NULL);
+    /* On the lock lane, work that never waits for a socket: over inside submit. */
+    db_call lane_call = {.lane = DB_CALL_LOCK, .run = nothing, .done = on_done, .ud = f};
+    db_calls_submit(&f->s, &lane_call, true);
+    assert_true(lane_call.finished);
+    assert_int_equal(f->finished, 1);
+    /* A caller that cannot wait: blocking, on `work`. */
+    f->s.work = testdb_open();
+    db_stmt *st = stmt(f, "SELECT 7");
+    db_calls_submit(&f->s, &st->call, false);
+    assert_true(st->call.finished);
+    assert_string_equal(db_get(st->r, 0, 0), "7");
+    db_stmt_free(st);
+    /* ... refused while a fiber uses `work`. */
+    f->s.work_busy = true;
+    st = stmt(f, "SELECT 7");
+    db_calls_submit(&f->s, &st->call, false);
+    assert_true(st->call.finished);
+    assert_int_not_equal(st->call.conn_rc, 0);
+    db_stmt_free(st);
+    db_close(f->s.work);
+    teardown(f, true);
+}
+
+static db_stmt *owned(fixture *f, const void *owner, const char *sql, db_call_tx tx)
+{
+    db_stmt *st = stmt(f, sql);
+    st->call.owner = owner;
+    st->call.tx = tx;
+    st->want_rows = false;
+    return st;
+}
+
+static void a_transaction_keeps_its_connection_for_its_owner(void **state)
+{
+    (void)state;
+    reset_table();
+    fixture *f = setup(1, NULL);
+    int a, b; /* two owners */
+    db_stmt *begin = owned(f, &a, "START TRANSACTION", DB_CALL_BEGIN);
+    db_calls_submit(&f->s, &begin->call, true);
+    run_until(f, 1);
+    assert_true(db_calls_in_tx(&f->s, &a));
+    assert_false(db_calls_in_tx(&f->s, &b));
+    /* b waits for the connection a keeps; a's own calls run on it meanwhile. */
+    db_stmt *other = owned(f, &b, "SELECT 1", DB_CALL_PLAIN);
+    db_calls_submit(&f->s, &other->call, true);
+    db_stmt *mine = insert(f, "(?, 6)", "in-tx");
+    mine->call.owner = &a;
+    db_calls_submit(&f->s, &mine->call, true);
+    run_until(f, 2);
+    assert_int_equal(mine->call.rc, 0);
+    assert_false(other->call.finished);
+    assert_int_equal(rows_in_table(), 0); /* not committed yet */
+    db_stmt *commit = owned(f, &a, "COMMIT", DB_CALL_END);
+    db_calls_submit(&f->s, &commit->call, true);
+    run_until(f, 4);
+    assert_int_equal(commit->call.rc, 0);
+    assert_true(other->call.finished);
+    assert_false(db_calls_in_tx(&f->s, &a));
+    assert_int_equal(rows_in_table(), 1);
+    /* An owner that ends with its transaction open: rolled back. */
+    db_stmt *begin2 = owned(f, &b, "START TRANSACTION", DB_CALL_BEGIN);
+    db_calls_submit(&f->s, &begin2->call, true);
+    run_until(f, 5); /* an owner waits for each of its calls (a task yields) */
+    db_stmt *lost = insert(f, "(?, 6)", "rolled-back");
+    lost->call.owner = &b;
+    db_calls_submit(&f->s, &lost->call, true);
+    run_until(f, 6);
+    assert_int_equal(lost->call.rc, 0);
+    db_calls_owner_ended(&f->s, &b);
+    for (int i = 0; i < 1000 && db_calls_busy(&f->s); i++)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_false(db_calls_busy(&f->s));
+    assert_int_equal(rows_in_table(), 1);
+    db_stmt *all[] = {begin, other, mine, commit, begin2, lost};
+    for (size_t i = 0; i < 6; i++)
+        db_stmt_free(all[i]);
+    teardown(f, true);
+}
+
+static void chunks_and_shapes(void **state)
+{
+    (void)state;
+    assert_int_equal(db_batch_shape(1), 2);
+    assert_int_equal(db_batch_shape(2), 2);
+    assert_int_equal(db_batch_shape(3), 4);
+    assert_int_equal(db_batch_shape(64), 64);
+    assert_int_equal(db_batch_chunk(1, 64), 1);
+    assert_int_equal(db_batch_chunk(7, 64), 4);
+    assert_int_equal(db_batch_chunk(65, 64), 64);
+    assert_int_equal(db_batch_chunk(100, 32), 32);
+    buf sql = {0};
+    db_value p[4];
+    size_t np = 0;
+    const char *v[] = {"a", "b", "c"};
+    db_batch_in_list(&sql, p, &np, v, 3, 4);
+    assert_string_equal(sql.p, " IN (?, ?, ?, ?)");
+    assert_int_equal(np, 4);
+    assert_string_equal(p[3].s, "c");
+    buf_free(&sql);
+    assert_null(db_stmt_lookup("SELECT a FROM t WHERE a = ?"));
+    assert_null(db_stmt_lookup("SELECT a FROM t WHERE a IN (?) AND b = ?"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(chunks_and_shapes),
+        cmocka_unit_test(a_call_alone_goes_at_once),
+        cmocka_unit_test(calls_made_while_the_pool_is_lent_form_one_batch),
+        cmocka_unit_test(sixty_five_calls_go_as_64_and_1),
+        cmocka_unit_test(a_failing_batch_is_made_one_by_one_each_with_its_answer),
+        cmocka_unit_test(lookups_waiting_together_are_one_statement_each_gets_its_rows),
+        cmocka_unit_test(kinds_are_not_slots_forty_shapes_each_batch),
+        cmocka_unit_test(a_connection_that_cannot_open_fails_every_waiting_call),
+        cmocka_unit_test(a_call_can_finish_before_its_caller_waits),
+        cmocka_unit_test(a_transaction_keeps_its_connection_for_its_owner),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
