@@ -23,13 +23,41 @@ MDB_PID=""
 
 source "$(dirname "${BASH_SOURCE[0]}")/ports.sh" # _free_port
 
+# Why mariadb-install-db failed: what its log ($1) says before the generic
+# advice it ends with (the bootstrap server's own lines), at most 12.
+_mariadb_install_why() {
+  awk '/Installation of system tables failed/ { exit } NF && !/^Installing MariaDB/' "$1" |
+    head -n 12
+}
+
+# A new data directory in $1/data (its temporary files in $1/tmp: the
+# bootstrap's temporary tables in a shared /tmp collide with another
+# bootstrap's, and two passes start theirs at once). 0 or 1.
+_mariadb_install() {
+  rm -rf "$1/data" "$1/tmp" && mkdir -p "$1/tmp" || return 1
+  mariadb-install-db --no-defaults --datadir="$1/data" --tmpdir="$1/tmp" --user="$2" \
+    --auth-root-authentication-method=normal --skip-test-db >"$1/install.log" 2>&1
+}
+
 mariadb_start() {
   MDB_DIR=$1
   mkdir -p "$MDB_DIR"
   local user; user=$(id -un)
-  mariadb-install-db --no-defaults --datadir="$MDB_DIR/data" --user="$user" \
-      --auth-root-authentication-method=normal --skip-test-db >"$MDB_DIR/install.log" 2>&1 ||
-    { echo "mariadb-install-db failed:" >&2; tail -20 "$MDB_DIR/install.log" >&2; return 1; }
+  # Nothing else may hold this data directory or socket.
+  if pgrep -f -- "--datadir=$MDB_DIR/data" >/dev/null; then
+    echo "mariadb_start: a mariadbd already uses $MDB_DIR/data" >&2; return 1
+  fi
+  if [[ -e $MDB_DIR/mysqld.sock ]]; then
+    echo "mariadb_start: $MDB_DIR/mysqld.sock exists: another server's socket?" >&2; return 1
+  fi
+  local attempt
+  for attempt in 1 2; do # one retry, on a clean directory
+    _mariadb_install "$MDB_DIR" "$user" && break
+    echo "mariadb-install-db failed (attempt $attempt of 2): $MDB_DIR/install.log says:" >&2
+    _mariadb_install_why "$MDB_DIR/install.log" | sed 's/^/  /' >&2
+    cp "$MDB_DIR/install.log" "$MDB_DIR/install.$attempt.log"
+    ((attempt == 2)) && return 1
+  done
   MDB_SOCKET="$MDB_DIR/mysqld.sock"
   # Also on ::1 where the machine has an IPv6 loopback, so a bracketed IPv6
   # URL can be tested for real (MDB_IPV6=1 says so; tests skip without it).
@@ -48,7 +76,7 @@ mariadb_start() {
     MDB_PORT=$(_free_port)
     mariadbd --no-defaults --datadir="$MDB_DIR/data" --socket="$MDB_SOCKET" \
       --port="$MDB_PORT" --bind-address="$bind" --user="$user" \
-      --pid-file="$MDB_DIR/mysqld.pid" --log-error="$MDB_DIR/error.log" \
+      --pid-file="$MDB_DIR/mysqld.pid" --log-error="$MDB_DIR/error.log" --tmpdir="$MDB_DIR/tmp" \
       --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --skip-log-bin \
       --max-connections=500 --innodb-flush-log-at-trx-commit=2 --skip-name-resolve \
       --innodb-fast-shutdown=2 "${tls_args[@]}" ${MDB_EXTRA_ARGS:-} >/dev/null 2>&1 &

@@ -141,6 +141,7 @@ function Db:_argv()
     "--socket=" .. self.socket, "--port=" .. self.port,
     "--bind-address=" .. table.concat(self.bind, ","), "--user=" .. self.user,
     "--pid-file=" .. self.dir .. "/mysqld.pid", "--log-error=" .. self.dir .. "/error.log",
+    "--tmpdir=" .. self.dir .. "/tmp",
     "--innodb-buffer-pool-size=128M", "--innodb-log-file-size=64M", "--skip-log-bin",
     "--max-connections=500", "--innodb-flush-log-at-trx-commit=2", "--skip-name-resolve",
     "--innodb-fast-shutdown=2" }
@@ -187,6 +188,37 @@ function Db:_halt(sig, seconds)
   return box.exit ~= nil
 end
 
+-- What mariadb-install-db's output says before the generic advice it ends
+-- with (the bootstrap server's own lines), at most 12, on one line.
+local function install_why(text)
+  local why = {}
+  for line in text:gmatch("[^\n]+") do
+    if line:find("Installation of system tables failed", 1, true) or #why == 12 then break end
+    if line:match("%S") and not line:match("^Installing MariaDB") then why[#why + 1] = line end
+  end
+  return #why > 0 and table.concat(why, " | ") or last_line(text)
+end
+
+-- A new data directory in dir/data, its temporary files in dir/tmp (the
+-- bootstrap's temporary tables in a shared /tmp collide with another
+-- bootstrap's); one retry on a clean directory. true, or nil, err.
+local function install(dir, user)
+  local why
+  for attempt = 1, 2 do
+    run { "rm", "-rf", "--", dir .. "/data", dir .. "/tmp" }
+    lfs.mkdir(dir .. "/tmp")
+    local r, rerr = run({ "mariadb-install-db", "--no-defaults", "--datadir=" .. dir .. "/data",
+      "--tmpdir=" .. dir .. "/tmp", "--user=" .. user, "--auth-root-authentication-method=normal",
+      "--skip-test-db" })
+    if not r then return nil, "mariadb-install-db failed: " .. tostring(rerr) end
+    write_file(("%s/install.%d.log"):format(dir, attempt), r.stdout .. r.stderr)
+    if r.ok then return true end
+    why = install_why(r.stdout .. r.stderr)
+    io.stderr:write(("mariadb-install-db failed (attempt %d of 2): %s\n"):format(attempt, why))
+  end
+  return nil, "mariadb-install-db failed twice: " .. why
+end
+
 --- Start a throwaway MariaDB in opts.dir. Raises on a caller's mistake (no dir,
 --- a dir that holds files, a bind address that is not IPv4); returns nil, err
 --- when the server cannot be made or started.
@@ -229,14 +261,8 @@ function M.start(opts)
   end
   self.user = id.stdout:match("%S+")
 
-  local install_log = dir .. "/install.log"
-  local r, rerr = run({ "mariadb-install-db", "--no-defaults", "--datadir=" .. dir .. "/data",
-    "--user=" .. self.user, "--auth-root-authentication-method=normal", "--skip-test-db" })
-  if not r then return nil, "mariadb-install-db failed: " .. tostring(rerr) end
-  write_file(install_log, r.stdout .. r.stderr)
-  if not r.ok then
-    return nil, "mariadb-install-db failed: " .. last_line(r.stdout .. r.stderr)
-  end
+  local ok, ierr2 = install(dir, self.user)
+  if not ok then return nil, ierr2 end
 
   -- A free port can be taken between the look and the bind: try a few.
   local err
