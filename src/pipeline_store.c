@@ -182,6 +182,19 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
     return PSTORE_DB;
 }
 
+/* A transition's failure: PSTORE_EXISTS for the unfinished-pipeline index, else PSTORE_DB with
+ * the database's message e. */
+static int transition_failed(unsigned rc, const char *e, char *err, size_t errlen)
+{
+    if (rc == DB_ER_DUP_ENTRY) {
+        snprintf(err, errlen,
+                 "an unfinished pipeline already exists for this application and environment");
+        return PSTORE_EXISTS;
+    }
+    snprintf(err, errlen, "%s", e);
+    return PSTORE_DB;
+}
+
 /* The account may not CALL oops_transition (no EXECUTE grant, as before
  * schema 8): transitions use five statements from then on (said once). */
 static bool call_refused;
@@ -219,13 +232,7 @@ static int transition_tx(db_conn *c, const char *id, pipeline_status from, pipel
     if (rc == 0)
         return won;
     db_rollback(c);
-    if (rc == DB_ER_DUP_ENTRY) {
-        snprintf(err, errlen,
-                 "an unfinished pipeline already exists for this application and environment");
-        return PSTORE_EXISTS;
-    }
-    snprintf(err, errlen, "%s", e);
-    return PSTORE_DB;
+    return transition_failed(rc, e, err, errlen);
 }
 
 int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, pipeline_status to,
@@ -272,13 +279,7 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
                 e);
         return transition_tx(c, id, from, to, message, driver, actor, lock_session, err, errlen);
     }
-    if (rc == DB_ER_DUP_ENTRY) {
-        snprintf(err, errlen,
-                 "an unfinished pipeline already exists for this application and environment");
-        return PSTORE_EXISTS;
-    }
-    snprintf(err, errlen, "%s", e);
-    return PSTORE_DB;
+    return transition_failed(rc, e, err, errlen);
 }
 
 /* "CASE id WHEN ? THEN ? ... END" mapping ids[i] to vals[i], padded like db_batch_in_list. */
@@ -548,17 +549,14 @@ void pipeline_transition_call_init(pipeline_transition_call *t)
     t->call.run = NULL;
 }
 
+static int get_one(db_conn *c, const char *sql, const db_value *p, size_t np, pipeline *out,
+                   char *err, size_t errlen);
+
 int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen)
 {
-    db_result *r = NULL;
     db_value p[] = {db_text(id)};
-    if (db_exec(c, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE id = ?", p, 1, &r, err, errlen))
-        return PSTORE_DB;
-    int found = r->nrows == 1;
-    if (found)
-        row_to_pipeline(r, 0, out);
-    db_result_free(r);
-    return found;
+    return get_one(c, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE id = ?", p, 1, out, err,
+                   errlen);
 }
 
 /* " AND status IN (?, ...)": one placeholder per status of the mask (bit
