@@ -23,7 +23,7 @@
 -- the same one for the same edge) and unique (each edge bumps the version).
 local oops = require("oops")
 local json = require("oops.json")
-local notify = require("oops.notify")
+local notify = require("oops.notification")
 local log = require("oops.log")
 local leader = require("oops.leader")
 local tasks = require("oops.tasks")

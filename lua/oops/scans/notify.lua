@@ -20,7 +20,7 @@
 local oops = require("oops")
 local log = require("oops.log")
 local leader = require("oops.leader")
-local notify = require("oops.notify")
+local notify = require("oops.notification")
 local tasks = require("oops.tasks")
 local shown_url = require("oops.url").show
 

@@ -1,4 +1,4 @@
--- oops.notify: the notification messages (pure: no I/O, no clock), built
+-- oops.notification: the notification messages (pure: no I/O, no clock), built
 -- from outbox rows by the notifier scan (oops.scans.notify). REFERENCE.md
 -- sections 8 and 10 give the contents; every message is plain data:
 --

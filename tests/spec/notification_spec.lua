@@ -2,7 +2,7 @@
 -- facts, advice, human units, and the alert payload the alert scan writes.
 -- The delivery itself (outbox, retries, leader, crash) is in
 -- tests/integration/notify.sh, against real servers and MariaDB.
-local notify = require("oops.notify")
+local notify = require("oops.notification")
 local cjson = require("cjson")
 
 local function facts_of(m)
