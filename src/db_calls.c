@@ -107,7 +107,7 @@ static void run_alone(db_call *call)
         call->kind->run(call->calls, call->conn, &call, 1);
 }
 
-static void finish(db_call *call)
+static void call_finished(db_call *call)
 {
     call->finished = true;
     call->done(call); /* may free it */
@@ -148,7 +148,7 @@ static void alone_done(void *arg)
         tx_drop(s, call->owner);
         db_pool_put(s->pool, call->conn);
     }
-    finish(call);
+    call_finished(call);
 }
 
 static void alone_got(db_conn *conn, void *ud)
@@ -180,7 +180,7 @@ static void blocking(db_calls *s, db_call *call)
         if (ensure(call))
             run_alone(call);
     }
-    finish(call);
+    call_finished(call);
 }
 
 /* -- batches -- */
@@ -236,7 +236,7 @@ static void runner_done(void *arg)
     r->q->running--;
     queue_drop_if_idle(s, r->q);
     for (size_t i = 0; i < r->n; i++)
-        finish(r->m[i]);
+        call_finished(r->m[i]);
     free(r);
 }
 

@@ -22,7 +22,7 @@ static double wall_clock(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void count(db_calls *s, const char *name, const char *labels, double v)
+static void count_metric(db_calls *s, const char *name, const char *labels, double v)
 {
     if (s && s->metrics)
         metrics_add(s->metrics, name, labels, v);
@@ -144,10 +144,10 @@ static void insert_batch(db_calls *s, db_conn *conn, db_call **calls, size_t n)
         done += k;
     }
     db_stmt_table_label(m[0]->head, "INTO ", label, sizeof label);
-    count(s, "oops_db_insert_statements_total", label, (double)statements);
+    count_metric(s, "oops_db_insert_statements_total", label, (double)statements);
     if (n > 1) {
-        count(s, "oops_db_insert_batches_total", NULL, 1);
-        count(s, "oops_db_insert_batched_total", NULL, (double)n);
+        count_metric(s, "oops_db_insert_batches_total", NULL, 1);
+        count_metric(s, "oops_db_insert_batched_total", NULL, (double)n);
     }
 }
 
@@ -217,14 +217,14 @@ static void lookup_batch(db_calls *s, db_conn *conn, db_call **calls, size_t n)
         db_result_free(r);
         buf_free(&sql);
         statements = 1;
-        count(s, "oops_db_lookup_batches_total", NULL, 1);
-        count(s, "oops_db_lookup_batched_total", NULL, (double)n);
+        count_metric(s, "oops_db_lookup_batches_total", NULL, 1);
+        count_metric(s, "oops_db_lookup_batched_total", NULL, (double)n);
     }
     if (rc)
         statements += each_alone(conn, calls, n); /* alone, or the batch failed */
     char label[80];
     db_stmt_table_label(m[0]->sql, "FROM ", label, sizeof label);
-    count(s, "oops_db_lookup_statements_total", label, (double)statements);
+    count_metric(s, "oops_db_lookup_statements_total", label, (double)statements);
 }
 
 static const db_batch_kind lookup_kind = {"lookup", DB_BATCH_MAX, lookup_batch};

@@ -23,7 +23,7 @@ typedef struct lreq {
     lua_State *co;
 } lreq;
 
-static void done(void *ud, const http_result *r)
+static void request_done(void *ud, const http_result *r)
 {
     lreq *q = ud;
     lua_State *co = q->co;
@@ -84,7 +84,7 @@ static int l_request(lua_State *L)
     lreq *q = malloc(sizeof *q);
     q->co = L;
     char err[512];
-    if (http_client_request(c->http, &req, done, q, err, sizeof err) != 0) {
+    if (http_client_request(c->http, &req, request_done, q, err, sizeof err) != 0) {
         free(q); /* refused before sending: scheme, method, URL or header */
         return lua_fail(L, err, OOPS_E_INVALID);
     }

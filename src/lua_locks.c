@@ -9,9 +9,9 @@
 #include "lua_dbcall.h"
 #include "runtime.h"
 
-static lock_registry *reg(lua_State *L) { return runtime_ctx(L)->locks; }
+static lock_registry *registry_of(lua_State *L) { return runtime_ctx(L)->locks; }
 
-static int down(lua_State *L) { return lua_fail(L, "lock session down", OOPS_E_GONE); }
+static int session_down(lua_State *L) { return lua_fail(L, "lock session down", OOPS_E_GONE); }
 
 /* A call on the lock session (lua_dbcall.h: one at a time, yielding in a task). */
 typedef struct {
@@ -58,7 +58,7 @@ static int lock_push(lua_State *L, db_call *b)
     if (k->what == REL_ALL)
         return 0;
     if (k->rc < 0)
-        return down(L);
+        return session_down(L);
     if (k->what == ACQ_MANY) {
         lua_createtable(L, 0, (int)k->n);
         for (size_t i = 0; i < k->n; i++) {
@@ -110,8 +110,8 @@ static void lock_name(lock_call *k, size_t i, const char *name)
 static int l_acquire(lua_State *L)
 {
     const char *name = luaL_checkstring(L, 1);
-    if (!reg(L))
-        return down(L);
+    if (!registry_of(L))
+        return session_down(L);
     lock_call *k = lock_new(L, ACQ_ONE, 1);
     lock_name(k, 0, name);
     return dbcall(L, &k->base, lock_push, lock_free);
@@ -130,8 +130,8 @@ static int l_acquire_many(lua_State *L)
             luaL_error(L, "names[%d] is a %s, not a string", (int)i, luaL_typename(L, -1));
         lua_pop(L, 1);
     }
-    if (!reg(L))
-        return down(L);
+    if (!registry_of(L))
+        return session_down(L);
     lock_call *k = lock_new(L, ACQ_MANY, (size_t)n);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, i);
@@ -144,8 +144,8 @@ static int l_acquire_many(lua_State *L)
 static int l_release(lua_State *L)
 {
     const char *name = luaL_checkstring(L, 1);
-    if (!reg(L))
-        return down(L);
+    if (!registry_of(L))
+        return session_down(L);
     lock_call *k = lock_new(L, REL_ONE, 1);
     lock_name(k, 0, name);
     return dbcall(L, &k->base, lock_push, lock_free);
@@ -164,8 +164,8 @@ static int l_release_many(lua_State *L)
             luaL_error(L, "names[%d] is a %s, not a string", (int)i, luaL_typename(L, -1));
         lua_pop(L, 1);
     }
-    if (!reg(L))
-        return down(L);
+    if (!registry_of(L))
+        return session_down(L);
     lock_call *k = lock_new(L, REL_MANY, (size_t)n);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, i);
@@ -177,7 +177,7 @@ static int l_release_many(lua_State *L)
 
 static int l_release_all(lua_State *L)
 {
-    if (!reg(L))
+    if (!registry_of(L))
         return 0;
     return dbcall(L, &lock_new(L, REL_ALL, 0)->base, lock_push, lock_free);
 }
@@ -185,7 +185,7 @@ static int l_release_all(lua_State *L)
 static int l_holds(lua_State *L)
 {
     const char *name = luaL_checkstring(L, 1);
-    lua_pushboolean(L, reg(L) && lock_registry_holds(reg(L), name));
+    lua_pushboolean(L, registry_of(L) && lock_registry_holds(registry_of(L), name));
     return 1;
 }
 
@@ -193,7 +193,7 @@ static int l_holds(lua_State *L)
 static int l_held(lua_State *L)
 {
     char **names = NULL;
-    size_t n = reg(L) ? lock_registry_held(reg(L), &names) : 0;
+    size_t n = registry_of(L) ? lock_registry_held(registry_of(L), &names) : 0;
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
         lua_pushstring(L, names[i]);
@@ -205,19 +205,20 @@ static int l_held(lua_State *L)
 
 static int l_is_up(lua_State *L)
 {
-    lua_pushboolean(L, reg(L) && lock_registry_is_up(reg(L)));
+    lua_pushboolean(L, registry_of(L) && lock_registry_is_up(registry_of(L)));
     return 1;
 }
 
 static int l_connection_id(lua_State *L)
 {
-    lua_pushinteger(L, reg(L) ? (lua_Integer)lock_registry_connection_id(reg(L)) : 0);
+    lua_pushinteger(L,
+                    registry_of(L) ? (lua_Integer)lock_registry_connection_id(registry_of(L)) : 0);
     return 1;
 }
 
 static int l_statements(lua_State *L)
 {
-    lua_pushinteger(L, reg(L) ? (lua_Integer)lock_registry_statements(reg(L)) : 0);
+    lua_pushinteger(L, registry_of(L) ? (lua_Integer)lock_registry_statements(registry_of(L)) : 0);
     return 1;
 }
 
@@ -238,9 +239,9 @@ static int l_set_validate_interval(lua_State *L)
         luaL_argcheck(L, s >= 1 && s < 31536000, 2, "must be from 1 s to a year");
         wait = (unsigned)s;
     }
-    if (reg(L)) {
-        lock_registry_set_session_timeout(reg(L), wait);
-        lock_registry_set_validate_interval(reg(L), (unsigned)ms);
+    if (registry_of(L)) {
+        lock_registry_set_session_timeout(registry_of(L), wait);
+        lock_registry_set_validate_interval(registry_of(L), (unsigned)ms);
     }
     return 0;
 }
