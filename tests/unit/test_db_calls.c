@@ -255,8 +255,8 @@ static void lookups_waiting_together_are_one_statement_each_gets_its_rows(void *
     reset_table();
     fixture *f = setup(1, NULL);
     db_conn *c = testdb_open();
-    db_result_free(testdb_q(
-        c, "INSERT INTO calls_t VALUES ('x', 1), ('y', 2), ('x2', 3), ('Y', 4)", NULL, 0));
+    db_result_free(
+        testdb_q(c, "INSERT INTO calls_t VALUES ('x', 1), ('y', 2), ('x2', 3), ('Y', 4)", NULL, 0));
     db_close(c);
     hold_all(f);
     const char *keys[5] = {"x", "y", "nobody", "x", "Y"};
