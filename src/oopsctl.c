@@ -502,6 +502,65 @@ static int cmd_create(ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
+/* rollback's new pipeline, to target t, its id into id: EXIT_OK, or the exit
+ * code with the reason said (beside an unfinished pipeline, which one). */
+static int rollback_create(ctl *c, const char *ns, const char *name, const char *env,
+                           const pipeline *t, char id[25])
+{
+    /* The new pipeline says what it rolls back to (its CREATED event too). */
+    char msg[128], err[1024];
+    snprintf(msg, sizeof msg, "Rollback to %s.", t->id);
+    pipeline_new n = {
+        .namespace = ns,
+        .application = name,
+        .environment = env,
+        .artifact = t->artifact,
+        .source = t->source,
+        .trigger = "rollback",
+        .actor = c->actor,
+        .message = msg,
+    };
+    int rc = pipeline_store_create(c->db, &n, id, err, sizeof err);
+    if (rc == PSTORE_EXISTS) {
+        /* Name the one in the way, when it is still there. */
+        pipeline u;
+        char which[80] = "";
+        if (pipeline_store_unfinished(c->db, ns, name, env, &u, err, sizeof err) == 1) {
+            snprintf(which, sizeof which, " (%s, %s)", u.id, pipeline_status_name(u.status));
+            pipeline_clear(&u);
+        }
+        return fail(EXIT_STALE,
+                    "rollback: an unfinished pipeline already exists for %s/%s in %s%s; "
+                    "nothing changed",
+                    ns, name, env, which);
+    }
+    if (rc == PSTORE_BAD)
+        return fail(EXIT_INPUT, "rollback: %s", err);
+    if (rc != 0)
+        return db_fail(c, "rollback", err);
+    return EXIT_OK;
+}
+
+/* The new id on stdout (--json: the pipeline and its target). */
+static void rollback_print(const ctl *c, const char *id, const pipeline *t)
+{
+    if (!c->json) {
+        printf("%s\n", id);
+        return;
+    }
+    buf b = {0};
+    bool first = true;
+    buf_puts(&b, "{");
+    json_kv_str(&b, "id", id, &first);
+    json_kv_str(&b, "status", "INITIALIZED", &first);
+    json_kv_str(&b, "trigger", "rollback", &first);
+    json_kv_str(&b, "rollback_to", t->id, &first);
+    json_kv_str(&b, "artifact", t->artifact, &first);
+    buf_puts(&b, "}\n");
+    fputs(b.p, stdout);
+    buf_free(&b);
+}
+
 /*
  * rollback: a new pipeline (trigger rollback, INITIALIZED) carrying the
  * artifact and source of an earlier SUCCEEDED pipeline of the same
@@ -549,59 +608,13 @@ static int cmd_rollback(ctl *c, int argc, char **argv)
         return fail(EXIT_INPUT, "rollback: %s", err);
     if (rc != 0)
         return db_fail(c, "rollback", err);
-    /* The new pipeline says what it rolls back to (its CREATED event too). */
-    char msg[128];
-    snprintf(msg, sizeof msg, "Rollback to %s.", t.id);
-    pipeline_new n = {
-        .namespace = ns,
-        .application = name,
-        .environment = env,
-        .artifact = t.artifact,
-        .source = t.source,
-        .trigger = "rollback",
-        .actor = c->actor,
-        .message = msg,
-    };
     char id[25];
-    rc = pipeline_store_create(c->db, &n, id, err, sizeof err);
-    if (rc == PSTORE_EXISTS) {
-        /* Name the one in the way, when it is still there. */
-        pipeline u;
-        char which[80] = "";
-        char uerr[512];
-        if (pipeline_store_unfinished(c->db, ns, name, env, &u, uerr, sizeof uerr) == 1) {
-            snprintf(which, sizeof which, " (%s, %s)", u.id, pipeline_status_name(u.status));
-            pipeline_clear(&u);
-        }
+    rc = rollback_create(c, ns, name, env, &t, id);
+    if (rc != EXIT_OK) {
         pipeline_clear(&t);
-        return fail(EXIT_STALE,
-                    "rollback: an unfinished pipeline already exists for %s in %s%s; "
-                    "nothing changed",
-                    app, env, which);
+        return rc;
     }
-    if (rc == PSTORE_BAD) {
-        pipeline_clear(&t);
-        return fail(EXIT_INPUT, "rollback: %s", err);
-    }
-    if (rc != 0) {
-        pipeline_clear(&t);
-        return db_fail(c, "rollback", err);
-    }
-    if (c->json) {
-        buf b = {0};
-        bool first = true;
-        buf_puts(&b, "{");
-        json_kv_str(&b, "id", id, &first);
-        json_kv_str(&b, "status", "INITIALIZED", &first);
-        json_kv_str(&b, "trigger", "rollback", &first);
-        json_kv_str(&b, "rollback_to", t.id, &first);
-        json_kv_str(&b, "artifact", t.artifact, &first);
-        buf_puts(&b, "}\n");
-        fputs(b.p, stdout);
-        buf_free(&b);
-    } else {
-        printf("%s\n", id);
-    }
+    rollback_print(c, id, &t);
     /* Which release was chosen, for the operator (stdout stays the id alone). */
     char q[300];
     pipeline_quote(q, sizeof q, t.artifact, 80);
