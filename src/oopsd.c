@@ -59,28 +59,26 @@ static void usage(FILE *f)
           f);
 }
 
-/* Every flag at most once, exact names only, no empty values (ctl_args.h). */
-int main(int argc, char **argv)
+enum {
+    F_DB,
+    F_NAME,
+    F_POLICIES,
+    F_LISTEN,
+    F_CHECK,
+    F_DRAIN,
+    F_DB_CONNECTIONS,
+    F_LOG_LEVEL,
+    F_HTTP_TOKEN_FILE,
+    F_RUN_AS,
+    F_HELP,
+    F_VERSION,
+    F_HTTP_HOST, /* WEB_HOSTS_MAX entries from here: a repeatable flag (ctl_args.h) */
+    F__COUNT = F_HTTP_HOST + WEB_HOSTS_MAX
+};
+
+static void flag_table(ctl_flag f[F__COUNT])
 {
-    if (argc >= 2 && strcmp(argv[1], "lua") == 0)
-        return daemon_lua(argc - 2, argv + 2);
-    enum {
-        F_DB,
-        F_NAME,
-        F_POLICIES,
-        F_LISTEN,
-        F_CHECK,
-        F_DRAIN,
-        F_DB_CONNECTIONS,
-        F_LOG_LEVEL,
-        F_HTTP_TOKEN_FILE,
-        F_RUN_AS,
-        F_HELP,
-        F_VERSION,
-        F_HTTP_HOST, /* WEB_HOSTS_MAX entries from here: a repeatable flag (ctl_args.h) */
-        F__COUNT = F_HTTP_HOST + WEB_HOSTS_MAX
-    };
-    ctl_flag f[F__COUNT] = {
+    const ctl_flag one[] = {
         [F_DB] = {"--db", true, false, NULL},
         [F_NAME] = {"--name", true, false, NULL},
         [F_POLICIES] = {"--policies", true, false, NULL},
@@ -94,11 +92,57 @@ int main(int argc, char **argv)
         [F_HELP] = {"--help", false, false, NULL},
         [F_VERSION] = {"--version", false, false, NULL},
     };
+    for (int i = 0; i < F_HTTP_HOST; i++)
+        f[i] = one[i];
     for (int i = F_HTTP_HOST; i < F__COUNT; i++)
         f[i] = (ctl_flag){"--http-host", true, false, NULL};
+}
+
+/* The numeric and level flags into o: 0, or -1 with the reason said. */
+static int number_flags(const ctl_flag *f, daemon_options *o)
+{
     char err[1024];
-    int rc = ctl_parse_flags(argc - 1, argv + 1, f, sizeof f / sizeof f[0], false, NULL, 0, NULL,
-                             NULL, err, sizeof err);
+    if (f[F_LOG_LEVEL].given) {
+        if (log_level_parse(f[F_LOG_LEVEL].value) < 0) {
+            char q[300];
+            pipeline_quote(q, sizeof q, f[F_LOG_LEVEL].value, 64);
+            fprintf(stderr, "oopsd: --log-level %s: one of debug, info, warn, error\n", q);
+            return -1;
+        }
+        log_set_min_level((log_level)log_level_parse(f[F_LOG_LEVEL].value));
+    }
+    unsigned long long v;
+    /* --drain 0 is not offered: daemon_options reads 0 as "the default". */
+    if (f[F_DRAIN].given) {
+        if (ctl_parse_number("--drain", f[F_DRAIN].value, 1, CTL_DRAIN_MAX, "milliseconds", &v, err,
+                             sizeof err) != 0) {
+            fprintf(stderr, "oopsd: %s\n", err);
+            return -1;
+        }
+        o->drain_ms = (unsigned)v;
+    }
+    if (f[F_DB_CONNECTIONS].given) {
+        if (ctl_parse_number("--db-connections", f[F_DB_CONNECTIONS].value, 1, 64, "connections",
+                             &v, err, sizeof err) != 0) {
+            fprintf(stderr, "oopsd: %s\n", err);
+            return -1;
+        }
+        o->db_connections = (unsigned)v;
+    }
+    return 0;
+}
+
+/* Every flag at most once (but --http-host), exact names only, no empty
+ * values (ctl_args.h). */
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "lua") == 0)
+        return daemon_lua(argc - 2, argv + 2);
+    ctl_flag f[F__COUNT];
+    flag_table(f);
+    char err[1024];
+    int rc = ctl_parse_flags(argc - 1, argv + 1, f, F__COUNT, false, NULL, 0, NULL, NULL, err,
+                             sizeof err);
     daemon_options o = {0};
     char *db_copy = NULL;
     if (f[F_DB].given) {
@@ -109,13 +153,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "oopsd: %s (see oopsd --help)\n", err);
         goto bad;
     }
-    if (f[F_HELP].given) {
-        usage(stdout);
-        free(db_copy);
-        return OOPSD_OK;
-    }
-    if (f[F_VERSION].given) {
-        printf("oopsd %s (commit %s)\n", OOPS_VERSION, OOPS_COMMIT);
+    if (f[F_HELP].given || f[F_VERSION].given) {
+        if (f[F_HELP].given)
+            usage(stdout);
+        else
+            printf("oopsd %s (commit %s)\n", OOPS_VERSION, OOPS_COMMIT);
         free(db_copy);
         return OOPSD_OK;
     }
@@ -128,34 +170,8 @@ int main(int argc, char **argv)
     o.http_hosts = http_hosts;
     for (int i = F_HTTP_HOST; i < F__COUNT && f[i].given; i++)
         http_hosts[o.n_http_hosts++] = f[i].value;
-    if (f[F_LOG_LEVEL].given) {
-        if (log_level_parse(f[F_LOG_LEVEL].value) < 0) {
-            char q[300];
-            pipeline_quote(q, sizeof q, f[F_LOG_LEVEL].value, 64);
-            fprintf(stderr, "oopsd: --log-level %s: one of debug, info, warn, error\n", q);
-            goto bad;
-        }
-        log_set_min_level((log_level)log_level_parse(f[F_LOG_LEVEL].value));
-    }
-    if (f[F_DRAIN].given) {
-        /* 0 is not offered: daemon_options reads 0 as "the default". */
-        unsigned long long ms;
-        if (ctl_parse_number("--drain", f[F_DRAIN].value, 1, CTL_DRAIN_MAX, "milliseconds", &ms,
-                             err, sizeof err) != 0) {
-            fprintf(stderr, "oopsd: %s\n", err);
-            goto bad;
-        }
-        o.drain_ms = (unsigned)ms;
-    }
-    if (f[F_DB_CONNECTIONS].given) {
-        unsigned long long n;
-        if (ctl_parse_number("--db-connections", f[F_DB_CONNECTIONS].value, 1, 64, "connections",
-                             &n, err, sizeof err) != 0) {
-            fprintf(stderr, "oopsd: %s\n", err);
-            goto bad;
-        }
-        o.db_connections = (unsigned)n;
-    }
+    if (number_flags(f, &o) != 0)
+        goto bad;
     if (!o.policies) {
         fprintf(stderr, "oopsd: --policies DIR is required\n");
         goto bad;

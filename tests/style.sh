@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The habits CI keeps (TAP): every tracked C file is as clang-format
 # (.clang-format) writes it, and luacheck (.luacheckrc) finds nothing in
-# lua/, policies/, tests/, bench/ and examples/. Run by `tests/run.sh BUILD style`.
+# lua/, policies/, tests/, bench/ and examples/, and no function is longer than
+# its bound (tests/lib/function_lengths.lua). Run by `tests/run.sh BUILD style`.
 # Fix a failure with:  git ls-files '*.c' '*.h' | xargs clang-format -i
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,16 @@ if out=$(luacheck --config .luacheckrc --no-color --formatter plain --codes lua 
 else
   tap 0 "luacheck: lua policies tests bench examples"
   echo "$out" | head -n 40 | sed 's/^/# /'
+fi
+# Functions a reader can hold in their head (issue 23): C in src/ at most 100
+# lines, Lua in lua/oops/ at most 150 with its closures.
+mapfile -t bounded < <(git ls-files 'src/*.c' 'lua/oops/*.lua' 2>/dev/null ||
+  find src lua/oops -name '*.c' -o -name '*.lua')
+if out=$(lua5.4 tests/lib/function_lengths.lua "${bounded[@]}" 2>&1); then
+  tap 1 "function lengths: C in src/ <= 100 lines, Lua in lua/oops/ <= 150"
+else
+  tap 0 "function lengths: C in src/ <= 100 lines, Lua in lua/oops/ <= 150"
+  echo "$out" | head -n 20 | sed 's/^/# /'
 fi
 echo "1..$n"
 exit $bad
