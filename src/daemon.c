@@ -1138,6 +1138,62 @@ static int http_flags(server_state *d)
     return 0;
 }
 
+/* The HTTP listener on --listen (none for "off"): OOPSD_OK, or the reason said. */
+static int listen_http(server_state *d)
+{
+    if (strcmp(d->o.listen, "off") == 0)
+        return OOPSD_OK;
+    /* Every method reaches on_http (it answers 405 but to GET) so that it
+     * sees the Authorization header; a request has no business with a body. */
+    char err[1024];
+    http_serve_options so = {
+        .handler = on_http, .ud = d, .max_body = 4096, .headers = PAGE_HEADERS};
+    d->http = http_server_serve(&d->loop, d->o.listen, &so, err, sizeof err);
+    if (!d->http) {
+        fprintf(stderr, "oopsd: %s\n", err);
+        return OOPSD_BAD_INPUT;
+    }
+    return OOPSD_OK;
+}
+
+/* Signals the loop answers (reload, stop, the ignored ones) and its timers. */
+static void watch_signals_and_ticks(server_state *d)
+{
+    uv_signal_init(&d->loop, &d->sighup);
+    uv_signal_init(&d->loop, &d->sigterm);
+    uv_signal_init(&d->loop, &d->sigint);
+    uv_signal_init(&d->loop, &d->sigquit);
+    d->sighup.data = d->sigterm.data = d->sigint.data = d->sigquit.data = d;
+    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+    uv_signal_start(&d->sigterm, on_stop_signal, SIGTERM);
+    uv_signal_start(&d->sigint, on_stop_signal, SIGINT);
+    uv_signal_start(&d->sigquit, on_stop_signal, SIGQUIT);
+    for (size_t i = 0; i < sizeof IGNORED_SIGNALS / sizeof *IGNORED_SIGNALS; i++) {
+        uv_signal_init(&d->loop, &d->ignored[i]);
+        uv_signal_start(&d->ignored[i], on_ignored_signal, IGNORED_SIGNALS[i]);
+    }
+    uv_timer_init(&d->loop, &d->tick);
+    uv_timer_init(&d->loop, &d->drain);
+    d->tick.data = d->drain.data = d;
+    uv_timer_start(&d->tick, on_tick, TICK_MS, TICK_MS);
+    d->last_heartbeat = uv_now(&d->loop);
+}
+
+/* The "started:" line (tests and operators wait for it). */
+static void log_started(server_state *d)
+{
+    char where[300] = "nothing";
+    if (d->http) { /* the bound port: --listen may say port 0 */
+        const char *colon = strrchr(d->o.listen, ':');
+        int hl = colon ? (int)(colon - d->o.listen) : (int)strlen(d->o.listen);
+        snprintf(where, sizeof where, "%.*s:%d", hl, d->o.listen, http_server_port(d->http));
+    }
+    log_msg(LOG_INFO,
+            "started: oopsd %s (commit %s), lock session %llu, policies from %s, listening on %s",
+            OOPS_VERSION, OOPS_COMMIT,
+            (unsigned long long)lock_registry_connection_id(d->ctx.locks), d->o.policies, where);
+}
+
 int daemon_run(const daemon_options *o)
 {
     server_state *d = calloc(1, sizeof *d);
@@ -1188,46 +1244,10 @@ int daemon_run(const daemon_options *o)
     d->ctx.policy_loaded = true;
     d->ctx.policy_version = 1;
     read_policy_hash(d);
-    if (strcmp(d->o.listen, "off") != 0) {
-        /* Every method reaches on_http (it answers 405 but to GET) so that it
-         * sees the Authorization header; a request has no business with a body. */
-        http_serve_options so = {
-            .handler = on_http, .ud = d, .max_body = 4096, .headers = PAGE_HEADERS};
-        d->http = http_server_serve(&d->loop, d->o.listen, &so, err, sizeof err);
-        if (!d->http) {
-            fprintf(stderr, "oopsd: %s\n", err);
-            rc = OOPSD_BAD_INPUT;
-            goto out;
-        }
-    }
-    uv_signal_init(&d->loop, &d->sighup);
-    uv_signal_init(&d->loop, &d->sigterm);
-    uv_signal_init(&d->loop, &d->sigint);
-    uv_signal_init(&d->loop, &d->sigquit);
-    d->sighup.data = d->sigterm.data = d->sigint.data = d->sigquit.data = d;
-    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
-    uv_signal_start(&d->sigterm, on_stop_signal, SIGTERM);
-    uv_signal_start(&d->sigint, on_stop_signal, SIGINT);
-    uv_signal_start(&d->sigquit, on_stop_signal, SIGQUIT);
-    for (size_t i = 0; i < sizeof IGNORED_SIGNALS / sizeof *IGNORED_SIGNALS; i++) {
-        uv_signal_init(&d->loop, &d->ignored[i]);
-        uv_signal_start(&d->ignored[i], on_ignored_signal, IGNORED_SIGNALS[i]);
-    }
-    uv_timer_init(&d->loop, &d->tick);
-    uv_timer_init(&d->loop, &d->drain);
-    d->tick.data = d->drain.data = d;
-    uv_timer_start(&d->tick, on_tick, TICK_MS, TICK_MS);
-    d->last_heartbeat = uv_now(&d->loop);
-    char where[300] = "nothing";
-    if (d->http) { /* the bound port: --listen may say port 0 */
-        const char *colon = strrchr(d->o.listen, ':');
-        int hl = colon ? (int)(colon - d->o.listen) : (int)strlen(d->o.listen);
-        snprintf(where, sizeof where, "%.*s:%d", hl, d->o.listen, http_server_port(d->http));
-    }
-    log_msg(LOG_INFO,
-            "started: oopsd %s (commit %s), lock session %llu, policies from %s, listening on %s",
-            OOPS_VERSION, OOPS_COMMIT,
-            (unsigned long long)lock_registry_connection_id(d->ctx.locks), o->policies, where);
+    if ((rc = listen_http(d)) != OOPSD_OK)
+        goto out;
+    watch_signals_and_ticks(d);
+    log_started(d);
     if (!d->schema_waiting) /* else schema_poll starts it */
         engine_call0(d, "start");
     /* systemd (Type=notify): the lock session is up and the policy loaded. */

@@ -58,12 +58,14 @@ static int nb_wait(MYSQL *m, int status)
     return db_fiber_wait((int)mysql_get_socket(m), status, t);
 }
 
-#define NB(m, ret, start_call, cont_fn, obj)                                                       \
+/* The loop of a non-blocking call, wait(who, status) answering each wait. */
+#define NB_LOOP(wait, who, ret, start_call, cont_fn, obj)                                          \
     do {                                                                                           \
         int nb_status_ = (start_call);                                                             \
         while (nb_status_)                                                                         \
-            nb_status_ = cont_fn(&(ret), (obj), nb_wait((m), nb_status_));                         \
+            nb_status_ = cont_fn(&(ret), (obj), wait((who), nb_status_));                          \
     } while (0)
+#define NB(m, ...) NB_LOOP(nb_wait, m, __VA_ARGS__)
 
 /* A statement on an established session waits on the socket's kept watcher
  * (no system call to arm it); the connect above does not. c->fd records the
@@ -75,12 +77,7 @@ static int nb_wait_kept(db_conn *c, int status)
     return db_fiber_wait_kept(c->fd, status, t);
 }
 
-#define NBK(c, ret, start_call, cont_fn, obj)                                                      \
-    do {                                                                                           \
-        int nb_status_ = (start_call);                                                             \
-        while (nb_status_)                                                                         \
-            nb_status_ = cont_fn(&(ret), (obj), nb_wait_kept((c), nb_status_));                    \
-    } while (0)
+#define NBK(c, ...) NB_LOOP(nb_wait_kept, c, __VA_ARGS__)
 
 /*
  * Before the session's socket may close (an error, a close), and as soon as
@@ -754,24 +751,11 @@ out:
     return rc;
 }
 
-static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t nparams,
-                     db_result **out, char *err, size_t errlen)
+/* Bind params and execute st: 0, or the error number (the statement cache
+ * cleared when the session is gone, st dropped when it must be prepared again). */
+static unsigned execute(db_conn *c, MYSQL_STMT *st, const db_value *params, size_t nparams,
+                        char *err, size_t errlen)
 {
-    unsigned code = 0;
-    if (out)
-        *out = NULL;
-    if (!c->alive) {
-        snprintf(err, errlen, "database connection lost");
-        return CR_SERVER_LOST;
-    }
-    MYSQL_STMT *st = cache_get(c, sql, err, errlen, &code);
-    if (!st)
-        return code;
-    if (mysql_stmt_param_count(st) != nparams) {
-        snprintf(err, errlen, "statement expects %lu parameters, got %zu",
-                 mysql_stmt_param_count(st), nparams);
-        return CR_UNKNOWN_ERROR;
-    }
     /* On the heap: a fiber's stack is small, and a GET_LOCK batch may bind
      * tens of thousands of names (112 bytes of MYSQL_BIND each). Needed
      * until the statement is sent. */
@@ -794,70 +778,92 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
     free(pb);
     free(pn);
     c->used_ms = mono_ms();
-    if (erc != 0) {
-        code = stmt_fail(c, st, "execute", err, errlen);
-        if (!c->alive)
-            cache_clear(c);
-        else if (code == 1615 /* ER_NEED_REPREPARE */)
-            cache_drop(c, st);
-        return code;
-    }
-    db_result *r = calloc(1, sizeof *r);
+    if (erc == 0)
+        return 0;
+    unsigned code = stmt_fail(c, st, "execute", err, errlen);
+    if (!c->alive)
+        cache_clear(c);
+    else if (code == 1615 /* ER_NEED_REPREPARE */)
+        cache_drop(c, st);
+    return code;
+}
+
+/* The result set st stands at, read (into r when keep) and freed: 0 or the error number. */
+static unsigned store_rows(db_conn *c, MYSQL_STMT *st, db_result *r, bool keep, char *err,
+                           size_t errlen)
+{
     MYSQL_RES *meta = mysql_stmt_result_metadata(st);
-    if (meta) {
-        int src = 0;
-        NBK(c, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
-        if (src != 0 || fetch_all(st, meta, r) != 0) {
-            code = stmt_fail(c, st, "fetch", err, errlen);
-            mysql_free_result(meta);
-            mysql_stmt_free_result(st);
-            db_result_free(r);
-            if (!c->alive)
-                cache_clear(c);
-            return code;
-        }
+    int src = 0;
+    NBK(c, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
+    unsigned code = 0;
+    if (src != 0 || (keep && meta && fetch_all(st, meta, r) != 0))
+        code = stmt_fail(c, st, "fetch", err, errlen);
+    if (meta)
         mysql_free_result(meta);
-        mysql_stmt_free_result(st);
+    mysql_stmt_free_result(st);
+    return code;
+}
+
+/* An executed statement's answer into r: its first result set (or what it
+ * changed), then every further one read and let go — a CALL answers with its
+ * result sets and then a status — so the connection is free for the next
+ * statement. 0 or the error number. */
+static unsigned read_results(db_conn *c, MYSQL_STMT *st, db_result *r, char *err, size_t errlen)
+{
+    if (mysql_stmt_field_count(st) > 0) {
+        unsigned code = store_rows(c, st, r, true, err, errlen);
+        if (code)
+            return code;
     } else {
         r->affected = (uint64_t)mysql_stmt_affected_rows(st);
         r->insert_id = (uint64_t)mysql_stmt_insert_id(st);
     }
-    /* A CALL answers with its result sets and then a status: read them all
-     * (the first result set is the one kept), so the connection is free for
-     * the next statement. */
     while (mysql_stmt_more_results(st)) {
         int nrc = 0;
         NBK(c, nrc, mysql_stmt_next_result_start(&nrc, st), mysql_stmt_next_result_cont, st);
-        if (nrc > 0) {
-            code = stmt_fail(c, st, "execute", err, errlen);
-            db_result_free(r);
-            if (!c->alive)
-                cache_clear(c);
-            return code;
-        }
+        if (nrc > 0)
+            return stmt_fail(c, st, "execute", err, errlen);
         if (nrc < 0)
             break;
         if (mysql_stmt_field_count(st) > 0) {
-            MYSQL_RES *more = mysql_stmt_result_metadata(st);
-            bool keep = r->ncols == 0 && more;
-            int src = 0;
-            NBK(c, src, mysql_stmt_store_result_start(&src, st), mysql_stmt_store_result_cont, st);
-            if (src != 0 || (keep && fetch_all(st, more, r) != 0)) {
-                code = stmt_fail(c, st, "fetch", err, errlen);
-                if (more)
-                    mysql_free_result(more);
-                mysql_stmt_free_result(st);
-                db_result_free(r);
-                if (!c->alive)
-                    cache_clear(c);
+            unsigned code = store_rows(c, st, r, r->ncols == 0, err, errlen);
+            if (code)
                 return code;
-            }
-            if (more)
-                mysql_free_result(more);
-            mysql_stmt_free_result(st);
         } else if (r->ncols == 0) {
             r->affected = (uint64_t)mysql_stmt_affected_rows(st);
         }
+    }
+    return 0;
+}
+
+static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t nparams,
+                     db_result **out, char *err, size_t errlen)
+{
+    unsigned code = 0;
+    if (out)
+        *out = NULL;
+    if (!c->alive) {
+        snprintf(err, errlen, "database connection lost");
+        return CR_SERVER_LOST;
+    }
+    MYSQL_STMT *st = cache_get(c, sql, err, errlen, &code);
+    if (!st)
+        return code;
+    if (mysql_stmt_param_count(st) != nparams) {
+        snprintf(err, errlen, "statement expects %lu parameters, got %zu",
+                 mysql_stmt_param_count(st), nparams);
+        return CR_UNKNOWN_ERROR;
+    }
+    if ((code = execute(c, st, params, nparams, err, errlen)))
+        return code;
+    db_result *r = calloc(1, sizeof *r);
+    if (!r)
+        abort(); /* out of memory */
+    if ((code = read_results(c, st, r, err, errlen))) {
+        db_result_free(r);
+        if (!c->alive)
+            cache_clear(c);
+        return code;
     }
     if (out)
         *out = r;

@@ -290,6 +290,19 @@ static int ready_bits(int status, int events)
 
 static void on_timeout(uv_timer_t *t) { wake(t->data, MYSQL_WAIT_TIMEOUT); }
 
+/* What a wait's MYSQL_WAIT_* bits ask libuv to watch (ready_bits the other way). */
+static int uv_events_of(int status)
+{
+    int events = 0;
+    if (status & MYSQL_WAIT_READ)
+        events |= UV_READABLE;
+    if (status & MYSQL_WAIT_WRITE)
+        events |= UV_WRITABLE;
+    if (status & MYSQL_WAIT_EXCEPT)
+        events |= UV_PRIORITIZED;
+    return events;
+}
+
 /* The blocking form, for callers outside a fiber. */
 static int wait_blocking(int fd, int status, unsigned timeout_ms)
 {
@@ -327,13 +340,7 @@ int db_fiber_wait(int fd, int status, unsigned timeout_ms)
             shutdown(fd, SHUT_RDWR);
         return MYSQL_WAIT_READ | MYSQL_WAIT_WRITE;
     }
-    int events = 0;
-    if (status & MYSQL_WAIT_READ)
-        events |= UV_READABLE;
-    if (status & MYSQL_WAIT_WRITE)
-        events |= UV_WRITABLE;
-    if (status & MYSQL_WAIT_EXCEPT)
-        events |= UV_PRIORITIZED;
+    int events = uv_events_of(status);
     f->fd = fd;
     if (events && fd >= 0) {
         f->poll = malloc(sizeof *f->poll);
@@ -356,13 +363,7 @@ int db_fiber_wait(int fd, int status, unsigned timeout_ms)
 int db_fiber_wait_kept(int fd, int status, unsigned timeout_ms)
 {
     fiber *f = current;
-    int events = 0;
-    if (status & MYSQL_WAIT_READ)
-        events |= UV_READABLE;
-    if (status & MYSQL_WAIT_WRITE)
-        events |= UV_WRITABLE;
-    if (status & MYSQL_WAIT_EXCEPT)
-        events |= UV_PRIORITIZED;
+    int events = uv_events_of(status);
     if (!f || aborting || fd < 0 || fd >= KEPT_MAX || !events)
         return db_fiber_wait(fd, status, timeout_ms);
     kwatch *k = &kept_fds[fd];
