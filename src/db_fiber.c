@@ -272,36 +272,38 @@ static void on_kept(uv_poll_t *p, int status, int events)
     wake(k->waiter, ready_bits(status, events));
 }
 
+/* MYSQL_WAIT_* bits and the libuv events that answer them. */
+static const struct {
+    int wait, uv;
+} WAIT_EVENTS[] = {
+    {MYSQL_WAIT_READ, UV_READABLE},
+    {MYSQL_WAIT_WRITE, UV_WRITABLE},
+    {MYSQL_WAIT_EXCEPT, UV_PRIORITIZED},
+};
+
+/* What a wait's MYSQL_WAIT_* bits ask libuv to watch. */
+static int uv_events_of(int status)
+{
+    int events = 0;
+    for (size_t i = 0; i < sizeof WAIT_EVENTS / sizeof *WAIT_EVENTS; i++)
+        if (status & WAIT_EVENTS[i].wait)
+            events |= WAIT_EVENTS[i].uv;
+    return events;
+}
+
+/* What a poll callback's (status, events) answers the library. */
 static int ready_bits(int status, int events)
 {
+    if (status < 0)
+        return MYSQL_WAIT_READ | MYSQL_WAIT_WRITE; /* let the library find the error */
     int ready = 0;
-    if (status < 0) {
-        ready = MYSQL_WAIT_READ | MYSQL_WAIT_WRITE; /* let the library find the error */
-    } else {
-        if (events & UV_READABLE)
-            ready |= MYSQL_WAIT_READ;
-        if (events & UV_WRITABLE)
-            ready |= MYSQL_WAIT_WRITE;
-        if (events & UV_PRIORITIZED)
-            ready |= MYSQL_WAIT_EXCEPT;
-    }
+    for (size_t i = 0; i < sizeof WAIT_EVENTS / sizeof *WAIT_EVENTS; i++)
+        if (events & WAIT_EVENTS[i].uv)
+            ready |= WAIT_EVENTS[i].wait;
     return ready;
 }
 
 static void on_timeout(uv_timer_t *t) { wake(t->data, MYSQL_WAIT_TIMEOUT); }
-
-/* What a wait's MYSQL_WAIT_* bits ask libuv to watch (ready_bits the other way). */
-static int uv_events_of(int status)
-{
-    int events = 0;
-    if (status & MYSQL_WAIT_READ)
-        events |= UV_READABLE;
-    if (status & MYSQL_WAIT_WRITE)
-        events |= UV_WRITABLE;
-    if (status & MYSQL_WAIT_EXCEPT)
-        events |= UV_PRIORITIZED;
-    return events;
-}
 
 /* The blocking form, for callers outside a fiber. */
 static int wait_blocking(int fd, int status, unsigned timeout_ms)
@@ -330,6 +332,18 @@ static int wait_blocking(int fd, int status, unsigned timeout_ms)
     return ready;
 }
 
+/* Switch back to the loop until f's watcher (armed by the caller) or its
+ * timeout wakes it: the MYSQL_WAIT_* bits that happened. */
+static int park(fiber *f, int status, unsigned timeout_ms)
+{
+    if (status & MYSQL_WAIT_TIMEOUT)
+        uv_timer_start(&f->timer, on_timeout, timeout_ms, 0);
+    f->waiting = true;
+    leave(f, false);
+    f->fd = -1;
+    return f->ready;
+}
+
 int db_fiber_wait(int fd, int status, unsigned timeout_ms)
 {
     fiber *f = current;
@@ -352,12 +366,7 @@ int db_fiber_wait(int fd, int status, unsigned timeout_ms)
         f->poll->data = f;
         uv_poll_start(f->poll, events, on_poll);
     }
-    if (status & MYSQL_WAIT_TIMEOUT)
-        uv_timer_start(&f->timer, on_timeout, timeout_ms, 0);
-    f->waiting = true;
-    leave(f, false);
-    f->fd = -1;
-    return f->ready;
+    return park(f, status, timeout_ms);
 }
 
 int db_fiber_wait_kept(int fd, int status, unsigned timeout_ms)
@@ -386,12 +395,7 @@ int db_fiber_wait_kept(int fd, int status, unsigned timeout_ms)
     k->waiter = f;
     f->kw = k;
     f->fd = fd;
-    if (status & MYSQL_WAIT_TIMEOUT)
-        uv_timer_start(&f->timer, on_timeout, timeout_ms, 0);
-    f->waiting = true;
-    leave(f, false);
-    f->fd = -1;
-    return f->ready;
+    return park(f, status, timeout_ms);
 }
 
 /* ---- work on the thread pool ---------------------------------------------- */

@@ -45,20 +45,11 @@ static void spawn_args_free(spawn_args *a)
     free(a->env);
 }
 
+/* The argv table of options t (checked by check_opts: a list of strings). */
 static void read_argv(lua_State *L, int t, spawn_args *a)
 {
     lua_getfield(L, t, "argv");
-    if (!lua_istable(L, -1))
-        luaL_error(
-            L, "argv must be a list of strings like {\"make\", \"image\"} (never a shell string)");
     lua_Integer n = luaL_len(L, -1);
-    if (n < 1)
-        luaL_error(L, "argv is empty");
-    for (lua_Integer i = 1; i <= n; i++) { /* check before allocating: errors raise */
-        if (lua_rawgeti(L, -1, i) != LUA_TSTRING)
-            luaL_error(L, "argv[%d] is a %s, not a string", (int)i, luaL_typename(L, -1));
-        lua_pop(L, 1);
-    }
     a->argv = calloc((size_t)n + 1, sizeof *a->argv);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, -1, i);

@@ -822,15 +822,22 @@ int pipeline_store_history(db_conn *c, const char *namespace, const char *applic
     return rows_to_list(r, -1, out, n);
 }
 
-int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,
-                          char *err, size_t errlen)
+/* sql with its one parameter, a pipeline id: the result, or NULL (err says why). */
+static db_result *by_id(db_conn *c, const char *sql, const char *id, char *err, size_t errlen)
 {
     db_result *r = NULL;
     db_value p[] = {db_text(id)};
-    if (db_exec(c,
-                "SELECT id, event_type, from_status, to_status, message, server, created_at "
-                "FROM pipeline_event WHERE pipeline_id = ? ORDER BY id",
-                p, 1, &r, err, errlen))
+    return db_exec(c, sql, p, 1, &r, err, errlen) ? NULL : r;
+}
+
+int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,
+                          char *err, size_t errlen)
+{
+    db_result *r = by_id(c,
+                         "SELECT id, event_type, from_status, to_status, message, server, "
+                         "created_at FROM pipeline_event WHERE pipeline_id = ? ORDER BY id",
+                         id, err, errlen);
+    if (!r)
         return PSTORE_DB;
     *n = r->nrows;
     *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
@@ -850,12 +857,11 @@ int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, 
 
 int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t errlen)
 {
-    db_result *r = NULL;
-    db_value p[] = {db_text(id)};
-    if (db_exec(c,
-                "UPDATE pipeline SET deploy_requested_at = NOW(6) WHERE id = ? AND "
-                "status = 'BUILD_SUCCEEDED' AND deploy_requested_at IS NULL",
-                p, 1, &r, err, errlen))
+    db_result *r = by_id(c,
+                         "UPDATE pipeline SET deploy_requested_at = NOW(6) WHERE id = ? AND "
+                         "status = 'BUILD_SUCCEEDED' AND deploy_requested_at IS NULL",
+                         id, err, errlen);
+    if (!r)
         return PSTORE_DB;
     int done = r->affected == 1;
     db_result_free(r);
