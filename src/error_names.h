@@ -46,10 +46,4 @@
     OOPS_E_EXISTS, OOPS_E_NOT_FOUND, OOPS_E_DEADLOCK, OOPS_E_LOCK_WAIT, OOPS_E_GONE,               \
         OOPS_E_UNREACHABLE, OOPS_E_DB, OOPS_E_IO, OOPS_E_INVALID
 
-/* For the bindings (lua_errors.c): push nil, msg, name and return 3. */
-struct lua_State;
-int lua_fail(struct lua_State *L, const char *msg, const char *name);
-/* oops.error_names = { every name above }, into the table at the top. */
-void lua_set_error_names(struct lua_State *L);
-
 #endif

@@ -1,7 +1,7 @@
 /*
  * lock_names — the names of the locks oopsd takes (GET_LOCK), defined once
  * for C and Lua. The Lua binding hands them over as oops.locks.names
- * (lua_locks.c); the scans, lua/oops/pipelines.lua, the scenarios, oopsctl
+ * (oops_locks.c); the scans, lua/oops/pipelines.lua, the scenarios, oopsctl
  * (`locks`) and the daemon (its name lock, /status "driving") all read them
  * from here, so none can drift from the others.
  */

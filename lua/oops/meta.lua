@@ -1,6 +1,6 @@
 ---@meta oops
 -- The `oops` module as data: LuaCATS stubs for every function the C core
--- registers (src/lua_*.c), for the language server and for review. Loading
+-- registers (src/runtime/oops_*.c), for the language server and for review. Loading
 -- this file runs nothing: it builds tables of empty functions and returns
 -- them. tests/spec/meta_spec.lua compares it with what the binary registers,
 -- both ways, so a binding added or removed without its stub fails the specs.
@@ -44,7 +44,7 @@ local oops = {}
 ---@type oops.ErrorName[]
 oops.error_names = { "exists", "not_found", "deadlock", "lock_wait", "gone", "unreachable", "db", "io", "invalid" }
 
----------------------------------------------------------------- log (lua_log.c)
+---------------------------------------------------------------- log (oops_log.c)
 
 --- Write one event as a single key=value line on stderr:
 --- `ts=... level=info [server=...] scan=... pipeline=... app=... env=... k=v ... msg="..."`.
@@ -64,7 +64,7 @@ function oops.log(level, msg, fields) end
 ---@param level oops.LogLevel
 function oops.log_level(level) end
 
----------------------------------------------------------- tasks (lua_timer.c)
+---------------------------------------------------------- tasks (oops_timer.c)
 
 --- Run fn(...) as a task (a coroutine the C side resumes when what it waits
 --- for arrives). It starts right away and runs until its first wait, or, when
@@ -127,7 +127,7 @@ function oops.run_once() end
 ---@return any ... what fn returned
 function oops.wait(fn, ...) end
 
-------------------------------------------------------- daemon (lua_daemon.c)
+------------------------------------------------------- daemon (oops_daemon.c)
 
 --- This server's name, as written in events and logs (`script` under `oopsd lua`
 --- until oops.connect names it).
@@ -162,7 +162,7 @@ function oops.connect(opts) end
 ---@return oops.ErrorName? name "lock_wait" when another runner held the migrate lock for 60 s
 function oops.migrate() end
 
--------------------------------------------------------------- db (lua_db.c)
+-------------------------------------------------------------- db (oops_db.c)
 
 ---@class oops.db
 oops.db = {}
@@ -262,7 +262,7 @@ function oops.db.statements() end
 ---@return true
 function oops.db.pool(n) end
 
------------------------------------------------------------- store (lua_db.c)
+------------------------------------------------------------ store (oops_db.c)
 
 ---@class oops.store
 oops.store = {}
@@ -374,7 +374,7 @@ function oops.store.free(opts) end
 ---@return oops.ErrorName? name
 function oops.store.events(id) end
 
----------------------------------------------------------- locks (lua_locks.c)
+---------------------------------------------------------- locks (oops_locks.c)
 
 ---@class oops.locks
 oops.locks = {}
@@ -465,7 +465,7 @@ function oops.locks.statements() end
 ---@param session_timeout? integer|"server"
 function oops.locks.set_validate_interval(ms, session_timeout) end
 
------------------------------------------------------------- cron (lua_cron.c)
+------------------------------------------------------------ cron (oops_cron.c)
 
 ---@class oops.cron
 oops.cron = {}
@@ -516,7 +516,7 @@ function CronHandle:has_seconds() end
 ---@return string
 function CronHandle:text() end
 
------------------------------------------------------- sandbox (lua_sandbox.c)
+------------------------------------------------------ sandbox (oops_sandbox.c)
 
 ---@class oops.sandbox
 oops.sandbox = {}
@@ -547,7 +547,7 @@ function oops.sandbox.run(fn, limits, ...) end
 ---@return oops.ErrorName? name "io"
 function oops.sandbox.read(path, max_bytes) end
 
------------------------------------------------------------- proc (lua_proc.c)
+------------------------------------------------------------ proc (oops_proc.c)
 
 ---@class oops.proc
 oops.proc = {}
@@ -614,7 +614,7 @@ function ProcHandle:pid() end
 ---@return boolean
 function ProcHandle:running() end
 
------------------------------------------------------------- http (lua_http.c)
+------------------------------------------------------------ http (oops_http.c)
 
 ---@class oops.http
 oops.http = {}
@@ -698,7 +698,7 @@ function HttpServer:url() end
 ---@return nil
 function HttpServer:close() end
 
------------------------------------------------------- metrics (lua_metrics.c)
+------------------------------------------------------ metrics (oops_metrics.c)
 
 ---@class oops.metrics
 oops.metrics = {}

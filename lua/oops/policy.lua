@@ -23,7 +23,7 @@ local M = {}
 -- that declares things needs a few thousand).
 M.INSTRUCTION_LIMIT = 10000000
 
--- The rest of the bounds on policy code (oops.sandbox.run, src/lua_sandbox.c):
+-- The rest of the bounds on policy code (oops.sandbox.run, src/runtime/oops_sandbox.c):
 -- memory the state may grow by while one file runs, the wall-clock time the
 -- whole load may take (every file together: SIGHUP blocks the loop that
 -- long at most), and the same for each call of a hook. A file is read only

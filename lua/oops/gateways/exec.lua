@@ -32,7 +32,7 @@
 --
 -- Environment: a command does NOT inherit oopsd's environment. It gets the
 -- allow-list PATH HOME USER LOGNAME LANG LANGUAGE LC_* TZ TMPDIR (from
--- oopsd's own, src/lua_proc.c), then the application's `env = {...}` from
+-- oopsd's own, src/runtime/oops_proc.c), then the application's `env = {...}` from
 -- the policy, then OOPS_PIPELINE, OOPS_NAMESPACE, OOPS_APPLICATION,
 -- OOPS_ENVIRONMENT, OOPS_ARTIFACT, OOPS_STEP and OOPS_SERVER. Nothing named
 -- OOPS_DB* ever reaches a command (the daemon removed them from its own

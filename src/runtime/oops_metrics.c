@@ -79,11 +79,11 @@ static int l_describe(lua_State *L)
     return 0;
 }
 
-void lua_register_metrics(lua_State *L)
+void oops_open_metrics(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"inc", l_inc}, {"set", l_set},           {"observe", l_observe},
         {"get", l_get}, {"describe", l_describe}, {NULL, NULL},
     };
-    lua_setfuncs_in(L, "metrics", fns);
+    oops_setfuncs_in(L, "metrics", fns);
 }

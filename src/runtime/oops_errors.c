@@ -3,7 +3,7 @@
 
 #include "error_names.h"
 
-int lua_fail(lua_State *L, const char *msg, const char *name)
+int oops_fail(lua_State *L, const char *msg, const char *name)
 {
     lua_pushnil(L);
     lua_pushstring(L, msg);
@@ -11,7 +11,7 @@ int lua_fail(lua_State *L, const char *msg, const char *name)
     return 3;
 }
 
-void lua_set_error_names(lua_State *L)
+void oops_set_error_names(lua_State *L)
 {
     static const char *const names[] = {OOPS_E_ALL};
     int n = (int)(sizeof names / sizeof *names);

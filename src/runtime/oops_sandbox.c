@@ -489,8 +489,8 @@ static int l_read(lua_State *L)
     return 1;
 }
 
-void lua_register_sandbox(lua_State *L)
+void oops_open_sandbox(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"run", l_run}, {"read", l_read}, {NULL, NULL}};
-    lua_setfuncs_in(L, "sandbox", fns);
+    oops_setfuncs_in(L, "sandbox", fns);
 }

@@ -47,7 +47,7 @@ static int l_connect(lua_State *L)
     c->have_db = true;
     c->calls.work = db_open(&c->dbcfg, err, sizeof err);
     if (!c->calls.work)
-        return lua_fail(L, err, OOPS_E_UNREACHABLE);
+        return oops_fail(L, err, OOPS_E_UNREACHABLE);
     if (locks) {
         lock_registry_options o = {.validate_interval_ms = (unsigned)validate,
                                    .backoff_initial_ms = 100,
@@ -55,7 +55,7 @@ static int l_connect(lua_State *L)
         c->locks = lock_registry_new(&c->dbcfg, &o);
         int rc = lock_registry_connect(c->locks, err, sizeof err);
         if (rc != 0) /* LOCK_REFUSED: the server cannot share locks (Galera, read-only) */
-            return lua_fail(L, err, rc == LOCK_REFUSED ? OOPS_E_DB : OOPS_E_UNREACHABLE);
+            return oops_fail(L, err, rc == LOCK_REFUSED ? OOPS_E_DB : OOPS_E_UNREACHABLE);
     }
     lua_pushboolean(L, 1);
     return 1;
@@ -71,12 +71,12 @@ static int l_migrate(lua_State *L)
     int applied = 0;
     unsigned rc = schema_migrate(c->calls.work, &applied, err, sizeof err);
     if (rc)
-        return lua_fail(L, err, db_error_name(rc));
+        return oops_fail(L, err, db_error_name(rc));
     lua_pushinteger(L, applied);
     return 1;
 }
 
-void lua_register_daemon(lua_State *L)
+void oops_open_daemon(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"server_name", l_server_name},
@@ -86,5 +86,5 @@ void lua_register_daemon(lua_State *L)
         {NULL, NULL},
     };
     luaL_setfuncs(L, fns, 0);
-    lua_set_error_names(L);
+    oops_set_error_names(L);
 }

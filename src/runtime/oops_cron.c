@@ -52,7 +52,7 @@ static int l_parse(lua_State *L)
     lcron *c = lua_newuserdatauv(L, sizeof *c, 1);
     char err[256];
     if (cron_parse(text, &c->e, err, sizeof err) != 0)
-        return lua_fail(L, err, OOPS_E_INVALID);
+        return oops_fail(L, err, OOPS_E_INVALID);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
     luaL_setmetatable(L, CRON_MT);
@@ -132,7 +132,7 @@ static int l_valid_timezone(lua_State *L)
     return 1;
 }
 
-void lua_register_cron(lua_State *L)
+void oops_open_cron(lua_State *L)
 {
     static const luaL_Reg methods[] = {
         {"matches", m_matches}, {"next", m_next}, {"has_seconds", m_has_seconds},
@@ -150,5 +150,5 @@ void lua_register_cron(lua_State *L)
         {"valid_timezone", l_valid_timezone},
         {NULL, NULL},
     };
-    lua_setfuncs_in(L, "cron", fns);
+    oops_setfuncs_in(L, "cron", fns);
 }

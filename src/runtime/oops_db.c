@@ -1,7 +1,7 @@
 /*
  * oops.db (statements on a work connection) and oops.store (pipelines).
  * From a task in the daemon, each call runs on a borrowed connection of the
- * pool without blocking the loop and the task waits for it (lua_dbcall.h);
+ * pool without blocking the loop and the task waits for it (dbcall.h);
  * elsewhere it blocks for its round trips (bounded by the connection's
  * timeouts).
  */
@@ -13,12 +13,12 @@
 #include "error_names.h"
 #include "buf.h"
 #include "log.h"
-#include "lua_dbcall.h"
+#include "dbcall.h"
 #include "pipeline_store.h"
 #include "runtime.h"
 #include "schema.h"
 
-/* ---- running a call (lua_dbcall.h) ---- */
+/* ---- running a call (dbcall.h) ---- */
 
 /* What the binding needs when its call is over. */
 typedef struct {
@@ -31,7 +31,7 @@ typedef struct {
 static int call_results(lua_State *L, db_call *call)
 {
     awaiting *aw = call->ud;
-    int n = call->conn_rc ? lua_fail(L, call->conn_err, db_error_name(call->conn_rc))
+    int n = call->conn_rc ? oops_fail(L, call->conn_err, db_error_name(call->conn_rc))
                           : aw->push(L, call);
     aw->release(call);
     free(aw);
@@ -70,7 +70,7 @@ int dbcall(lua_State *L, db_call *call, dbcall_push push, dbcall_free release)
     return lua_yield(L, 0);
 }
 
-void lua_db_task_ended(lua_State *co) { db_calls_owner_ended(&runtime_ctx(co)->calls, co); }
+void dbcall_task_ended(lua_State *co) { db_calls_owner_ended(&runtime_ctx(co)->calls, co); }
 
 /* ---- oops.db ---- */
 
@@ -97,7 +97,7 @@ static int push_rows(lua_State *L, db_call *call)
 {
     db_stmt *st = (db_stmt *)call;
     if (call->rc)
-        return lua_fail(L, st->err, db_error_name(call->rc));
+        return oops_fail(L, st->err, db_error_name(call->rc));
     const db_result *r = st->r;
     if (r->ncols) {
         lua_createtable(L, (int)r->nrows, 0);
@@ -123,7 +123,7 @@ static int push_ok(lua_State *L, db_call *call)
 {
     db_stmt *st = (db_stmt *)call;
     if (call->rc)
-        return lua_fail(L, st->err, db_error_name(call->rc));
+        return oops_fail(L, st->err, db_error_name(call->rc));
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -267,7 +267,7 @@ static int push_now(lua_State *L, db_call *call)
 {
     db_stmt *st = (db_stmt *)call;
     if (call->rc)
-        return lua_fail(L, st->err, db_error_name(call->rc));
+        return oops_fail(L, st->err, db_error_name(call->rc));
     lua_pushnumber(L, strtod(db_get(st->r, 0, 0), NULL));
     lua_pushstring(L, db_get(st->r, 0, 1));
     /* The moment the database read its clock, on ours: the midpoint of the
@@ -455,7 +455,7 @@ static int store_fail(lua_State *L, const store_call *s)
                        : s->rc == PSTORE_BAD || s->rc == PSTORE_ILLEGAL
                            ? OOPS_E_INVALID
                            : db_error_name(s->last_error);
-    return lua_fail(L, s->err, name);
+    return oops_fail(L, s->err, name);
 }
 
 static void create_run(db_call *b)
@@ -536,7 +536,7 @@ static int transition_push(lua_State *L, db_call *b)
                            : r->rc == PSTORE_BAD || r->rc == PSTORE_ILLEGAL
                                ? OOPS_E_INVALID
                                : db_error_name(r->last_error);
-        return lua_fail(L, r->err, name);
+        return oops_fail(L, r->err, name);
     }
     if (r->rc == 1) {
         char labels[64];
@@ -787,7 +787,7 @@ static int l_events(lua_State *L)
     return dbcall(L, &s->base, events_push, store_free);
 }
 
-void lua_register_db(lua_State *L)
+void oops_open_db(lua_State *L)
 {
     static const luaL_Reg db[] = {
         {"exec", l_exec},   {"insert", l_insert},         {"lookup", l_lookup},
@@ -800,6 +800,6 @@ void lua_register_db(lua_State *L)
         {"list", l_list},     {"events", l_events},         {"free", l_free},
         {NULL, NULL},
     };
-    lua_setfuncs_in(L, "db", db);
-    lua_setfuncs_in(L, "store", store);
+    oops_setfuncs_in(L, "db", db);
+    oops_setfuncs_in(L, "store", store);
 }

@@ -300,7 +300,7 @@ static int l_run(lua_State *L)
     proc *p = spawn(L, lp, err, sizeof err);
     if (!p) {
         free(lp);
-        return lua_fail(L, err, OOPS_E_IO);
+        return oops_fail(L, err, OOPS_E_IO);
     }
     lp->p = p;
     return lua_yield(L, 0);
@@ -325,7 +325,7 @@ static int l_start(lua_State *L)
     if (!p) {
         release(lp);
         free(lp);
-        return lua_fail(L, err, OOPS_E_IO);
+        return oops_fail(L, err, OOPS_E_IO);
     }
     lp->p = p;
     lp->pid = proc_pid(p);
@@ -378,7 +378,7 @@ static int m_gc(lua_State *L)
     return 0;
 }
 
-void lua_register_proc(lua_State *L)
+void oops_open_proc(lua_State *L)
 {
     static const luaL_Reg methods[] = {
         {"kill", m_kill},
@@ -394,5 +394,5 @@ void lua_register_proc(lua_State *L)
     }
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {{"run", l_run}, {"start", l_start}, {NULL, NULL}};
-    lua_setfuncs_in(L, "proc", fns);
+    oops_setfuncs_in(L, "proc", fns);
 }

@@ -29,7 +29,7 @@ static void request_done(void *ud, const http_result *r)
     lua_State *co = q->co;
     free(q);
     if (r->error) {
-        runtime_resume(co, lua_fail(co, r->error, OOPS_E_IO));
+        runtime_resume(co, oops_fail(co, r->error, OOPS_E_IO));
         return;
     }
     lua_createtable(co, 0, 2);
@@ -78,7 +78,7 @@ static int l_request(lua_State *L)
     hv[nh] = NULL;
     req.headers = nh ? hv : NULL;
     if (!c->http && c->closing) /* its client is closed for good: nothing may start now */
-        return lua_fail(L, "the process is shutting down", OOPS_E_IO);
+        return oops_fail(L, "the process is shutting down", OOPS_E_IO);
     if (!c->http && !(c->http = http_client_new(c->loop)))
         return luaL_error(L, "cannot create the HTTP client");
     lreq *q = malloc(sizeof *q);
@@ -86,7 +86,7 @@ static int l_request(lua_State *L)
     char err[512];
     if (http_client_request(c->http, &req, request_done, q, err, sizeof err) != 0) {
         free(q); /* refused before sending: scheme, method, URL or header */
-        return lua_fail(L, err, OOPS_E_INVALID);
+        return oops_fail(L, err, OOPS_E_INVALID);
     }
     return lua_yield(L, 0);
 }
@@ -285,7 +285,7 @@ static int l_serve(lua_State *L)
     char err[512];
     http_server *srv = http_server_serve(runtime_ctx(L)->loop, listen, &o, err, sizeof err);
     if (!srv)
-        return lua_fail(L, err, OOPS_E_IO);
+        return oops_fail(L, err, OOPS_E_IO);
     /* A server alone does not keep `oopsd lua` or oops.wait going. */
     http_server_unref(srv);
     ls->srv = srv;
@@ -322,7 +322,7 @@ static int m_gc(lua_State *L)
     return 0;
 }
 
-void lua_register_http(lua_State *L)
+void oops_open_http(lua_State *L)
 {
     static const luaL_Reg methods[] = {
         {"port", m_port},
@@ -340,5 +340,5 @@ void lua_register_http(lua_State *L)
     }
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {{"request", l_request}, {"serve", l_serve}, {NULL, NULL}};
-    lua_setfuncs_in(L, "http", fns);
+    oops_setfuncs_in(L, "http", fns);
 }

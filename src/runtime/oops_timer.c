@@ -110,7 +110,7 @@ static const char wait_src[] =
     "  error(box.r[2], 0)\n"
     "end\n";
 
-void lua_register_timer(lua_State *L)
+void oops_open_timer(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"task", l_task}, {"sleep", runtime_l_sleep}, {"now_ms", l_now_ms},

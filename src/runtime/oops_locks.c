@@ -6,14 +6,14 @@
 
 #include "error_names.h"
 #include "lock_names.h"
-#include "lua_dbcall.h"
+#include "dbcall.h"
 #include "runtime.h"
 
 static lock_registry *registry_of(lua_State *L) { return runtime_ctx(L)->locks; }
 
-static int session_down(lua_State *L) { return lua_fail(L, "lock session down", OOPS_E_GONE); }
+static int session_down(lua_State *L) { return oops_fail(L, "lock session down", OOPS_E_GONE); }
 
-/* A call on the lock session (lua_dbcall.h: one at a time, yielding in a task). */
+/* A call on the lock session (dbcall.h: one at a time, yielding in a task). */
 typedef struct {
     db_call base;
     lock_registry *const *reg; /* the context's, read when it runs */
@@ -275,7 +275,7 @@ static void set_names(lua_State *L)
     lua_setfield(L, -2, "names");
 }
 
-void lua_register_locks(lua_State *L)
+void oops_open_locks(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"acquire", l_acquire},
@@ -291,7 +291,7 @@ void lua_register_locks(lua_State *L)
         {"set_validate_interval", l_set_validate_interval},
         {NULL, NULL},
     };
-    lua_setfuncs_in(L, "locks", fns);
+    oops_setfuncs_in(L, "locks", fns);
     lua_getfield(L, -1, "locks");
     set_names(L);
     lua_pop(L, 1);

@@ -1,5 +1,5 @@
 #include "runtime.h"
-#include "lua_dbcall.h"
+#include "dbcall.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -53,7 +53,7 @@ oops_ctx *runtime_ctx(lua_State *L) { return runtime_of(L)->ctx; }
 lua_State *runtime_state(runtime *rt) { return rt->L; }
 size_t runtime_task_count(const runtime *rt) { return rt->tasks; }
 
-void lua_setfuncs_in(lua_State *L, const char *field, const luaL_Reg *fns)
+void oops_setfuncs_in(lua_State *L, const char *field, const luaL_Reg *fns)
 {
     /* expects the oops table at the top */
     lua_getfield(L, -1, field);
@@ -151,7 +151,7 @@ static void resume_one(runtime *rt, lua_State *co, int nargs)
     } else {
         lua_pop(co, nres);
     }
-    lua_db_task_ended(co); /* a transaction it left open is rolled back */
+    dbcall_task_ended(co); /* a transaction it left open is rolled back */
     unpin(rt, co);
     rt->tasks--;
 }
@@ -274,16 +274,16 @@ void runtime_wake_sleepers(runtime *rt)
 static int luaopen_oops(lua_State *L)
 {
     lua_newtable(L);
-    lua_register_log(L);
-    lua_register_timer(L);
-    lua_register_db(L);
-    lua_register_locks(L);
-    lua_register_cron(L);
-    lua_register_proc(L);
-    lua_register_http(L);
-    lua_register_metrics(L);
-    lua_register_daemon(L);
-    lua_register_sandbox(L);
+    oops_open_log(L);
+    oops_open_timer(L);
+    oops_open_db(L);
+    oops_open_locks(L);
+    oops_open_cron(L);
+    oops_open_proc(L);
+    oops_open_http(L);
+    oops_open_metrics(L);
+    oops_open_daemon(L);
+    oops_open_sandbox(L);
     return 1;
 }
 

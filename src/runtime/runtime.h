@@ -24,7 +24,7 @@ typedef struct runtime runtime;
 
 /*
  * Policy code (files as they load, hooks as they run) runs in a sandbox
- * (oops.sandbox.run, src/lua_sandbox.c) with a memory cap, an instruction
+ * (oops.sandbox.run, src/runtime/oops_sandbox.c) with a memory cap, an instruction
  * budget and a wall-clock deadline. The state's allocator keeps the account;
  * the pattern functions of `string` check their cost while depth > 0.
  */
@@ -83,22 +83,27 @@ int runtime_l_sleep(lua_State *L);
 void runtime_wake_sleepers(runtime *rt);
 
 /* Register the `oops` module's parts: each lua_<concept>.c provides one. */
-void lua_register_log(lua_State *L);
-void lua_register_timer(lua_State *L);
-void lua_register_db(lua_State *L);
-void lua_register_locks(lua_State *L);
-void lua_register_cron(lua_State *L);
-void lua_register_proc(lua_State *L);
-void lua_register_http(lua_State *L);
-void lua_register_metrics(lua_State *L);
-void lua_register_daemon(lua_State *L);
-void lua_register_sandbox(lua_State *L);
+void oops_open_log(lua_State *L);
+void oops_open_timer(lua_State *L);
+void oops_open_db(lua_State *L);
+void oops_open_locks(lua_State *L);
+void oops_open_cron(lua_State *L);
+void oops_open_proc(lua_State *L);
+void oops_open_http(lua_State *L);
+void oops_open_metrics(lua_State *L);
+void oops_open_daemon(lua_State *L);
+void oops_open_sandbox(lua_State *L);
 /* Wrap string.find/match/gmatch/gsub (also reached as string methods) with
  * the sandbox's cost check; outside a sandbox they are the originals. */
 void sandbox_guard_patterns(lua_State *L);
 
 /* Helpers for bindings. */
-void lua_setfuncs_in(lua_State *L, const char *field,
-                     const luaL_Reg *fns); /* oops.<field> = { fns } */
+/* For the bindings (oops_errors.c): push nil, msg, name (error_names.h) and return 3. */
+int oops_fail(lua_State *L, const char *msg, const char *name);
+/* oops.error_names = { every name of error_names.h }, into the table at the top. */
+void oops_set_error_names(lua_State *L);
+
+void oops_setfuncs_in(lua_State *L, const char *field,
+                      const luaL_Reg *fns); /* oops.<field> = { fns } */
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * lua_dbcall — how a Lua binding runs a database call (oops.db, oops.store,
+ * dbcall — how a Lua binding runs a database call (oops.db, oops.store,
  * oops.locks): the one await/resume pair over db_calls.h.
  *
  * The binding fills a call (db_calls.h: its lane, its work or batch kind)
@@ -33,6 +33,6 @@ typedef void (*dbcall_free)(db_call *call);
 int dbcall(lua_State *L, db_call *call, dbcall_push push, dbcall_free release);
 
 /* The runtime's news that a task ended: a transaction it left open is rolled back. */
-void lua_db_task_ended(lua_State *co);
+void dbcall_task_ended(lua_State *co);
 
 #endif

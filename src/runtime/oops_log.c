@@ -64,7 +64,7 @@ static int l_log_level(lua_State *L)
     return 0;
 }
 
-void lua_register_log(lua_State *L)
+void oops_open_log(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"log", l_log}, {"log_level", l_log_level}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
