@@ -555,8 +555,8 @@ oops.proc = {}
 ---@class oops.ProcOptions
 ---@field argv string[] the command, executed directly (never through a shell); argv[1] is looked up in PATH
 ---@field env? table<string, string> added on top of the base environment; in the daemon, an OOPS_DB* name raises
---- base: all of this process's environment (tools); default: the allow-list
---- PATH HOME USER LOGNAME LANG LANGUAGE LC_* TZ TMPDIR
+--- base: all of this process's environment (tools); default: the allow-list of
+--- AGENTS.md, "The environment a child process gets"
 ---@field inherit_env? boolean
 ---@field clear_env? boolean base: nothing. Whatever the base, OOPS_DB* is never inherited
 ---@field cwd? string

@@ -30,13 +30,10 @@
 -- of the policy files), else oops.policy_dir, else oopsd's own. So "./build.sh"
 -- in a policy means the script next to the policy files.
 --
--- Environment: a command does NOT inherit oopsd's environment. It gets the
--- allow-list PATH HOME USER LOGNAME LANG LANGUAGE LC_* TZ TMPDIR (from
--- oopsd's own, src/runtime/oops_proc.c), then the application's `env = {...}` from
--- the policy, then OOPS_PIPELINE, OOPS_NAMESPACE, OOPS_APPLICATION,
--- OOPS_ENVIRONMENT, OOPS_ARTIFACT, OOPS_STEP and OOPS_SERVER. Nothing named
--- OOPS_DB* ever reaches a command (the daemon removed them from its own
--- environment once connected, and the binding refuses them).
+-- Environment: what a command gets is stated once, in AGENTS.md ("The
+-- environment a child process gets"; for operators oopsd.policy(5), COMMANDS'
+-- ENVIRONMENT). This gateway passes the application's `env` and the OOPS_*
+-- pipeline variables (env_for below) on top of oops.proc's allow-list.
 --
 -- Pipeline fields in argv: a placeholder never expands to an argument
 -- starting with "-" unless the policy's own text starts it so, nor puts a

@@ -1,6 +1,6 @@
 -- Applications whose commands are the scripts in tests/exec/ ("../" from
 -- here: commands run in the policy directory). Commands do not inherit
--- oopsd's environment (only an allow-list: PATH, HOME, LANG, ...), so the
+-- oopsd's environment (oopsd.policy(5), COMMANDS' ENVIRONMENT), so the
 -- state directory the scripts write to reaches them through `env`, read
 -- from the test's environment when the policy loads.
 local test_env = { EXEC_STATE = os.getenv("EXEC_STATE"), EXEC_ARGS_FILE = os.getenv("EXEC_ARGS_FILE") }
