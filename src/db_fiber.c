@@ -165,7 +165,7 @@ static void fiber_free(uv_handle_t *h)
 }
 
 /* Back on the loop's stack after entering f: if it ended, run done and let it go. */
-static void after(fiber *f)
+static void after_switch(fiber *f)
 {
     if (!f->finished)
         return;
@@ -215,7 +215,7 @@ int db_fiber_run(uv_loop_t *loop, db_fiber_fn fn, db_fiber_fn done, void *arg)
     live = f;
     live_count++;
     enter(f);
-    after(f);
+    after_switch(f);
     return 0;
 }
 
@@ -250,7 +250,7 @@ static void wake(fiber *f, int ready)
     uv_timer_stop(&f->timer);
     f->ready = ready;
     enter(f);
-    after(f);
+    after_switch(f);
 }
 
 static int ready_bits(int status, int events);

@@ -682,8 +682,8 @@ static int attach_to_loop(http_server *s, uv_loop_t *loop)
 }
 
 /* Both start functions end here; `s` is freed on failure. */
-static http_server *start(http_server *s, uv_loop_t *loop, const char *where, char *err,
-                          size_t errlen)
+static http_server *start_listening(http_server *s, uv_loop_t *loop, const char *where, char *err,
+                                    size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
@@ -751,7 +751,7 @@ http_server *http_server_start(uv_loop_t *loop, const char *where, http_handler 
     s->get_handler = handler;
     s->get_ud = ud;
     s->get_only = true;
-    return start(s, loop, where, err, errlen);
+    return start_listening(s, loop, where, err, errlen);
 }
 
 http_server *http_server_serve(uv_loop_t *loop, const char *where, const http_serve_options *o,
@@ -774,7 +774,7 @@ http_server *http_server_serve(uv_loop_t *loop, const char *where, const http_se
     s->ud = o->ud;
     s->max_body = o->max_body != 0 ? o->max_body : HTTP_DEFAULT_MAX_BODY;
     s->headers = o->headers;
-    return start(s, loop, where, err, errlen);
+    return start_listening(s, loop, where, err, errlen);
 }
 
 void http_server_unref(http_server *s)

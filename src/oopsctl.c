@@ -1192,7 +1192,7 @@ static const command commands[] = {
 
 /* Global flags before the command, the command, then its own words (where
  * the global flags may appear too, each still at most once). */
-static int run(ctl *c, int argc, char **argv)
+static int run_command(ctl *c, int argc, char **argv)
 {
     c->globals[G_DB] = (ctl_flag){"--db", true, false, NULL};
     c->globals[G_JSON] = (ctl_flag){"--json", false, false, NULL};
@@ -1240,7 +1240,7 @@ int main(int argc, char **argv)
     char host[64] = "localhost";
     gethostname(host, sizeof host - 1);
     snprintf(c.actor, sizeof c.actor, "oopsctl@%.50s", host);
-    int rc = run(&c, argc, argv);
+    int rc = run_command(&c, argc, argv);
     free(c.db_url_copy);
     tty_free();
     mysql_library_end();

@@ -4,7 +4,7 @@
  *   spawn -> running: reading stdout/stderr, maybe writing stdin, maybe a
  *            timeout timer armed
  *   the process exits (libuv reaped it) AND both output pipes hit EOF, or
- *   the drain timer gives up on them -> finish(): every handle is closed
+ *   the drain timer gives up on them -> close_all(): every handle is closed
  *   last close callback -> release(): on_exit, then free.
  * Calling on_exit only after all handles are closed means nothing of ours
  * is still pending in the loop when the caller learns the outcome, and the
@@ -249,7 +249,7 @@ static void close_handle(uv_handle_t *h)
 }
 
 /* Closes everything; release() follows from the last close callback. */
-static void finish(proc *p)
+static void close_all(proc *p)
 {
     if (p->finishing)
         return;
@@ -266,7 +266,7 @@ static void finish(proc *p)
 static void maybe_finish(proc *p)
 {
     if (p->exited && p->eof[0] && p->eof[1])
-        finish(p);
+        close_all(p);
 }
 
 /* ---- signals and timer ------------------------------------------------ */
@@ -299,7 +299,7 @@ static void on_timer(uv_timer_t *t)
     case PHASE_DRAIN:
         /* A background descendant still holds stdout/stderr: stop waiting. */
         p->phase = PHASE_IDLE;
-        finish(p);
+        close_all(p);
         break;
     case PHASE_IDLE: break;
     }
@@ -319,7 +319,7 @@ static void on_process_exit(uv_process_t *h, int64_t status, int sig)
         (void)kill(-p->process.pid, SIGKILL);
     }
     if (p->eof[0] && p->eof[1]) {
-        finish(p);
+        close_all(p);
         return;
     }
     p->phase = PHASE_DRAIN;
@@ -494,7 +494,7 @@ proc *proc_spawn(uv_loop_t *loop, const proc_options *o, char *err, size_t errle
         set_err(err, errlen, o->argv[0], o->cwd, rc);
         p->failed = true;
         p->exited = true;
-        finish(p);
+        close_all(p);
         return NULL;
     }
 

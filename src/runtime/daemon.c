@@ -309,7 +309,7 @@ static int take_name_lock(server_state *d)
 
 /* ---- shutdown ----------------------------------------------------------- */
 
-static void finish(server_state *d)
+static void drain_over(server_state *d)
 {
     uv_timer_stop(&d->drain);
     uv_timer_stop(&d->tick);
@@ -356,7 +356,7 @@ static void drain_check(uv_timer_t *t)
     /* Done when no step and no tick is out, or at the deadline whatever is. */
     if ((runtime_task_count(d->ctx.rt) == 0 && !d->tick_running && db_fiber_count() == 0) ||
         uv_now(&d->loop) >= d->drain_deadline)
-        finish(d);
+        drain_over(d);
 }
 
 static void begin_shutdown(server_state *d, const char *why)
