@@ -31,9 +31,10 @@ typedef struct oops_ctx {
     http_client *http;    /* created lazily by the HTTP binding */
     metrics *metrics;
     struct runtime *rt;
-    bool stopping; /* SIGTERM/SIGINT received: no new ticks */
-    bool closing;  /* the process tears down (daemon.c's teardown): no new HTTP client, no child */
-    bool daemon;   /* the serving daemon (not --check, oopsd lua or oopsctl):
+    bool stopping;            /* SIGTERM/SIGINT received: no new ticks */
+    uint64_t metrics_read_ms; /* uv_now when /metrics was last served (0: never) */
+    bool closing; /* the process tears down (daemon.c's teardown): no new HTTP client, no child */
+    bool daemon;  /* the serving daemon (not --check, oopsd lua or oopsctl):
                       holds the database secret, so stricter rules apply */
     /* policy state, for /healthz and /status */
     bool policy_loaded;

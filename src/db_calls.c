@@ -23,6 +23,7 @@ typedef struct {
     db_calls *s;
     db_queue *q;
     db_conn *conn;
+    bool own; /* conn is `work`, lent through work_lane */
     db_call *m[DB_BATCH_MAX];
     size_t n;
 } runner;
@@ -78,7 +79,32 @@ bool db_calls_busy(const db_calls *s)
     for (size_t i = 0; i < DB_POOL_MAX; i++)
         if (s->txs[i].owner)
             return true;
-    return s->queues || (s->pool && db_pool_lent(s->pool)) || (s->lane && db_pool_lent(s->lane));
+    return s->queues || (s->pool && db_pool_lent(s->pool)) || (s->lane && db_pool_lent(s->lane)) ||
+           (s->work_lane && db_pool_lent(s->work_lane));
+}
+
+uint64_t db_calls_work_idle_ms(const db_calls *s)
+{
+    if (!s->work_lane || db_pool_lent(s->work_lane) || !s->loop)
+        return 0;
+    return uv_now(s->loop) - s->work_lane_free_ms;
+}
+
+/* `work` goes back to its lane (the next user, if any, gets it at once). */
+static void put_work(db_calls *s)
+{
+    if (s->loop)
+        s->work_lane_free_ms = uv_now(s->loop);
+    db_pool_put(s->work_lane, NULL);
+}
+
+/* Should a WORK call run on `work` now? When no open pool connection is free
+ * and nobody uses or waits for `work`: no connect for a call an idle server
+ * makes now and then. */
+static bool work_is_better(const db_calls *s)
+{
+    return s->work && s->work_lane && !db_pool_lent(s->work_lane) &&
+           !db_pool_waiting(s->work_lane) && db_pool_idle_open(s->pool) == 0;
 }
 
 /* ---- running ---- */
@@ -128,7 +154,7 @@ static void in_fiber(db_calls *s, db_fiber_fn body, db_fiber_fn after, void *arg
 static void alone_body(void *arg)
 {
     db_call *call = arg;
-    if (call->lane == DB_CALL_WORK && !ensure(call))
+    if (call->lane != DB_CALL_LOCK && !ensure(call))
         return;
     run_alone(call);
 }
@@ -139,6 +165,8 @@ static void alone_done(void *arg)
     db_calls *s = call->calls;
     if (call->lane == DB_CALL_LOCK) {
         db_pool_put(s->lane, NULL);
+    } else if (call->lane == DB_CALL_OWN) {
+        put_work(s);
     } else if (call->borrowed) {
         if (call->tx == DB_CALL_BEGIN && !call->rc)
             tx_keep(s, call->owner, call->conn); /* the owner's until its END */
@@ -157,6 +185,8 @@ static void alone_got(db_conn *conn, void *ud)
     if (call->lane == DB_CALL_WORK) {
         call->conn = conn;
         call->borrowed = true;
+    } else if (call->lane == DB_CALL_OWN) {
+        call->conn = call->calls->work;
     }
     in_fiber(call->calls, alone_body, alone_done, call);
 }
@@ -173,7 +203,7 @@ static void blocking(db_calls *s, db_call *call)
             run_alone(call);
     } else if (!s->work) {
         fail_conn(call, DB_CR_CONNECTION_ERROR, "not connected to a database");
-    } else if (s->work_busy) {
+    } else if (s->work_lane && db_pool_lent(s->work_lane)) {
         fail_conn(call, 2000, "the work connection is busy: call the database from a task");
     } else {
         call->conn = s->work;
@@ -232,7 +262,10 @@ static void runner_done(void *arg)
 {
     runner *r = arg;
     db_calls *s = r->s;
-    db_pool_put(s->pool, r->conn);
+    if (r->own)
+        put_work(s);
+    else
+        db_pool_put(s->pool, r->conn);
     r->q->running--;
     queue_drop_if_idle(s, r->q);
     for (size_t i = 0; i < r->n; i++)
@@ -261,6 +294,13 @@ static void runner_got(db_conn *conn, void *ud)
     in_fiber(r->s, runner_body, runner_done, r);
 }
 
+static void runner_got_work(db_conn *unused, void *ud)
+{
+    (void)unused;
+    runner *r = ud;
+    runner_got(r->s->work, r);
+}
+
 static void runner_start(db_calls *s, db_queue *q)
 {
     runner *r = calloc(1, sizeof *r);
@@ -269,7 +309,10 @@ static void runner_start(db_calls *s, db_queue *q)
     r->s = s;
     r->q = q;
     q->runner_waiting = true;
-    db_pool_get(s->pool, runner_got, r);
+    if ((r->own = work_is_better(s)))
+        db_pool_get(s->work_lane, runner_got_work, r);
+    else
+        db_pool_get(s->pool, runner_got, r);
 }
 
 static void enqueue(db_calls *s, db_call *call)
@@ -297,8 +340,12 @@ void db_calls_submit(db_calls *s, db_call *call, bool can_wait)
         blocking(s, call);
         return;
     }
-    if (call->lane == DB_CALL_LOCK) {
-        db_pool_get(s->lane, alone_got, call);
+    if (call->lane == DB_CALL_OWN && (!s->work || !s->work_lane)) {
+        blocking(s, call); /* on `work` at once, or says why it cannot run */
+        return;
+    }
+    if (call->lane != DB_CALL_WORK) {
+        db_pool_get(call->lane == DB_CALL_LOCK ? s->lane : s->work_lane, alone_got, call);
         return;
     }
     db_conn *tx = tx_of(s, call->owner);
@@ -311,6 +358,9 @@ void db_calls_submit(db_calls *s, db_call *call, bool can_wait)
         in_fiber(s, alone_body, alone_done, call);
     } else if (call->kind && call->tx == DB_CALL_PLAIN) {
         enqueue(s, call);
+    } else if (call->tx != DB_CALL_BEGIN && work_is_better(s)) {
+        call->lane = DB_CALL_OWN;
+        db_pool_get(s->work_lane, alone_got, call);
     } else {
         db_pool_get(s->pool, alone_got, call);
     }

@@ -18,9 +18,14 @@
  * same owner ENDs (COMMIT or ROLLBACK); meanwhile every call of that owner runs
  * there, alone (never in a batch: a batch is its own transaction).
  *
+ * A WORK call (alone or a batch) that finds no open pool connection free while
+ * `work` is free runs on `work` (through `work_lane`) rather than open one: an
+ * idle server's occasional calls need no second work connection (issue 24). A
+ * BEGIN always takes a pool connection (it keeps it until its END).
+ *
  * Without a pool, or when the caller cannot wait (db_calls_submit's
  * can_wait), a call runs at once, blocking, on `work` (refused while a fiber
- * uses it: `work_busy`) or on the lock session.
+ * uses it: `work_lane` lent) or on the lock session.
  *
  * `done` may run before db_calls_submit returns (a call that never waited, a
  * blocking one): the caller reads `finished` after submitting. Single-threaded
@@ -41,7 +46,9 @@
 /* The most calls one batch makes (a kind's limit is at most this). */
 #define DB_BATCH_MAX 64
 
-typedef enum { DB_CALL_WORK, DB_CALL_LOCK } db_call_lane;
+/* WORK: a pool connection; LOCK: the lock session, through `lane`; OWN: `work`
+ * itself (the daemon's own connection, between its own uses), through `work_lane`. */
+typedef enum { DB_CALL_WORK, DB_CALL_LOCK, DB_CALL_OWN } db_call_lane;
 /* BEGIN: on success the connection stays the owner's; END: given back after. */
 typedef enum { DB_CALL_PLAIN, DB_CALL_BEGIN, DB_CALL_END } db_call_tx;
 
@@ -92,12 +99,14 @@ typedef struct db_queue db_queue;
  * lane while db_calls_busy() is false). */
 struct db_calls {
     uv_loop_t *loop;
-    db_pool *pool;    /* the work connections; NULL: every call blocks on `work` */
-    db_pool *lane;    /* the lock session's lane (with pool) */
-    db_conn *work;    /* the connection blocking calls use; NULL: not connected */
-    bool work_busy;   /* a fiber uses `work` now: blocking calls are refused */
-    metrics *metrics; /* may be NULL */
+    db_pool *pool;      /* the work connections; NULL: every call blocks on `work` */
+    db_pool *lane;      /* the lock session's lane (with pool) */
+    db_conn *work;      /* the connection blocking calls use; NULL: not connected */
+    db_pool *work_lane; /* one user of `work` at a time (with pool): DB_CALL_OWN calls and the
+                           daemon's own statements; while lent, blocking calls are refused */
+    metrics *metrics;   /* may be NULL */
     /* private */
+    uint64_t work_lane_free_ms; /* uv_now when `work_lane` was last given back */
     db_queue *queues;
     struct {
         const void *owner;
@@ -124,6 +133,8 @@ bool db_calls_in_tx(const db_calls *s, const void *owner);
 void db_calls_owner_ended(db_calls *s, const void *owner);
 /* A call is queued, running, or a connection is kept by a transaction. */
 bool db_calls_busy(const db_calls *s);
+/* Milliseconds since `work` was last given back (0 while it is in use). */
+uint64_t db_calls_work_idle_ms(const db_calls *s);
 
 /* ---- for batch kinds: lists padded to a few statement shapes ---- */
 

@@ -109,6 +109,14 @@ size_t db_pool_size(const db_pool *p) { return p ? p->size : 0; }
 size_t db_pool_lent(const db_pool *p) { return p ? p->nlent : 0; }
 size_t db_pool_waiting(const db_pool *p) { return p ? p->nwaiting : 0; }
 
+size_t db_pool_idle_open(const db_pool *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; p && i < p->size; i++)
+        n += p->conns[i] && !p->lent[i] && db_is_alive(p->conns[i]);
+    return n;
+}
+
 uint64_t db_pool_round_trips(const db_pool *p)
 {
     uint64_t n = 0;

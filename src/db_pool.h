@@ -42,6 +42,8 @@ void db_pool_put(db_pool *p, db_conn *c);
 size_t db_pool_size(const db_pool *p);
 size_t db_pool_lent(const db_pool *p);    /* slots in use now */
 size_t db_pool_waiting(const db_pool *p); /* borrowers waiting for a slot */
+/* Open connections not lent now (a borrower would get one without a connect). */
+size_t db_pool_idle_open(const db_pool *p);
 /* Round trips of every connection of the pool (db_round_trips), closed sessions included. */
 uint64_t db_pool_round_trips(const db_pool *p);
 uint64_t db_pool_statements(const db_pool *p);

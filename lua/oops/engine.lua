@@ -12,6 +12,7 @@ local policy = require("oops.policy")
 local gateway = require("oops.gateway")
 local hooks = require("oops.hooks")
 local web = require("oops.web")
+local watch = require("oops.watch")
 
 local M = {}
 
@@ -23,7 +24,9 @@ local running = false
 -- a schedule has a seconds field; the alert scan at the start of every minute;
 -- the notifier every second (its retries are scheduled in the outbox); the
 -- gauges of shared state (stats) every 15 s; retention (deleting expired
--- history, one leader) every minute.
+-- history, one leader) every minute. All on the database's clock, so that the
+-- server's own connection is free for them when the watcher's wait ends
+-- (lua/oops/watch.lua): an idle server needs no second work connection.
 local leader = require("oops.leader")
 M.scans = {
   { mod = "oops.scans.build", rate = true, interval = function(p) return p.scan.interval_ms end },
@@ -36,8 +39,10 @@ M.scans = {
       return every == 60000 and leader.until_next(60000) or every
     end },
   { mod = "oops.scans.notify", interval = function() return 1000 end },
-  { mod = "oops.scans.stats", interval = function() return require("oops.scans.stats").INTERVAL_MS end },
-  { mod = "oops.scans.retention", interval = function() return require("oops.scans.retention").INTERVAL_MS end },
+  { mod = "oops.scans.stats",
+    interval = function() return leader.until_next(require("oops.scans.stats").INTERVAL_MS) end },
+  { mod = "oops.scans.retention",
+    interval = function() return leader.until_next(require("oops.scans.retention").INTERVAL_MS) end },
 }
 
 function M.policy() return current and current.policy end
@@ -85,15 +90,37 @@ function M.observe_duration(name, seconds)
   end
 end
 
--- How long to sleep after a tick that started at t0. A `rate` scan ticks
--- every interval from start to start (a build finishing just after a tick
--- is seen one interval later, not one interval plus the tick's duration),
--- resting at least a tenth of the interval when a tick ran long; the others
--- compute their own (aligned to the clock).
-function M.pause(def, pol, t0, now)
+-- How long to sleep after a tick. A `rate` scan (build, rollout) ticks at the
+-- multiples of its interval on the database's clock (db_ms: the database's
+-- time now in ms; default this server's clock plus the measured offset), 5 ms
+-- after the watcher's answer (lua/oops/watch.lua ends its wait just before):
+-- so a tick reads a fresh answer, and a build finishing just after a tick is
+-- seen one interval later, not one interval plus the tick's duration. It rests
+-- at least a tenth of the interval when a tick ran long. The others compute
+-- their own (aligned to the clock).
+function M.pause(def, pol, _t0, _now, db_ms)
   local interval = def.interval(pol)
   if not def.rate then return interval end
-  return math.max(interval - (now - t0), interval // 10)
+  db_ms = db_ms or (oops.time() + leader.offset_s) * 1000
+  local ms = math.floor(interval - (db_ms % interval)) + 5
+  if ms < interval // 10 then ms = ms + interval end
+  return ms
+end
+
+-- Sleep ms, or less when the watcher wakes this scan (something to do for it).
+-- false once the daemon stops.
+local function nap(name, ms)
+  local me = oops.current()
+  local done = false
+  local function wake(v)
+    if done then return end
+    done = true
+    watch.on_wake(name, nil)
+    oops.wake(me, v)
+  end
+  watch.on_wake(name, function() wake(true) end)
+  oops.task("nap " .. name, function() wake(oops.sleep(ms)) end)
+  return oops.suspend()
 end
 
 -- One scan's life: tick, sleep until the next, tick again. Never overlaps
@@ -115,7 +142,7 @@ local function loop(def)
         log.failure("scan", err, { scan = name })
       end
     end
-    if not oops.sleep(M.pause(def, current.policy, t0, oops.now_ms())) then break end
+    if not nap(name, M.pause(def, current.policy, t0, oops.now_ms())) then break end
   end
 end
 
@@ -124,6 +151,7 @@ function M.start()
   for _, def in ipairs(M.scans) do
     oops.task("scan " .. def.mod:match("[^.]+$"), loop, def)
   end
+  oops.task("watch", watch.run, M.policy) -- the idle server's one statement a tick, and takeovers
   web.start(M.policy) -- the fleet page's refresher: idle until the page is asked for
 end
 

@@ -21,9 +21,12 @@ function M.lock(scan)
   return name
 end
 
--- Does this server lead `name` now? Takes the lock when it is free.
+-- Does this server lead `name` now? Takes the lock when it is free. A server
+-- that does not lead asks only when the watcher's answer says the lock may be
+-- free (lua/oops/watch.lua): an idle follower sends nothing for it.
 function M.hold(name, scan)
   if oops.locks.holds(name) then return true end
+  if not require("oops.watch").leader_may_be_free(scan) then return false end
   local got = oops.locks.acquire(name)
   if got then log.info("leading: took " .. name, { scan = scan }) end
   return got == true

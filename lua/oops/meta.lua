@@ -220,6 +220,22 @@ function oops.db.insert(head, row, tail, ...) end
 ---@return oops.ErrorName? name
 function oops.db.lookup(sql, key) end
 
+--- One statement, as oops.db.exec, on the server's own connection (the one
+--- the watcher parks in a GET_LOCK wait between ticks) instead of the pool:
+--- one at a time, after the daemon's heartbeat. An idle server thereby needs
+--- no other work connection (issue 24). Outside the daemon, as oops.db.exec.
+---@param sql string
+---@param ... nil|boolean|number|string
+---@return (table<string, any>[])|{affected: integer, insert_id: integer}|nil result
+---@return string? msg
+---@return oops.ErrorName? name
+function oops.db.own(sql, ...) end
+
+--- Milliseconds since the server's own connection (oops.db.own) was last
+--- given back; 0 while it is in use, and outside the daemon.
+---@return integer
+function oops.db.own_idle_ms() end
+
 --- START TRANSACTION on the work connection. From a task with a pool (the
 --- daemon; oops.db.pool in scripts) the task keeps that connection until
 --- commit/rollback, and it is rolled back if the task ends first; a second
@@ -738,6 +754,11 @@ function oops.metrics.get(name, labels) end
 ---@param kind "counter"|"gauge"|"summary"|"histogram"
 ---@param help string one line
 function oops.metrics.describe(name, kind, help) end
+
+--- Milliseconds since the daemon last served /metrics; nil when it never did;
+--- 0 outside the serving daemon (tools and specs).
+---@return integer|nil
+function oops.metrics.read_ago_ms() end
 
 -- The userdata types, by the metatable name the binary registers them under,
 -- so the specs can compare their methods too. Not part of the API.

@@ -8,6 +8,7 @@ local tasks = require("oops.tasks")
 local msg = require("oops.messages")
 local show = require("oops.duration").show
 local leader = require("oops.leader")
+local watch = require("oops.watch")
 
 local M = {}
 
@@ -207,7 +208,9 @@ function M.stream(o)
     pool:wait()
     return true
   end
-  if o.free then
+  -- An idle tick reads nothing: the watcher's answer said no pipeline is free
+  -- for this scan (lua/oops/watch.lua).
+  if o.free and not watch.skip_free(scan) then
     local function free_ids(n)
       return oops.store.free { statuses = o.free.statuses, deploy_requested = o.free.deploy_requested,
                                limit = math.min(n, 65535) }
@@ -222,7 +225,9 @@ function M.stream(o)
         if not free then return fail(err) end
       end
       live_hint = live
-      local share = math.min(math.ceil(#free / live), max_new)
+      -- Right after a takeover this server takes every free one (the gone
+      -- server's pipelines, held again in milliseconds); else its fair share.
+      local share = math.min(watch.taking_over() and #free or math.ceil(#free / live), max_new)
       local window = math.min(#free, live * share)
       -- A random `share` of the first `window` (a partial Fisher-Yates).
       for k = 1, share do
@@ -291,6 +296,7 @@ function M.transition(p, from, to, message, scan)
     return nil, err, code
   end
   if won then
+    watch.hint("outbox") -- its event is in the outbox: the notifier looks at its next tick
     p.status = to
     log.info(from .. " -> " .. to, { scan = scan, pipeline = p.id, app = p.app, env = p.environment })
     hooks.call("on_transition", p, from, to)

@@ -31,7 +31,7 @@
 #include "web.h"
 
 #define TICK_MS 200
-#define HEARTBEAT_MS 10000
+#define HEARTBEAT_MS 30000     /* the row also changes at once when health or policy does */
 #define WORK_WAIT_TIMEOUT_S 60 /* > HEARTBEAT_MS, which keeps the work connection busy */
 #define WORK_ROW_LOCK_WAIT_S 5
 
@@ -61,15 +61,18 @@ typedef struct server_state {
      * not migrate it: nothing is driven until `oopsctl migrate` (schema_poll). */
     bool schema_waiting;
     uint64_t schema_checked, schema_logged;
-    /* The periodic tick runs its database work in a fiber (tick_work): lock
-     * session validation and reconnects, heartbeat, the schema poll; what it
-     * found is acted on back on the loop (tick_done). */
-    bool tick_running;
+    /* The periodic tick runs its database work in two fibers: on the lock
+     * session (tick_work: validation and reconnects, the name lock), and on
+     * the server's own connection when something is due there (own_work: the
+     * heartbeat, the schema poll), each taking its lane; what they found is
+     * acted on back on the loop (tick_done, own_done). */
+    bool tick_running, own_running;
     int tick_ev;         /* lock_registry_tick's result */
     char tick_err[512];  /* its message */
     bool tick_heartbeat; /* a heartbeat is due */
     bool tick_schema;    /* the schema poll is due */
     int tick_schema_cur; /* what it read (-1: could not) */
+    char own_err[512];   /* the schema poll's message */
 } server_state;
 
 /* ---- calling the Lua engine -------------------------------------------- */
@@ -354,7 +357,8 @@ static void drain_check(uv_timer_t *t)
 {
     server_state *d = t->data;
     /* Done when no step and no tick is out, or at the deadline whatever is. */
-    if ((runtime_task_count(d->ctx.rt) == 0 && !d->tick_running && db_fiber_count() == 0) ||
+    if ((runtime_task_count(d->ctx.rt) == 0 && !d->tick_running && !d->own_running &&
+         db_fiber_count() == 0) ||
         uv_now(&d->loop) >= d->drain_deadline)
         drain_over(d);
 }
@@ -491,8 +495,8 @@ static void schema_poll(server_state *d, int cur, const char *err)
     }
 }
 
-/* In a fiber, holding the lock lane and the work connection: every
- * statement of the tick. No Lua here. */
+/* In a fiber, holding the lock lane: the lock session's part of the tick.
+ * No Lua here. */
 static void tick_work(void *arg)
 {
     server_state *d = arg;
@@ -501,25 +505,12 @@ static void tick_work(void *arg)
     d->tick_ev = lock_registry_tick(d->ctx.locks, now, d->tick_err, sizeof d->tick_err);
     if (d->tick_ev != LOCK_REFUSED && (d->tick_ev & LOCK_EV_RECONNECTED))
         take_name_lock(d);
-    if (d->tick_heartbeat || (d->tick_ev != LOCK_REFUSED && (d->tick_ev & LOCK_EV_RECONNECTED)))
-        heartbeat(d);
-    if (d->tick_schema) {
-        char err[512] = "";
-        d->tick_schema_cur = -1;
-        if (db_conn_ensure(d->ctx.calls.work, err, sizeof err) == 0)
-            d->tick_schema_cur = schema_current(d->ctx.calls.work, err, sizeof err);
-        if (d->tick_schema_cur == schema_latest())
-            register_server(d);
-        if (d->tick_schema_cur < 0)
-            snprintf(d->tick_err, sizeof d->tick_err, "%s", err);
-    }
 }
 
 /* Back on the loop: act on what the tick found. */
 static void tick_done(void *arg)
 {
     server_state *d = arg;
-    d->ctx.calls.work_busy = false;
     db_pool_put(d->ctx.calls.lane, NULL);
     d->tick_running = false;
     int ev = d->tick_ev;
@@ -527,20 +518,19 @@ static void tick_done(void *arg)
         log_msg(LOG_ERROR, "%s", d->tick_err);
         d->exit_code = OOPSD_DB;
         begin_shutdown(d, "lock session refused");
-    } else {
-        if (ev & LOCK_EV_LOST) {
-            log_msg(LOG_ERROR,
-                    "lock session lost: every lock is gone; driving nothing until reconnected");
-            notify("STATUS=lock session lost: driving nothing until reconnected");
-            metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
-        }
-        if (ev & LOCK_EV_RECONNECTED) {
-            log_msg(LOG_INFO, "lock session reconnected (connection %llu)",
-                    (unsigned long long)lock_registry_connection_id(d->ctx.locks));
-            notify_status(d, "");
-        }
-        if (d->tick_schema && !d->draining)
-            schema_poll(d, d->tick_schema_cur, d->tick_err);
+        return;
+    }
+    if (ev & LOCK_EV_LOST) {
+        log_msg(LOG_ERROR,
+                "lock session lost: every lock is gone; driving nothing until reconnected");
+        notify("STATUS=lock session lost: driving nothing until reconnected");
+        metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
+    }
+    if (ev & LOCK_EV_RECONNECTED) {
+        log_msg(LOG_INFO, "lock session reconnected (connection %llu)",
+                (unsigned long long)lock_registry_connection_id(d->ctx.locks));
+        notify_status(d, "");
+        d->last_heartbeat = 0; /* the server row names the new session at the next tick */
     }
 }
 
@@ -548,17 +538,56 @@ static void tick_got_lane(db_conn *unused, void *arg)
 {
     (void)unused;
     server_state *d = arg;
-    d->ctx.calls.work_busy = true;
     if (db_fiber_run(&d->loop, tick_work, tick_done, d) != 0) {
         tick_work(d); /* no memory for a fiber: block rather than skip the lock session */
         tick_done(d);
     }
 }
 
+/* In a fiber, holding the work lane (the server's own connection, between
+ * the engine's watch statements): the heartbeat and the schema poll. */
+static void own_work(void *arg)
+{
+    server_state *d = arg;
+    if (d->tick_heartbeat)
+        heartbeat(d);
+    if (d->tick_schema) {
+        d->own_err[0] = '\0';
+        d->tick_schema_cur = -1;
+        if (db_conn_ensure(d->ctx.calls.work, d->own_err, sizeof d->own_err) == 0)
+            d->tick_schema_cur = schema_current(d->ctx.calls.work, d->own_err, sizeof d->own_err);
+        if (d->tick_schema_cur == schema_latest())
+            register_server(d);
+    }
+}
+
+static void own_done(void *arg)
+{
+    server_state *d = arg;
+    db_pool_put(d->ctx.calls.work_lane, NULL);
+    d->own_running = false;
+    if (d->tick_schema && !d->draining)
+        schema_poll(d, d->tick_schema_cur, d->own_err);
+}
+
+static void own_got_lane(db_conn *unused, void *arg)
+{
+    (void)unused;
+    server_state *d = arg;
+    if (db_fiber_run(&d->loop, own_work, own_done, d) != 0) {
+        own_work(d);
+        own_done(d);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     server_state *d = t->data;
-    if (d->tick_running) /* the last one still waits for the database */
+    if (!d->tick_running) { /* else the last one still waits for the database */
+        d->tick_running = true;
+        db_pool_get(d->ctx.calls.lane, tick_got_lane, d);
+    }
+    if (d->own_running)
         return;
     uint64_t now = uv_now(&d->loop);
     d->tick_heartbeat = now - d->last_heartbeat >= HEARTBEAT_MS;
@@ -577,8 +606,10 @@ static void on_tick(uv_timer_t *t)
     d->tick_schema = d->schema_waiting && !d->draining && now - d->schema_checked >= SCHEMA_POLL_MS;
     if (d->tick_schema)
         d->schema_checked = now;
-    d->tick_running = true;
-    db_pool_get(d->ctx.calls.lane, tick_got_lane, d);
+    if (d->tick_heartbeat || d->tick_schema) {
+        d->own_running = true;
+        db_pool_get(d->ctx.calls.work_lane, own_got_lane, d);
+    }
 }
 
 /* ---- HTTP: /healthz /metrics /status ----------------------------------- */
@@ -606,6 +637,7 @@ static void healthz(server_state *d, http_response *out)
 
 static void prom_metrics(server_state *d, http_response *out)
 {
+    d->ctx.metrics_read_ms = uv_now(&d->loop); /* the stats scan reads the database for it */
     metrics *m = d->ctx.metrics;
     lock_registry *r = d->ctx.locks;
     metrics_set(m, "oops_lock_session_up", "", lock_registry_is_up(r));
@@ -924,7 +956,8 @@ static int connect_all(server_state *d)
      * session takes one call at a time. Both without blocking the loop. */
     d->ctx.calls.pool = db_pool_new(&wcfg, d->o.db_connections ? d->o.db_connections : 4);
     d->ctx.calls.lane = db_pool_new_lane();
-    if (!d->ctx.calls.pool || !d->ctx.calls.lane) {
+    d->ctx.calls.work_lane = db_pool_new_lane();
+    if (!d->ctx.calls.pool || !d->ctx.calls.lane || !d->ctx.calls.work_lane) {
         fprintf(stderr, "oopsd: out of memory\n");
         return OOPSD_DB;
     }
@@ -1000,6 +1033,7 @@ static void teardown(server_state *d)
     lock_registry_free(d->ctx.locks);
     db_pool_free(d->ctx.calls.pool);
     db_pool_free(d->ctx.calls.lane);
+    db_pool_free(d->ctx.calls.work_lane);
     db_close(d->ctx.calls.work);
     db_calls_fini(&d->ctx.calls);
     db_config_free(&d->ctx.dbcfg);

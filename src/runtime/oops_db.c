@@ -172,6 +172,30 @@ static int l_exec(lua_State *L)
     return dbcall(L, &st->call, push_rows, stmt_free);
 }
 
+/* oops.db.own(sql, ...) -> as oops.db.exec, on the server's own connection
+ * (calls.work, one statement at a time through its lane) rather than the
+ * pool: the watcher parks it in a GET_LOCK wait between ticks, so an idle
+ * server needs no other work connection (issue 24). */
+static int l_own(lua_State *L)
+{
+    const char *sql = luaL_checkstring(L, 1);
+    int n = lua_gettop(L) - 1;
+    check_params(L, 2, n);
+    db_stmt *st = db_stmt_new(sql, (size_t)n, true);
+    st->call.lane = DB_CALL_OWN;
+    take_params(L, st, 2);
+    return dbcall(L, &st->call, push_rows, stmt_free);
+}
+
+/* oops.db.own_idle_ms() -> ms since the server's own connection was last
+ * given back (0 while in use, or with no pool): the watcher parks it only
+ * after it has rested. */
+static int l_own_idle_ms(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)db_calls_work_idle_ms(&runtime_ctx(L)->calls));
+    return 1;
+}
+
 /* oops.db.lookup(sql, key) -> rows, as oops.db.exec(sql, key) | nil, msg, name.
  * sql holds one placeholder, in "IN (?)", and its first column is the key:
  * only the rows whose first column equals the key byte for byte are
@@ -299,11 +323,13 @@ static int l_pool(lua_State *L)
         return luaL_error(L, "oops.db.pool: a call is out on the pool");
     db_pool_free(s->pool);
     db_pool_free(s->lane);
-    s->pool = s->lane = NULL;
+    db_pool_free(s->work_lane);
+    s->pool = s->lane = s->work_lane = NULL;
     if (n > 0) {
         s->pool = db_pool_new(&runtime_ctx(L)->dbcfg, (size_t)n);
         s->lane = db_pool_new_lane();
-        if (!s->pool || !s->lane)
+        s->work_lane = db_pool_new_lane();
+        if (!s->pool || !s->lane || !s->work_lane)
             return luaL_error(L, "oops.db.pool: out of memory");
     }
     lua_pushboolean(L, 1);
@@ -790,9 +816,17 @@ static int l_events(lua_State *L)
 void oops_open_db(lua_State *L)
 {
     static const luaL_Reg db[] = {
-        {"exec", l_exec},   {"insert", l_insert},         {"lookup", l_lookup},
-        {"begin", l_begin}, {"commit", l_commit},         {"rollback", l_rollback},
-        {"now", l_now},     {"statements", l_statements}, {"pool", l_pool},
+        {"exec", l_exec},
+        {"insert", l_insert},
+        {"lookup", l_lookup},
+        {"own", l_own},
+        {"own_idle_ms", l_own_idle_ms},
+        {"begin", l_begin},
+        {"commit", l_commit},
+        {"rollback", l_rollback},
+        {"now", l_now},
+        {"statements", l_statements},
+        {"pool", l_pool},
         {NULL, NULL},
     };
     static const luaL_Reg store[] = {

@@ -65,6 +65,24 @@ static int l_get(lua_State *L)
 
 /* describe(name, kind, help): a metric's kind ("counter", "gauge", "summary",
  * "histogram") and HELP text, for metrics only Lua code updates. */
+/* oops.metrics.read_ago_ms() -> ms since /metrics was last served, or nil
+ * when it never was; 0 outside the serving daemon (tools and specs read the
+ * gauges themselves). */
+static int l_read_ago_ms(lua_State *L)
+{
+    oops_ctx *c = runtime_ctx(L);
+    if (!c->daemon) {
+        lua_pushinteger(L, 0);
+        return 1;
+    }
+    if (!c->metrics_read_ms || !c->loop) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushinteger(L, (lua_Integer)(uv_now(c->loop) - c->metrics_read_ms));
+    return 1;
+}
+
 static int l_describe(lua_State *L)
 {
     static const char *const kinds[] = {"counter", "gauge", "summary", "histogram", NULL};
@@ -83,7 +101,8 @@ void oops_open_metrics(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"inc", l_inc}, {"set", l_set},           {"observe", l_observe},
-        {"get", l_get}, {"describe", l_describe}, {NULL, NULL},
+        {"get", l_get}, {"describe", l_describe}, {"read_ago_ms", l_read_ago_ms},
+        {NULL, NULL},
     };
     oops_setfuncs_in(L, "metrics", fns);
 }

@@ -360,13 +360,35 @@ static void a_call_can_finish_before_its_caller_waits(void **state)
     assert_true(st->call.finished);
     assert_string_equal(db_get(st->r, 0, 0), "7");
     db_stmt_free(st);
-    /* ... refused while a fiber uses `work`. */
-    f->s.work_busy = true;
+    /* ... refused while a fiber uses `work` (its lane is lent). */
+    f->s.work_lane = db_pool_new_lane();
+    db_pool_get(f->s.work_lane, got_held, f);
+    f->nheld = 0;
     st = stmt(f, "SELECT 7");
     db_calls_submit(&f->s, &st->call, false);
     assert_true(st->call.finished);
     assert_int_not_equal(st->call.conn_rc, 0);
     db_stmt_free(st);
+    db_pool_put(f->s.work_lane, NULL);
+    /* A call on the server's own connection (DB_CALL_OWN) waits for the lane, then runs on `work`. */
+    db_pool_get(f->s.work_lane, got_held, f);
+    f->nheld = 0;
+    st = stmt(f, "SELECT CONNECTION_ID() = ? AS same");
+    st->call.lane = DB_CALL_OWN;
+    st->p = realloc(st->p, sizeof *st->p);
+    st->n = 1;
+    st->p[0] = db_int((long long)db_connection_id(f->s.work));
+    int before = f->finished;
+    db_calls_submit(&f->s, &st->call, true);
+    assert_false(st->call.finished); /* the lane is lent: it waits */
+    db_pool_put(f->s.work_lane, NULL);
+    run_until(f, before + 1);
+    assert_int_equal(st->call.rc, 0);
+    assert_string_equal(db_get(st->r, 0, 0), "1");
+    assert_int_equal(db_pool_lent(f->s.work_lane), 0);
+    db_stmt_free(st);
+    db_pool_free(f->s.work_lane);
+    f->s.work_lane = NULL;
     db_close(f->s.work);
     teardown(f, true);
 }

@@ -225,6 +225,7 @@ function M.announce(edge, t, prior, pods, now)
     oops.db.rollback()
     return nil, err
   end
+  require("oops.watch").hint("outbox") -- the notifier looks at its next tick, not at the watcher's
   return "made"
 end
 

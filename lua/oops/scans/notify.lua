@@ -20,6 +20,7 @@
 local oops = require("oops")
 local log = require("oops.log")
 local leader = require("oops.leader")
+local watch = require("oops.watch")
 local notify = require("oops.notification")
 local tasks = require("oops.tasks")
 local shown_url = require("oops.url").show
@@ -286,6 +287,10 @@ function M.run(pol)
   end
   if #routes == 0 then return end -- nowhere to send: the outbox keeps them
   reconcile(pol, keys)
+  -- Idle: the watcher's answer said nothing is due, and this server wrote
+  -- nothing to the outbox since (lua/oops/watch.lua).
+  if not watch.outbox_may_be_due() then return end
+  watch.consume("outbox")
   local due, err = anything_due()
   if not due then
     if err then log.warn("notify: reading the outbox failed: " .. tostring(err), { scan = SCAN }) end

@@ -169,7 +169,7 @@ function M.run(pol, gw)
     return
   end
   sweep(gone, gw)
-  stop_orphans(gw)
+  if require("oops.watch").orphans_due() then stop_orphans(gw) end
   -- What the gateway remembers of pipelines no longer held (let go above,
   -- lost with the lock session, taken by another server) goes now.
   if gw.prune then gw.prune() end

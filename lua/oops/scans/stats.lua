@@ -16,7 +16,7 @@
 --   oops_leader{scan}                       1 while this server holds that scan's
 --                                           leader lock (restart, alert, notify)
 --
--- Two indexed statements per tick, on every server.
+-- Two indexed statements per tick, on every server whose /metrics is read.
 local oops = require("oops")
 
 local M = { name = "stats" }
@@ -44,7 +44,18 @@ local OUTBOX = "SELECT COUNT(*) AS n, TIMESTAMPDIFF(MICROSECOND, MIN(created_at)
 
 local function seconds(us) return math.max(0, (us or 0) / 1e6) end
 
+-- The database is read only while someone reads /metrics (within READ_MS):
+-- an unmonitored server sends nothing for these gauges (issue 24). Outside
+-- the daemon (specs, tools) it always reads. The first read of /metrics
+-- shows the gauges of the last time someone read them (or none yet).
+M.READ_MS = 120000
+
 function M.run(pol)
+  for scan, lock in pairs(oops.locks.names.leaders) do
+    oops.metrics.set("oops_leader", { scan = scan }, oops.locks.holds(lock) and 1 or 0)
+  end
+  local ago = oops.metrics.read_ago_ms()
+  if not ago or ago > M.READ_MS then return end
   local rows, err = oops.db.exec(PIPELINES, table.unpack(M.STATUSES))
   if not rows then error("reading pipeline counts: " .. tostring(err)) end
   local by = {}
@@ -62,9 +73,6 @@ function M.run(pol)
   if not out then error("reading the outbox: " .. tostring(err)) end
   oops.metrics.set("oops_notifications_pending", nil, out[1].n)
   oops.metrics.set("oops_notifications_oldest_pending_seconds", nil, seconds(out[1].age_us))
-  for scan, lock in pairs(oops.locks.names.leaders) do
-    oops.metrics.set("oops_leader", { scan = scan }, oops.locks.holds(lock) and 1 or 0)
-  end
 end
 
 return M
