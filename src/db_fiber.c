@@ -225,7 +225,9 @@ static void poll_closed(uv_handle_t *h) { free(h); }
 
 /* A watcher kept on an established connection's socket (db_fiber_wait_kept):
  * started once and left watching, so a wait is no system call; stopped when
- * it fires with nobody waiting (the server closed an idle session). */
+ * it fires with nobody waiting (the server closed an idle session). It keeps
+ * the loop alive only while a fiber waits on it (uv_ref/uv_unref): an idle
+ * connection's watcher never keeps `oopsd lua` or a stopping daemon running. */
 typedef struct kwatch {
     uv_poll_t *h;
     int events;    /* what it watches now, 0 = stopped */
@@ -245,6 +247,7 @@ static void wake(fiber *f, int ready)
     }
     if (f->kw) {
         f->kw->waiter = NULL;
+        uv_unref((uv_handle_t *)f->kw->h); /* watching for nobody: keeps no loop alive */
         f->kw = NULL;
     }
     uv_timer_stop(&f->timer);
@@ -393,6 +396,7 @@ int db_fiber_wait_kept(int fd, int status, unsigned timeout_ms)
         k->events = events;
     }
     k->waiter = f;
+    uv_ref((uv_handle_t *)k->h); /* a fiber waits on it: the loop runs until it is answered */
     f->kw = k;
     f->fd = fd;
     return park(f, status, timeout_ms);

@@ -151,7 +151,8 @@ function M.start()
   for _, def in ipairs(M.scans) do
     oops.task("scan " .. def.mod:match("[^.]+$"), loop, def)
   end
-  oops.task("watch", watch.run, M.policy) -- the idle server's one statement a tick, and takeovers
+  -- The idle server's one statement a tick, and takeovers: until M.stop.
+  oops.task("watch", watch.run, M.policy, function() return running end)
   web.start(M.policy) -- the fleet page's refresher: idle until the page is asked for
 end
 

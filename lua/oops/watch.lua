@@ -203,16 +203,16 @@ local function round(pol, me, target, failures)
   return true, a.next
 end
 
--- The watcher's task: until the daemon stops.
-function M.run(policy_of)
+-- The watcher's task: while going() (the engine runs) and the daemon does not stop.
+function M.run(policy_of, going)
   local me = oops.server_name()
   local target, failures = nil, { n = 0 }
   oops.metrics.inc("oops_takeovers_total", nil, 0)
-  while not oops.stopping() do
+  while going() and not oops.stopping() do
     local pol = policy_of()
-    local going
-    going, target = round(pol, me, target, failures)
-    if going == false then break end
+    local more
+    more, target = round(pol, me, target, failures)
+    if more == false then break end
   end
 end
 

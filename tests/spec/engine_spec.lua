@@ -294,12 +294,15 @@ describe("scan cadence", function()
   local cadence = { scan = { interval_ms = 500 } }
   local build = engine.scans[1]
 
-  it("a build or rollout scan ticks every interval from start to start", function()
+  it("a build or rollout scan ticks just after the multiples of its interval on the database clock", function()
     assert.are.equal(require("oops.scans.build").name, "build")
-    assert.are.equal(500, engine.pause(build, cadence, 1000, 1000))  -- an instant tick
-    assert.are.equal(380, engine.pause(build, cadence, 1000, 1120))  -- a 120 ms tick
-    assert.are.equal(50, engine.pause(build, cadence, 1000, 1700))   -- a long one: a tenth
-    assert.are.equal(500, engine.pause(engine.scans[2], cadence, 1000, 1000))
+    -- db_ms: the database's time; the next multiple of 500 ms, plus 5 ms
+    -- (the watcher's answer comes just before the multiple).
+    assert.are.equal(505, engine.pause(build, cadence, 0, 0, 1000))   -- a tick that took no time
+    assert.are.equal(385, engine.pause(build, cadence, 0, 0, 1120))   -- a 120 ms tick
+    assert.are.equal(55, engine.pause(build, cadence, 0, 0, 1450))    -- 50 ms before the next multiple
+    assert.are.equal(535, engine.pause(build, cadence, 0, 0, 1470))   -- closer than a tenth: the one after
+    assert.are.equal(505, engine.pause(engine.scans[2], cadence, 0, 0, 2000))
   end)
 
   it("the scans aligned to the clock keep their own wait", function()

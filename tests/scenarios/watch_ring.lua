@@ -1,0 +1,111 @@
+-- The watch ring (issue 24): each server waits in GET_LOCK on the next live
+-- server's name lock, so the database wakes an heir the moment a server's
+-- lock session ends, and the heir takes its pipelines at once, whatever the
+-- scan interval. The scan here ticks every 8 s; every takeover below must
+-- happen well within one tick (WITHIN seconds: a bound far below the tick,
+-- far above the milliseconds the mechanism takes), for each way a session
+-- ends: SIGKILL, a cut lock session (KILL CONNECTION), a freeze past the
+-- session timeout, a server stopped for good; and with a server joining the
+-- ring meanwhile. Nothing is submitted twice; the end checks prove the rest
+-- (no status left twice, no transition by a server that had lost it).
+local SLOW = [[
+scan    { interval = "8s" }
+locks   { validate_every = "1s" }
+gateway "simulated" { build = "10m", deploy = "0s", rollout = "300ms" }
+]]
+local FAST = [[
+scan    { interval = "300ms" }
+locks   { validate_every = "1s" }
+gateway "simulated" { build = "10m", deploy = "0s", rollout = "300ms" }
+]]
+local WITHIN = 4
+
+local all = servers { count = 4, policy = SLOW }
+local ps = {}
+for i = 1, 16 do ps[i] = create { app = "ring/r" .. i, env = "prod" } end
+for _, p in ipairs(ps) do expect(p:wait("RUNNING", 40), p.app .. " builds") end
+
+-- The pipelines `name` holds now.
+local function held_by(name)
+  local list = {}
+  for _, p in ipairs(ps) do if p:driver() == name then list[#list + 1] = p end end
+  return list
+end
+
+-- The busiest server still up (it holds the most pipelines).
+local function busiest(up)
+  local best, most = nil, -1
+  for _, s in ipairs(up) do
+    local n = #held_by(s.name)
+    if n > most then best, most = s, n end
+  end
+  return best
+end
+
+-- After `fault` on victim: every pipeline it held is held by a live server
+-- other than victim within WITHIN seconds.
+local function taken_within(victim, fault, why)
+  local mine = held_by(victim.name)
+  expect(#mine > 0, victim.name .. " holds pipelines before it is " .. why, tostring(#mine))
+  local t0 = oops.time()
+  fault()
+  local ok = wait_until(victim.name .. "'s pipelines are held by others (" .. why .. ")", function()
+    for _, p in ipairs(mine) do
+      local d = p:driver()
+      if d == nil or d == victim.name then return false end
+    end
+    return true
+  end, WITHIN)
+  if ok then note(("%s: held again %.2fs after the fault (scan tick 8s)"):format(why, oops.time() - t0)) end
+end
+
+local up = { all[1], all[2], all[3], all[4] }
+local function drop(s)
+  for i, x in ipairs(up) do if x == s then table.remove(up, i) return end end
+end
+
+-- SIGKILL: the socket closes, the database frees the session's locks.
+local v = busiest(up)
+taken_within(v, function() v:kill("KILL") end, "SIGKILLed")
+drop(v)
+
+-- A server joins while the ring runs: it watches and is watched.
+local joined = servers { names = { "s5" }, policy = SLOW }[1]
+up[#up + 1] = joined
+for i = 17, 20 do ps[i] = create { app = "ring/r" .. i, env = "prod" } end
+for i = 17, 20 do expect(ps[i]:wait("RUNNING", 40), ps[i].app .. " builds") end
+
+-- A cut lock session: the server lives on, reconnects, and must not drive
+-- what it lost (fenced: the end checks).
+v = busiest(up)
+taken_within(v, function() v:cut() end, "cut")
+
+-- A freeze past the session timeout (3 validation intervals: 3 s): the
+-- database reaps the session, the heir wakes.
+v = busiest(up)
+local frozen = v
+local t_freeze = oops.time()
+local mine = held_by(v.name)
+v:freeze()
+local ok = wait_until(v.name .. "'s pipelines are held by others (frozen)", function()
+  for _, p in ipairs(mine) do
+    local d = p:driver()
+    if d == nil or d == v.name then return false end
+  end
+  return true
+end, 3 + WITHIN + 2)
+if ok then note(("frozen: held again %.2fs after SIGSTOP (session timeout 3s)"):format(oops.time() - t_freeze)) end
+frozen:thaw()
+
+-- A server stopped for good (SIGTERM: it releases every lock as it goes).
+v = busiest(up)
+taken_within(v, function() v:stop() end, "stopped")
+drop(v)
+
+-- Then finish everything fast: every build completes, every pipeline succeeds.
+for _, s in ipairs(up) do if s:alive() then s:reload(FAST) end end
+sql("UPDATE sim_job SET ready_at = NOW(6) WHERE kind = 'build'")
+for _, p in ipairs(ps) do expect(p:wait("SUCCEEDED", 60), p.app .. " succeeds") end
+for _, p in ipairs(ps) do
+  expect(p:calls("build_submit") == 1, p.app .. ": its build was submitted once", tostring(p:calls("build_submit")))
+end
