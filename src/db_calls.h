@@ -18,6 +18,10 @@
  * same owner ENDs (COMMIT or ROLLBACK); meanwhile every call of that owner runs
  * there, alone (never in a batch: a batch is its own transaction).
  *
+ * A borrowed connection the database refuses to open because it is busy
+ * (too many connections: db_pool.h) does not fail the calls while another
+ * connection of the pool is open: they wait for one again, first in line.
+ *
  * Without a pool, or when the caller cannot wait (db_calls_submit's
  * can_wait), a call runs at once, blocking, on `work` (refused while a fiber
  * uses it: `work_busy`) or on the lock session.
@@ -84,6 +88,7 @@ struct db_call {
     /* db_calls' own */
     db_call *next;
     bool borrowed;
+    bool held; /* its closed connection was not tried: the pool backs off */
 };
 
 typedef struct db_queue db_queue;
