@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,9 +41,10 @@ struct db_conn {
     unsigned last_error; /* db_last_error */
     uint64_t statements;
     uint64_t prepares;
-    uint64_t clock;   /* for LRU */
-    uint64_t used_ms; /* monotonic time of the last statement answered (or of the connect) */
-    int fd;           /* the socket whose watcher is kept (db_fiber_wait_kept), -1 when none */
+    uint64_t clock;     /* for LRU */
+    uint64_t used_ms;   /* monotonic time of the last statement answered (or of the connect) */
+    uint64_t opened_ms; /* monotonic time the session was opened, 0 before */
+    int fd;             /* the socket whose watcher is kept (db_fiber_wait_kept), -1 when none */
     cached_stmt cache[STMT_CACHE_SIZE];
 };
 
@@ -141,6 +143,12 @@ bool db_errno_is_connection(unsigned code)
            code == 4031 /* ER_CLIENT_INTERACTION_TIMEOUT */;
 }
 
+bool db_errno_is_busy(unsigned code)
+{
+    return code == DB_ER_CON_COUNT || code == DB_ER_TOO_MANY_USER_CONNECTIONS ||
+           code == DB_ER_USER_LIMIT_REACHED;
+}
+
 bool db_errno_is_denied(unsigned code)
 {
     return code == 1044 /* ER_DBACCESS_DENIED_ERROR */ ||
@@ -161,9 +169,24 @@ const char *db_error_name(unsigned code)
     case DB_ER_LOCK_WAIT_TIMEOUT: return OOPS_E_LOCK_WAIT;
     case DB_CR_CONNECTION_ERROR:
     case DB_CR_CONN_HOST_ERROR:
-    case DB_CR_UNKNOWN_HOST: return OOPS_E_UNREACHABLE;
+    case DB_CR_UNKNOWN_HOST:
+    case DB_ER_CON_COUNT:
+    case DB_ER_TOO_MANY_USER_CONNECTIONS:
+    case DB_ER_USER_LIMIT_REACHED: /* at connect; a statement past MAX_QUERIES_PER_HOUR too, rare */
+        return OOPS_E_UNREACHABLE;
     default: return db_errno_is_connection(code) ? OOPS_E_GONE : OOPS_E_DB;
     }
+}
+
+unsigned db_jitter_ms(unsigned ms)
+{
+    static uint64_t x; /* xorshift64*, seeded once: spreading retries needs no strong randomness */
+    if (!x && (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x || !x))
+        x = (mono_ms() << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15ull;
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    uint64_t r = (x * 2685821657736338717ull) >> 11;          /* 53 random bits */
+    double f = 0.75 + 0.5 * ((double)r / 9007199254740992.0); /* [0.75, 1.25) */
+    return (unsigned)((double)ms * f);
 }
 
 static void cache_clear(db_conn *c)
@@ -259,17 +282,29 @@ static MYSQL *session_init(const db_config *cfg, char *why, size_t n)
     return m;
 }
 
-/* A refused connection's message: the library's, with what TLS adds. */
-static MYSQL *connect_failed(MYSQL *m, const db_config *cfg, char *why, size_t n)
+/* A refused connection's message (the library's, with what TLS adds; a busy
+ * database said in words) and its error number in *code. */
+static MYSQL *connect_failed(MYSQL *m, const db_config *cfg, char *why, size_t n, unsigned *code)
 {
     char hint[1200];
-    snprintf(why, n, "%s%s", mysql_error(m), tls_hint(cfg, mysql_errno(m), hint, sizeof hint));
+    *code = mysql_errno(m);
+    if (*code == DB_ER_CON_COUNT)
+        snprintf(why, n, "the database refuses new connections (too many connections)");
+    else if (*code == DB_ER_TOO_MANY_USER_CONNECTIONS || *code == DB_ER_USER_LIMIT_REACHED)
+        snprintf(why, n,
+                 "the database refuses new connections (too many connections for this account: "
+                 "%s)",
+                 mysql_error(m));
+    else
+        snprintf(why, n, "%s%s", mysql_error(m), tls_hint(cfg, *code, hint, sizeof hint));
+    if (!*code)
+        *code = DB_CR_CONN_HOST_ERROR;
     mysql_close(m);
     return NULL;
 }
 
 /* Through the non-blocking API: every wait is the fiber's (or a poll()). */
-static MYSQL *connect_nb(const db_config *cfg, char *why, size_t n)
+static MYSQL *connect_nb(const db_config *cfg, char *why, size_t n, unsigned *code)
 {
     MYSQL *m = session_init(cfg, why, n);
     if (!m)
@@ -280,7 +315,7 @@ static MYSQL *connect_nb(const db_config *cfg, char *why, size_t n)
                                 cfg->password ? cfg->password : "", cfg->database, cfg->port,
                                 cfg->socket, 0),
        mysql_real_connect_cont, m);
-    return connected ? m : connect_failed(m, cfg, why, n);
+    return connected ? m : connect_failed(m, cfg, why, n, code);
 }
 
 /*
@@ -322,7 +357,7 @@ static void off_connect_free(void *arg)
     free(oc);
 }
 
-static MYSQL *connect_off_loop(const db_config *cfg, char *why, size_t n)
+static MYSQL *connect_off_loop(const db_config *cfg, char *why, size_t n, unsigned *code)
 {
     off_connect *oc = calloc(1, sizeof *oc);
     if (!oc || db_config_copy(&oc->cfg, cfg) != 0) {
@@ -343,7 +378,7 @@ static MYSQL *connect_off_loop(const db_config *cfg, char *why, size_t n)
     bool connected = oc->connected;
     db_config_free(&oc->cfg);
     free(oc);
-    return connected ? m : connect_failed(m, cfg, why, n);
+    return connected ? m : connect_failed(m, cfg, why, n, code); /* the worker has ended */
 }
 
 /* Whether the library would wait inside its connect (above): a host name
@@ -358,11 +393,15 @@ static bool connect_blocks(const db_config *cfg)
     return name || cfg->ssl_mode >= DB_SSL_REQUIRED;
 }
 
-static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen)
+/* A new session, or NULL with the reason in err and its error number in
+ * *code (the server's own when it refused: 1040, 1203, 1045...; else a
+ * client error, DB_CR_CONN_HOST_ERROR when nothing more precise is known). */
+static MYSQL *open_session(const db_config *cfg, char *err, size_t errlen, unsigned *code)
 {
     char where[300], why[1500];
-    MYSQL *m = connect_blocks(cfg) ? connect_off_loop(cfg, why, sizeof why)
-                                   : connect_nb(cfg, why, sizeof why);
+    *code = DB_CR_CONN_HOST_ERROR; /* out of memory, abandoned, no TLS offered */
+    MYSQL *m = connect_blocks(cfg) ? connect_off_loop(cfg, why, sizeof why, code)
+                                   : connect_nb(cfg, why, sizeof why, code);
     if (!m) {
         snprintf(err, errlen, "cannot connect to database at %s: %s",
                  db_config_where(cfg, where, sizeof where), why);
@@ -416,6 +455,13 @@ static unsigned session_setup(db_conn *c, char *err, size_t errlen)
 
 db_conn *db_open(const db_config *cfg, char *err, size_t errlen)
 {
+    unsigned code;
+    return db_open_code(cfg, err, errlen, &code);
+}
+
+db_conn *db_open_code(const db_config *cfg, char *err, size_t errlen, unsigned *code)
+{
+    *code = DB_CR_CONN_HOST_ERROR;
     db_conn *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "cannot connect to database: out of memory");
@@ -423,16 +469,16 @@ db_conn *db_open(const db_config *cfg, char *err, size_t errlen)
     }
     db_config_copy(&c->cfg, cfg);
     c->fd = -1;
-    c->m = open_session(cfg, err, errlen);
+    c->m = open_session(cfg, err, errlen, code);
     if (!c->m) {
         db_config_free(&c->cfg);
         free(c);
         return NULL;
     }
     c->alive = true;
-    c->used_ms = mono_ms();
+    c->used_ms = c->opened_ms = mono_ms();
     char e2[256];
-    if (session_setup(c, e2, sizeof e2) != 0) {
+    if ((*code = session_setup(c, e2, sizeof e2)) != 0) {
         char where[300];
         snprintf(err, errlen, "cannot connect to database at %s: %s",
                  db_config_where(cfg, where, sizeof where), e2);
@@ -452,16 +498,30 @@ db_conn *db_conn_new(const db_config *cfg)
     return c;
 }
 
-void db_close(db_conn *c)
+/* The session closed (statement cache, kept watcher, socket), the settings kept. */
+static void end_session(db_conn *c)
 {
-    if (!c)
-        return;
     cache_clear(c);
     forget_socket(c);
     if (c->m)
         mysql_close(c->m);
+    c->m = NULL;
+    c->alive = false;
+}
+
+void db_close(db_conn *c)
+{
+    if (!c)
+        return;
+    end_session(c);
     db_config_free(&c->cfg);
     free(c);
+}
+
+void db_conn_disconnect(db_conn *c)
+{
+    if (c)
+        end_session(c);
 }
 
 uint64_t db_connection_id(const db_conn *c) { return c ? c->connection_id : 0; }
@@ -469,6 +529,7 @@ bool db_is_alive(const db_conn *c) { return c && c->alive; }
 uint64_t db_statement_count(const db_conn *c) { return c ? c->statements : 0; }
 uint64_t db_round_trips(const db_conn *c) { return c ? c->statements + c->prepares : 0; }
 unsigned db_last_error(const db_conn *c) { return c ? c->last_error : 0; }
+uint64_t db_conn_opened_ms(const db_conn *c) { return c ? c->opened_ms : 0; }
 
 unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
 {
@@ -480,15 +541,13 @@ unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen)
         c->alive = false;
     if (c->alive)
         return 0;
-    cache_clear(c);
-    forget_socket(c);
-    if (c->m)
-        mysql_close(c->m);
-    c->m = open_session(&c->cfg, err, errlen);
+    end_session(c);
+    unsigned code;
+    c->m = open_session(&c->cfg, err, errlen, &code);
     if (!c->m)
-        return c->last_error = DB_CR_CONN_HOST_ERROR;
+        return c->last_error = code;
     c->alive = true;
-    c->used_ms = mono_ms();
+    c->used_ms = c->opened_ms = mono_ms();
     unsigned rc = session_setup(c, err, errlen);
     if (rc)
         c->alive = false;

@@ -24,7 +24,10 @@
 enum {
     DB_ER_DUP_KEY = 1022,
     DB_ER_DUP_ENTRY = 1062,
-    DB_ER_NO_SUCH_THREAD = 1094, /* KILL of a session id that does not exist */
+    DB_ER_CON_COUNT = 1040,                 /* "Too many connections": max_connections reached */
+    DB_ER_NO_SUCH_THREAD = 1094,            /* KILL of a session id that does not exist */
+    DB_ER_TOO_MANY_USER_CONNECTIONS = 1203, /* the global max_user_connections reached */
+    DB_ER_USER_LIMIT_REACHED = 1226, /* an account's own limit (WITH MAX_USER_CONNECTIONS ...) */
     DB_ER_NO_SUCH_TABLE = 1146,
     DB_ER_LOCK_WAIT_TIMEOUT = 1205,
     DB_ER_LOCK_DEADLOCK = 1213,
@@ -40,18 +43,27 @@ typedef struct db_conn db_conn;
 
 /* Open a connection. NULL with "cannot connect to database at WHERE: why" in err. */
 db_conn *db_open(const db_config *cfg, char *err, size_t errlen);
+/* The same, with the error number in *code when it fails (db_conn_ensure's). */
+db_conn *db_open_code(const db_config *cfg, char *err, size_t errlen, unsigned *code);
 /* A connection not opened yet (settings copied): the first db_conn_ensure
  * opens it. NULL when out of memory. */
 db_conn *db_conn_new(const db_config *cfg);
 void db_close(db_conn *c);
+/* Close c's session (if open) but keep the connection and its settings: the
+ * next db_conn_ensure opens a new one. Safe with NULL. */
+void db_conn_disconnect(db_conn *c);
 /* The server's CONNECTION_ID() recorded when the session was opened. */
 uint64_t db_connection_id(const db_conn *c);
+/* When its session was last opened, CLOCK_MONOTONIC in ms (0: never). */
+uint64_t db_conn_opened_ms(const db_conn *c);
 /* False once a statement found the connection lost. */
 bool db_is_alive(const db_conn *c);
 /*
- * For work connections only: when the connection was lost, open a new
- * session (statement cache cleared). 0 when usable, else the error number
- * with the reason in err.
+ * For work connections only: when the connection was lost (or never opened),
+ * open a new session (statement cache cleared). 0 when usable, else the
+ * error number with the reason in err: the server's own when it refused
+ * (DB_ER_CON_COUNT and DB_ER_TOO_MANY_USER_CONNECTIONS: db_errno_is_busy),
+ * a client error (2002, 2003, 2005...) when it could not be reached.
  */
 unsigned db_conn_ensure(db_conn *c, char *err, size_t errlen);
 /* Statements executed on this connection since it was opened (bench). */
@@ -60,6 +72,16 @@ uint64_t db_statement_count(const db_conn *c);
 uint64_t db_round_trips(const db_conn *c);
 /* True when this MySQL/MariaDB error number means "connection lost or unreachable". */
 bool db_errno_is_connection(unsigned code);
+/* True when it means "the database is busy, not broken": it refuses new
+ * connections (1040 too many connections; 1203 too many for one account,
+ * max_user_connections; 1226 an account's own limit, WITH
+ * MAX_USER_CONNECTIONS or MAX_CONNECTIONS_PER_HOUR). Worth waiting for,
+ * never worth retrying at once. For a connect's error number (1226 also
+ * names a statement refused by MAX_QUERIES_PER_HOUR). */
+bool db_errno_is_busy(unsigned code);
+/* ms spread by ±25 % at random (retry delays: servers refused together do
+ * not come back together). */
+unsigned db_jitter_ms(unsigned ms);
 /* True when it means "this account lacks a privilege for that statement"
  * (1044 database, 1142 table, 1143 column, 1227 a global privilege). */
 bool db_errno_is_denied(unsigned code);

@@ -26,6 +26,7 @@ typedef struct {
     bool own; /* conn is `work`, lent through work_lane */
     db_call *m[DB_BATCH_MAX];
     size_t n;
+    bool held; /* its connection was not even tried: the pool backs off */
 } runner;
 
 void db_calls_init(db_calls *s, uv_loop_t *loop, metrics *m)
@@ -115,14 +116,42 @@ static void fail_conn(db_call *call, unsigned rc, const char *why)
     snprintf(call->conn_err, sizeof call->conn_err, "%s", why);
 }
 
+/*
+ * Open (or reopen) conn: 0, or the error number with why in err. A closed
+ * connection of the pool is not even tried during a busy backoff (*held
+ * set): the pool's refusal is the answer.
+ */
+static unsigned open_conn(db_calls *s, db_conn *conn, bool pooled, char *err, size_t errlen,
+                          bool *held)
+{
+    *held = pooled && !db_is_alive(conn) && !db_pool_may_open(s->pool);
+    if (*held)
+        return db_pool_refusal(s->pool, err, errlen);
+    return db_conn_ensure(conn, err, errlen);
+}
+
 /* Open (or reopen) the call's connection: false, with the call failed, when it cannot be. */
 static bool ensure(db_call *call)
 {
     char err[sizeof call->conn_err];
-    unsigned rc = db_conn_ensure(call->conn, err, sizeof err);
+    unsigned rc = open_conn(call->calls, call->conn, call->borrowed, err, sizeof err, &call->held);
     if (rc)
         fail_conn(call, rc, err);
     return rc == 0;
+}
+
+/*
+ * A borrowed connection that could not be opened because the database is
+ * busy (tried, not held back) makes the pool back off; while another of its
+ * connections is open the borrower waits for one instead of failing
+ * (db_pool_refused says whether). Then: wait again, first in line (got(ud)
+ * on the next connection lent), and give back the one that could not open,
+ * in this order so that it is not lent again.
+ */
+static void wait_again(db_calls *s, db_conn *conn, db_pool_cb got, void *ud)
+{
+    db_pool_get_first(s->pool, got, ud);
+    db_pool_put(s->pool, conn);
 }
 
 static void run_alone(db_call *call)
@@ -159,10 +188,21 @@ static void alone_body(void *arg)
     run_alone(call);
 }
 
+static void alone_got(db_conn *conn, void *ud);
+
 static void alone_done(void *arg)
 {
     db_call *call = arg;
     db_calls *s = call->calls;
+    if (call->borrowed && call->conn_rc && !call->held &&
+        db_pool_refused(s->pool, call->conn_rc, call->conn_err)) {
+        db_conn *conn = call->conn;
+        call->rc = call->conn_rc = 0; /* as if it had not run: it has not */
+        call->conn_err[0] = '\0';
+        call->borrowed = false;
+        wait_again(s, conn, alone_got, call);
+        return;
+    }
     if (call->lane == DB_CALL_LOCK) {
         db_pool_put(s->lane, NULL);
     } else if (call->lane == DB_CALL_OWN) {
@@ -249,7 +289,7 @@ static void runner_body(void *arg)
 {
     runner *r = arg;
     char err[sizeof r->m[0]->conn_err];
-    unsigned rc = db_conn_ensure(r->conn, err, sizeof err);
+    unsigned rc = open_conn(r->s, r->conn, true, err, sizeof err, &r->held);
     if (rc) { /* every call of the batch hears why */
         for (size_t i = 0; i < r->n; i++)
             fail_conn(r->m[i], rc, err);
@@ -258,10 +298,22 @@ static void runner_body(void *arg)
     r->q->kind->run(r->s, r->conn, r->m, r->n);
 }
 
+static void runner_got_again(db_conn *conn, void *ud);
+
 static void runner_done(void *arg)
 {
     runner *r = arg;
     db_calls *s = r->s;
+    db_call *first = r->m[0];
+    if (first->conn_rc && !r->own && !r->held &&
+        db_pool_refused(s->pool, first->conn_rc, first->conn_err)) {
+        for (size_t i = 0; i < r->n; i++) { /* as if they had not run: they have not */
+            r->m[i]->rc = r->m[i]->conn_rc = 0;
+            r->m[i]->conn_err[0] = '\0';
+        }
+        wait_again(s, r->conn, runner_got_again, r);
+        return;
+    }
     if (r->own)
         put_work(s);
     else
@@ -271,6 +323,16 @@ static void runner_done(void *arg)
     for (size_t i = 0; i < r->n; i++)
         call_finished(r->m[i]);
     free(r);
+}
+
+/* The same batch, on the connection lent after its first could not open. */
+static void runner_got_again(db_conn *conn, void *ud)
+{
+    runner *r = ud;
+    r->conn = conn;
+    for (size_t i = 0; i < r->n; i++)
+        r->m[i]->conn = conn;
+    in_fiber(r->s, runner_body, runner_done, r);
 }
 
 static void runner_got(db_conn *conn, void *ud)

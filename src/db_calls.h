@@ -23,6 +23,10 @@
  * idle server's occasional calls need no second work connection (issue 24). A
  * BEGIN always takes a pool connection (it keeps it until its END).
  *
+ * A borrowed connection the database refuses to open because it is busy
+ * (too many connections: db_pool.h) does not fail the calls while another
+ * connection of the pool is open: they wait for one again, first in line.
+ *
  * Without a pool, or when the caller cannot wait (db_calls_submit's
  * can_wait), a call runs at once, blocking, on `work` (refused while a fiber
  * uses it: `work_lane` lent) or on the lock session.
@@ -91,6 +95,7 @@ struct db_call {
     /* db_calls' own */
     db_call *next;
     bool borrowed;
+    bool held; /* its closed connection was not tried: the pool backs off */
 };
 
 typedef struct db_queue db_queue;

@@ -26,8 +26,9 @@
 /* The session was lost (2006, 2013, killed, server shutdown, idle timeout);
  * for oops.locks, the lock session is down: every lock is gone. */
 #define OOPS_E_GONE "gone"
-/* No session could be opened (host, port, socket, credentials), or none was
- * ever opened (not connected). */
+/* No session could be opened (host, port, socket, credentials; a database
+ * that refuses new connections, 1040 or 1203: the message says "too many
+ * connections"), or none was ever opened (not connected). */
 #define OOPS_E_UNREACHABLE "unreachable"
 /* Any other error the database reported (syntax 1064, a CHECK constraint,
  * a server that cannot share locks...): the message says which. */

@@ -24,6 +24,8 @@ struct lock_registry {
     uint64_t next_attempt_ms;
     unsigned backoff_ms;
     bool ever_up;
+    bool busy;          /* the last connect was refused: too many connections (db_errno_is_busy) */
+    bool busy_reported; /* LOCK_EV_BUSY said so for this busy period */
     uint64_t losses, reconnects, statements;
     uint64_t losses_reported; /* losses the tick has reported (LOCK_EV_LOST) */
     bool wait_pending;        /* wait_timeout changed: set it before the next statement */
@@ -147,7 +149,9 @@ static int check_shared(lock_registry *r, char *err, size_t errlen)
 int lock_registry_connect(lock_registry *r, char *err, size_t errlen)
 {
     go_down(r);
-    r->conn = db_open(&r->cfg, err, errlen);
+    unsigned code;
+    r->conn = db_open_code(&r->cfg, err, errlen, &code);
+    r->busy = !r->conn && db_errno_is_busy(code);
     if (!r->conn)
         return LOCK_DOWN;
     int rc = check_shared(r, err, errlen);
@@ -456,10 +460,27 @@ int lock_registry_tick(lock_registry *r, uint64_t now_ms, char *err, size_t errl
         return LOCK_REFUSED;
     if (rc == 0) {
         r->last_checked_ms = now_ms;
+        r->busy_reported = false;
         return ev | LOCK_EV_RECONNECTED;
     }
-    r->next_attempt_ms = now_ms + r->backoff_ms;
+    /* Jitter: servers that lost their sessions together (a database restart,
+     * a busy database) do not all come back in the same instant. */
+    unsigned wait = db_jitter_ms(r->backoff_ms);
+    r->next_attempt_ms = now_ms + wait;
     r->backoff_ms =
         r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : r->backoff_ms * 2;
+    if (!r->busy) {
+        r->busy_reported = false;
+    } else if (!r->busy_reported) { /* once per busy period; err holds the connect's message */
+        r->busy_reported = true;
+        size_t len = strlen(err);
+        snprintf(err + len, errlen > len ? errlen - len : 0,
+                 "; the lock session tries again in %.1f s, backing off while it is busy",
+                 wait / 1000.0);
+        ev |= LOCK_EV_BUSY;
+    }
     return ev;
 }
+
+bool lock_registry_busy(const lock_registry *r) { return r && !r->conn && r->busy; }
+uint64_t lock_registry_retry_at(const lock_registry *r) { return r ? r->next_attempt_ms : 0; }

@@ -53,6 +53,10 @@ void lock_registry_free(lock_registry *r);
 int lock_registry_connect(lock_registry *r, char *err, size_t errlen);
 
 bool lock_registry_is_up(const lock_registry *r);
+/* Down, and its last connect was refused because the database is busy. */
+bool lock_registry_busy(const lock_registry *r);
+/* While down: when lock_registry_tick tries to reconnect next (its now_ms clock). */
+uint64_t lock_registry_retry_at(const lock_registry *r);
 /* CONNECTION_ID() of the current session, 0 when down. */
 uint64_t lock_registry_connection_id(const lock_registry *r);
 /* Times the registry went down after having been up. */
@@ -111,12 +115,15 @@ void lock_names_free(char **names, size_t n);
  */
 int lock_registry_validate(lock_registry *r);
 
-enum { LOCK_EV_LOST = 1, LOCK_EV_RECONNECTED = 2 };
+enum { LOCK_EV_LOST = 1, LOCK_EV_RECONNECTED = 2, LOCK_EV_BUSY = 4 };
 /*
  * Drive the registry: validate when the interval has elapsed since the last
- * use or check, reconnect with exponential backoff while down. now_ms is a
- * monotonic clock. Returns LOCK_EV_* flags for what happened in this call;
- * LOCK_REFUSED when a reconnect found a server that cannot share locks.
+ * use or check, reconnect with exponential backoff (±25 % jitter) while down.
+ * now_ms is a monotonic clock. Returns LOCK_EV_* flags for what happened in
+ * this call: LOCK_EV_BUSY, with err saying so, for the first reconnect of a
+ * busy period refused because the database is busy (too many connections:
+ * db_errno_is_busy); LOCK_REFUSED when a reconnect found a server that cannot
+ * share locks.
  */
 int lock_registry_tick(lock_registry *r, uint64_t now_ms, char *err, size_t errlen);
 

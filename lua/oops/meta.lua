@@ -32,7 +32,7 @@
 ---| "deadlock"    # the transaction was a deadlock victim and was rolled back
 ---| "lock_wait"   # a row lock was not granted in time (innodb_lock_wait_timeout)
 ---| "gone"        # the session was lost (killed, timed out, server gone); oops.locks: the lock session is down
----| "unreachable" # no session could be opened (host, port, socket, credentials), or not connected at all
+---| "unreachable" # no session could be opened (host, port, credentials, "too many connections"), or not connected
 ---| "db"          # any other error the database reported (syntax, constraint, ...): msg says which
 ---| "io"          # a process could not start, no HTTP response came, listening on an address or reading a file failed
 ---| "invalid"     # input read and refused: a pipeline field, a cron expression, an HTTP request refused before sending

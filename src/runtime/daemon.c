@@ -243,7 +243,10 @@ static void start_watchdog(server_state *d)
 static const char *health_reason(server_state *d)
 {
     if (!lock_registry_is_up(d->ctx.locks))
-        return "lock session down";
+        return lock_registry_busy(d->ctx.locks)
+                   ? "lock session down: the database refuses new connections (too many "
+                     "connections)"
+                   : "lock session down";
     if (!d->ctx.policy_loaded)
         return "no policy loaded";
     if (d->schema_waiting)
@@ -526,6 +529,8 @@ static void tick_done(void *arg)
         notify("STATUS=lock session lost: driving nothing until reconnected");
         metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
     }
+    if (ev & LOCK_EV_BUSY)
+        log_msg(LOG_WARN, "%s", d->tick_err);
     if (ev & LOCK_EV_RECONNECTED) {
         log_msg(LOG_INFO, "lock session reconnected (connection %llu)",
                 (unsigned long long)lock_registry_connection_id(d->ctx.locks));
@@ -580,9 +585,21 @@ static void own_got_lane(db_conn *unused, void *arg)
     }
 }
 
+/* Pool connections idle for DB_POOL_IDLE_MS go back to the database; a busy
+ * period of the pool is logged once as it begins and once as it ends. */
+static void trim_pool(server_state *d)
+{
+    char msg[256];
+    db_pool_trim(d->ctx.calls.pool, DB_POOL_IDLE_MS);
+    int news = db_pool_busy_news(d->ctx.calls.pool, msg, sizeof msg);
+    if (news)
+        log_msg(news == DB_POOL_BUSY_BEGAN ? LOG_WARN : LOG_INFO, "%s", msg);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     server_state *d = t->data;
+    trim_pool(d);
     if (!d->tick_running) { /* else the last one still waits for the database */
         d->tick_running = true;
         db_pool_get(d->ctx.calls.lane, tick_got_lane, d);
@@ -626,6 +643,10 @@ static void healthz(server_state *d, http_response *out)
         json_kv_str(&b, "reason", reason, &first);
     json_kv_str(&b, "server", d->ctx.server_name, &first);
     json_kv_bool(&b, "lock_session_up", up, &first);
+    /* Busy: the database refuses new connections (too many). A pool held at
+     * its open connections still works: 200 unless the lock session is down. */
+    json_kv_bool(&b, "db_busy", db_pool_busy(d->ctx.calls.pool) || lock_registry_busy(d->ctx.locks),
+                 &first);
     json_kv_int(&b, "policy_version", d->ctx.policy_version, &first);
     json_kv_str(&b, "policy_error", d->ctx.policy_error, &first);
     buf_puts(&b, "}\n");
@@ -653,6 +674,7 @@ static void prom_metrics(server_state *d, http_response *out)
         m, "oops_db_round_trips_total", "conn=\"work\"",
         (double)(db_round_trips(d->ctx.calls.work) + db_pool_round_trips(d->ctx.calls.pool)));
     metrics_set(m, "oops_db_connections_lent", "", (double)db_pool_lent(d->ctx.calls.pool));
+    metrics_set(m, "oops_db_connections_open", "", (double)db_pool_open(d->ctx.calls.pool));
     metrics_set(m, "oops_db_calls_waiting", "",
                 (double)(db_pool_waiting(d->ctx.calls.pool) + db_pool_waiting(d->ctx.calls.lane)));
     metrics_set(m, "oops_db_round_trips_total", "conn=\"locks\"",
@@ -906,6 +928,9 @@ static void describe_metrics(metrics *m)
                      "statements and prepares sent, per connection");
     metrics_describe(m, "oops_db_connections_lent", METRIC_GAUGE,
                      "work connections of the pool lent to tasks now");
+    metrics_describe(m, "oops_db_connections_open", METRIC_GAUGE,
+                     "work connections of the pool open now (the lock session and the server's "
+                     "own work connection come on top)");
     metrics_describe(m, "oops_db_calls_waiting", METRIC_GAUGE,
                      "database calls waiting for a work connection or the lock session");
     metrics_describe(m, "oops_lock_acquire_statements_total", METRIC_COUNTER,

@@ -342,6 +342,142 @@ static void a_connection_that_cannot_open_fails_every_waiting_call(void **state)
     teardown(f, true);
 }
 
+/* A session of the busy account kept open by the test: one fewer for the pool. */
+static db_conn *take_one(const db_config *cfg)
+{
+    char err[512];
+    db_conn *c = db_open(cfg, err, sizeof err);
+    if (!c)
+        fail_msg("%s", err);
+    return c;
+}
+
+/* An account each: a test that fails leaves its sessions behind, and the next must not count them. */
+#define BUSY_WAIT_USER "oops_busy_wait"
+#define BUSY_NONE_USER "oops_busy_none"
+
+/* A lookup the busy account may make (no privilege needed): a character set's longest character. */
+static db_stmt *charset(fixture *f, const char *name)
+{
+    db_stmt *st =
+        db_stmt_lookup("SELECT CHARACTER_SET_NAME, MAXLEN FROM "
+                       "information_schema.CHARACTER_SETS WHERE CHARACTER_SET_NAME IN (?)");
+    assert_non_null(st);
+    db_stmt_text(st, 0, name, strlen(name));
+    st->call.done = on_done;
+    st->call.ud = f;
+    return st;
+}
+
+static void calls_wait_for_the_open_connection_while_the_database_is_busy(void **state)
+{
+    (void)state;
+    db_config cfg;
+    testdb_limited_user(&cfg, BUSY_WAIT_USER, 2);
+    fixture *f = setup(4, &cfg);
+    db_pool_set_backoff(f->s.pool, 200, 400);
+    /* One call: the pool opens one connection. */
+    db_stmt *first = stmt(f, "SELECT 1");
+    db_calls_submit(&f->s, &first->call, true);
+    run_until(f, 1);
+    assert_int_equal(first->call.rc, 0);
+    db_stmt_free(first);
+    assert_int_equal(db_pool_open(f->s.pool), 1);
+    db_conn *other = take_one(&cfg); /* the account's second and last session */
+    long long aborted0 = testdb_aborted_connects();
+    /* At once: the first gets the open connection, the others find the
+     * database refusing a new one (1226) and wait for that one instead of
+     * failing; so does a batch (two lookups in one statement). */
+    db_stmt *v[5] = {stmt(f, "SELECT SLEEP(0.05)"), stmt(f, "SELECT 2"), stmt(f, "SELECT 3"),
+                     charset(f, "utf8mb4"), charset(f, "latin1")};
+    for (int i = 0; i < 5; i++)
+        db_calls_submit(&f->s, &v[i]->call, true);
+    run_until(f, 6);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(v[i]->call.conn_rc, 0);
+        assert_int_equal(v[i]->call.rc, 0);
+    }
+    assert_string_equal(db_get(v[2]->r, 0, 0), "3");
+    assert_string_equal(db_get(v[3]->r, 0, 1), "4");
+    assert_string_equal(db_get(v[4]->r, 0, 1), "1");
+    assert_true(db_pool_busy(f->s.pool));
+    assert_int_equal(db_pool_open(f->s.pool), 1);
+    for (int i = 0; i < 5; i++)
+        db_stmt_free(v[i]);
+    /* No connect storm: rounds of three calls for a second, with the
+     * backoff at 200 ms doubling to 400 ms: at most one attempt per
+     * backoff, one at a time (about 4), not two per round (40). */
+    uint64_t refused0 = db_pool_refusals(f->s.pool);
+    int done = 6;
+    for (int round = 0; round < 20; round++) {
+        db_stmt *r[3];
+        for (int i = 0; i < 3; i++) {
+            r[i] = stmt(f, "SELECT 4");
+            db_calls_submit(&f->s, &r[i]->call, true);
+        }
+        run_until(f, done += 3);
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(r[i]->call.rc, 0);
+            db_stmt_free(r[i]);
+        }
+        usleep(50 * 1000);
+    }
+    uint64_t refused = db_pool_refusals(f->s.pool) - refused0;
+    long long aborted = testdb_aborted_connects() - aborted0;
+    print_message("busy for ~1.5 s: %llu refused opens, %lld aborted connects on the server\n",
+                  (unsigned long long)refused, aborted);
+    assert_in_range(refused, 1, 8);
+    assert_in_range(aborted, 2, 10);
+    /* The other session goes: the next calls that need a second connection open it. */
+    db_close(other);
+    for (int i = 0; i < 200 && db_pool_open(f->s.pool) < 2; i++) {
+        db_stmt *r[2] = {stmt(f, "SELECT SLEEP(0.01)"), stmt(f, "SELECT SLEEP(0.01)")};
+        db_calls_submit(&f->s, &r[0]->call, true);
+        db_calls_submit(&f->s, &r[1]->call, true);
+        run_until(f, done += 2);
+        db_stmt_free(r[0]);
+        db_stmt_free(r[1]);
+        usleep(20 * 1000);
+    }
+    assert_int_equal(db_pool_open(f->s.pool), 2);
+    assert_false(db_pool_busy(f->s.pool));
+    teardown(f, false);
+    db_config_free(&cfg);
+    testdb_drop_limited_user(BUSY_WAIT_USER);
+}
+
+static void with_no_connection_open_a_busy_database_fails_calls_saying_so(void **state)
+{
+    (void)state;
+    db_config cfg;
+    testdb_limited_user(&cfg, BUSY_NONE_USER, 1);
+    db_conn *other = take_one(&cfg); /* the account's only session */
+    fixture *f = setup(2, &cfg);
+    long long aborted0 = testdb_aborted_connects();
+    db_stmt *a = stmt(f, "SELECT 1");
+    db_calls_submit(&f->s, &a->call, true);
+    run_until(f, 1);
+    assert_int_equal(a->call.conn_rc, DB_ER_USER_LIMIT_REACHED);
+    assert_string_equal(db_error_name(a->call.conn_rc), "unreachable");
+    assert_non_null(strstr(a->call.conn_err, "127.0.0.1"));
+    assert_non_null(strstr(a->call.conn_err, "the database refuses new connections (too many"));
+    /* Within the backoff (1 s): failed at once, without a connect attempt. */
+    db_stmt *b = stmt(f, "SELECT 1");
+    db_calls_submit(&f->s, &b->call, true);
+    run_until(f, 2);
+    assert_int_equal(b->call.conn_rc, DB_ER_USER_LIMIT_REACHED);
+    assert_non_null(strstr(b->call.conn_err, "refuses new connections"));
+    assert_non_null(strstr(b->call.conn_err, "no new connection tried for"));
+    assert_int_equal(db_pool_refusals(f->s.pool), 1);
+    assert_int_equal(testdb_aborted_connects() - aborted0, 1);
+    db_stmt_free(a);
+    db_stmt_free(b);
+    db_close(other);
+    teardown(f, false);
+    db_config_free(&cfg);
+    testdb_drop_limited_user(BUSY_NONE_USER);
+}
+
 static void nothing(db_call *call) { (void)call; }
 
 static void a_call_can_finish_before_its_caller_waits(void **state)
@@ -487,6 +623,8 @@ int main(void)
         cmocka_unit_test(a_connection_that_cannot_open_fails_every_waiting_call),
         cmocka_unit_test(a_call_can_finish_before_its_caller_waits),
         cmocka_unit_test(a_transaction_keeps_its_connection_for_its_owner),
+        cmocka_unit_test(calls_wait_for_the_open_connection_while_the_database_is_busy),
+        cmocka_unit_test(with_no_connection_open_a_busy_database_fails_calls_saying_so),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -309,6 +309,59 @@ static void session_timeout_follows_the_policy(void **state)
     lock_registry_free(r);
 }
 
+#define BUSY_USER "oops_busy_locks"
+
+static void a_busy_database_is_said_once_and_retried_with_jittered_backoff(void **state)
+{
+    (void)state;
+    db_config cfg;
+    char err[1024];
+    testdb_limited_user(&cfg, BUSY_USER, 1);
+    db_conn *other = db_open(&cfg, err, sizeof err); /* the account's only session */
+    assert_non_null(other);
+    lock_registry_options o = {
+        .validate_interval_ms = 30000, .backoff_initial_ms = 1000, .backoff_max_ms = 8000};
+    lock_registry *r = lock_registry_new(&cfg, &o);
+    assert_int_equal(lock_registry_connect(r, err, sizeof err), LOCK_DOWN);
+    assert_non_null(strstr(err, "the database refuses new connections (too many connections"));
+    assert_true(lock_registry_busy(r));
+    /* Each failed reconnect waits 1, 2, 4, 8 s ± 25 %; the first says busy, once. */
+    uint64_t now = 1000000;
+    double ratio[4];
+    bool jittered = false;
+    for (int k = 0; k < 4; k++) {
+        err[0] = '\0';
+        int ev = lock_registry_tick(r, now, err, sizeof err);
+        assert_int_equal(ev & LOCK_EV_BUSY, k == 0 ? LOCK_EV_BUSY : 0);
+        if (k == 0) {
+            assert_non_null(strstr(err, "refuses new connections"));
+            assert_non_null(strstr(err, "the lock session tries again in"));
+        }
+        assert_false(lock_registry_is_up(r));
+        uint64_t wait = lock_registry_retry_at(r) - now;
+        ratio[k] = (double)wait / (1000.0 * (1 << k));
+        assert_true(ratio[k] >= 0.75 && ratio[k] < 1.25);
+        jittered = jittered || ratio[k] != 1.0;
+        assert_int_equal(lock_registry_tick(r, now + 1, err, sizeof err), 0); /* not before */
+        now = lock_registry_retry_at(r);
+    }
+    assert_true(jittered);
+    /* Room again: the next attempt reconnects, and busy is over. */
+    db_close(other);
+    int ev = 0;
+    for (int i = 0; i < 50 && !(ev & LOCK_EV_RECONNECTED); i++) {
+        ev = lock_registry_tick(r, now, err, sizeof err);
+        now = lock_registry_retry_at(r) + 1;
+        usleep(20 * 1000);
+    }
+    assert_true(ev & LOCK_EV_RECONNECTED);
+    assert_true(lock_registry_is_up(r));
+    assert_false(lock_registry_busy(r));
+    lock_registry_free(r);
+    db_config_free(&cfg);
+    testdb_drop_limited_user(BUSY_USER);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -323,6 +376,7 @@ int main(void)
         cmocka_unit_test(long_names_map_to_one_name_of_at_most_64_characters),
         cmocka_unit_test(read_only_server_is_refused),
         cmocka_unit_test(session_timeout_follows_the_policy),
+        cmocka_unit_test(a_busy_database_is_said_once_and_retried_with_jittered_backoff),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mysql_library_end();
