@@ -104,8 +104,13 @@ static void put_work(db_calls *s)
  * makes now and then. */
 static bool work_is_better(const db_calls *s)
 {
-    return s->work && s->work_lane && !db_pool_lent(s->work_lane) &&
-           !db_pool_waiting(s->work_lane) && db_pool_idle_open(s->pool) == 0;
+    if (!s->work || !s->work_lane || db_pool_idle_open(s->pool) > 0)
+        return false;
+    if (!db_pool_lent(s->work_lane))
+        return !db_pool_waiting(s->work_lane);
+    /* In use by a short call (not a parked wait), nobody else waiting: wait
+     * for it rather than open a connection (calls due at one tick meet here). */
+    return !s->work_parked && db_pool_waiting(s->work_lane) == 0;
 }
 
 /* ---- running ---- */
@@ -206,6 +211,8 @@ static void alone_done(void *arg)
     if (call->lane == DB_CALL_LOCK) {
         db_pool_put(s->lane, NULL);
     } else if (call->lane == DB_CALL_OWN) {
+        if (call->parks)
+            s->work_parked = false;
         put_work(s);
     } else if (call->borrowed) {
         if (call->tx == DB_CALL_BEGIN && !call->rc)
@@ -227,6 +234,8 @@ static void alone_got(db_conn *conn, void *ud)
         call->borrowed = true;
     } else if (call->lane == DB_CALL_OWN) {
         call->conn = call->calls->work;
+        if (call->parks)
+            call->calls->work_parked = true;
     }
     in_fiber(call->calls, alone_body, alone_done, call);
 }

@@ -83,6 +83,8 @@ struct db_call {
                                     call without it is made alone by kind->run(.., 1) */
     void (*done)(db_call *call); /* on the loop when it is over; may free the call */
     void *ud;                    /* the caller's */
+    bool parks;                  /* DB_CALL_OWN: it waits long on purpose (the watcher's
+                                    GET_LOCK): other calls do not queue behind it */
     /* set by db_calls */
     db_calls *calls;
     db_conn *conn;    /* DB_CALL_WORK: the connection it runs on, open */
@@ -112,6 +114,7 @@ struct db_calls {
     metrics *metrics;   /* may be NULL */
     /* private */
     uint64_t work_lane_free_ms; /* uv_now when `work_lane` was last given back */
+    bool work_parked;           /* `work` is lent to a call that parks */
     db_queue *queues;
     struct {
         const void *owner;

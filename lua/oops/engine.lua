@@ -24,7 +24,7 @@ local running = false
 -- a schedule has a seconds field; the alert scan at the start of every minute;
 -- the notifier every second (its retries are scheduled in the outbox); the
 -- gauges of shared state (stats) every 15 s; retention (deleting expired
--- history, one leader) every minute. All on the database's clock, so that the
+-- history, one leader) every minute, every ten after a tick that found nothing. All on the database's clock, so that the
 -- server's own connection is free for them when the watcher's wait ends
 -- (lua/oops/watch.lua): an idle server needs no second work connection.
 local leader = require("oops.leader")
@@ -42,7 +42,7 @@ M.scans = {
   { mod = "oops.scans.stats",
     interval = function() return leader.until_next(require("oops.scans.stats").INTERVAL_MS) end },
   { mod = "oops.scans.retention",
-    interval = function() return leader.until_next(require("oops.scans.retention").INTERVAL_MS) end },
+    interval = function() return leader.until_next(require("oops.scans.retention").interval_ms()) end },
 }
 
 function M.policy() return current and current.policy end

@@ -231,6 +231,16 @@ function oops.db.lookup(sql, key) end
 ---@return oops.ErrorName? name
 function oops.db.own(sql, ...) end
 
+--- As oops.db.own, for a statement that waits long on purpose (the watcher's
+--- GET_LOCK): meanwhile other calls take a pool connection rather than queue
+--- behind it.
+---@param sql string
+---@param ... nil|boolean|number|string
+---@return (table<string, any>[])|nil rows
+---@return string? msg
+---@return oops.ErrorName? name
+function oops.db.park(sql, ...) end
+
 --- Milliseconds since the server's own connection (oops.db.own) was last
 --- given back; 0 while it is in use, and outside the daemon.
 ---@return integer

@@ -186,7 +186,7 @@ local function round(pol, me, target, failures)
   local wait_ms = until_tick(pol.scan.interval_ms)
   if not target and not sleep(wait_ms) then return false end
   local sql, params = M.statement(me, target, target and wait_ms / 1000 or nil)
-  local rows, err = oops.db.own(sql, table.unpack(params))
+  local rows, err = (target and oops.db.park or oops.db.own)(sql, table.unpack(params))
   if not rows then
     failures.n = failures.n + 1
     if failures.n == 1 or failures.n % 60 == 0 then

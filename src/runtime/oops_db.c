@@ -176,16 +176,24 @@ static int l_exec(lua_State *L)
  * (calls.work, one statement at a time through its lane) rather than the
  * pool: the watcher parks it in a GET_LOCK wait between ticks, so an idle
  * server needs no other work connection (issue 24). */
-static int l_own(lua_State *L)
+static int own_call(lua_State *L, bool parks)
 {
     const char *sql = luaL_checkstring(L, 1);
     int n = lua_gettop(L) - 1;
     check_params(L, 2, n);
     db_stmt *st = db_stmt_new(sql, (size_t)n, true);
     st->call.lane = DB_CALL_OWN;
+    st->call.parks = parks;
     take_params(L, st, 2);
     return dbcall(L, &st->call, push_rows, stmt_free);
 }
+
+static int l_own(lua_State *L) { return own_call(L, false); }
+
+/* oops.db.park(sql, ...): as oops.db.own, for a statement that waits long on
+ * purpose (the watcher's GET_LOCK): other calls take a pool connection rather
+ * than queue behind it. */
+static int l_park(lua_State *L) { return own_call(L, true); }
 
 /* oops.db.own_idle_ms() -> ms since the server's own connection was last
  * given back (0 while in use, or with no pool): the watcher parks it only
@@ -820,6 +828,7 @@ void oops_open_db(lua_State *L)
         {"insert", l_insert},
         {"lookup", l_lookup},
         {"own", l_own},
+        {"park", l_park},
         {"own_idle_ms", l_own_idle_ms},
         {"begin", l_begin},
         {"commit", l_commit},

@@ -35,6 +35,14 @@ local LOCK = leader.lock(SCAN)
 M.LOCK = LOCK
 
 M.INTERVAL_MS = 60000
+-- After a tick that deleted nothing, the next comes this much later (an idle
+-- fleet's leader sends its dozen DELETEs every ten minutes, not every minute;
+-- retention windows are days, issue 24).
+M.IDLE_INTERVAL_MS = 600000
+local idle = false -- the last tick deleted nothing
+
+-- The wait before the next tick (the engine aligns it to the clock).
+function M.interval_ms() return idle and M.IDLE_INTERVAL_MS or M.INTERVAL_MS end
 M.BATCH = 500              -- rows per DELETE statement
 M.PIPELINES_PER_BATCH = 50 -- pipelines whose children one round deletes
 M.MAX_BATCHES = 20         -- rounds per kind per tick
@@ -240,6 +248,7 @@ function M.run(pol)
   if #parts > 0 then
     log.info("retention: deleted " .. table.concat(parts, " "), { scan = SCAN, statements = t.statements })
   end
+  idle = #parts == 0
 end
 
 -- Forget the cursors (tests: rows inserted behind them).
