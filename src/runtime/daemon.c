@@ -31,6 +31,8 @@
 #include "web.h"
 
 #define TICK_MS 200
+#define NAME_LOCK_TRIES 4 /* asked again at start, NAME_LOCK_RETRY_MS apart */
+#define NAME_LOCK_RETRY_MS 500
 #define HEARTBEAT_MS 30000     /* the row also changes at once when health or policy does */
 #define WORK_WAIT_TIMEOUT_S 60 /* > HEARTBEAT_MS, which keeps the work connection busy */
 #define WORK_ROW_LOCK_WAIT_S 5
@@ -958,6 +960,23 @@ static void describe_metrics(metrics *m)
     metrics_add(m, "oops_policy_reloads_total", "result=\"failed\"", 0);
 }
 
+/* The work connection at start. A database refusing new connections (too
+ * many: db_errno_is_busy) is busy, not broken: wait with backoff and jitter,
+ * saying so once, until it has room (systemd's start timeout bounds it). */
+static db_conn *open_when_room(const db_config *cfg, char *err, size_t errlen)
+{
+    unsigned code = 0, delay_ms = 1000;
+    for (bool said = false;; said = true) {
+        db_conn *c = db_open_code(cfg, err, errlen, &code);
+        if (c || !db_errno_is_busy(code))
+            return c;
+        if (!said)
+            log_msg(LOG_WARN, "database busy at start: %s; trying again with backoff", err);
+        usleep((useconds_t)db_jitter_ms(delay_ms) * 1000);
+        delay_ms = delay_ms * 2 > 30000 ? 30000 : delay_ms * 2;
+    }
+}
+
 static int connect_all(server_state *d)
 {
     char err[1024];
@@ -969,7 +988,7 @@ static int connect_all(server_state *d)
     db_config wcfg = d->ctx.dbcfg;
     wcfg.session_wait_timeout_s = WORK_WAIT_TIMEOUT_S;
     wcfg.row_lock_wait_s = WORK_ROW_LOCK_WAIT_S;
-    d->ctx.calls.work = db_open(&wcfg, err, sizeof err);
+    d->ctx.calls.work = open_when_room(&wcfg, err, sizeof err);
     if (!d->ctx.calls.work) {
         fprintf(stderr, "oopsd: %s\n", err);
         return OOPSD_DB;
@@ -988,11 +1007,25 @@ static int connect_all(server_state *d)
     }
     d->ctx.locks = lock_registry_new(&d->ctx.dbcfg, NULL);
     rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
+    for (unsigned delay_ms = 1000; rc != 0 && lock_registry_busy(d->ctx.locks);) {
+        if (delay_ms == 1000) /* busy, not broken: as open_when_room */
+            log_msg(LOG_WARN, "database busy at start: %s; trying again with backoff", err);
+        usleep((useconds_t)db_jitter_ms(delay_ms) * 1000);
+        delay_ms = delay_ms * 2 > 30000 ? 30000 : delay_ms * 2;
+        rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
+    }
     if (rc != 0) {
         fprintf(stderr, "oopsd: %s\n", err);
         return OOPSD_DB;
     }
-    if (take_name_lock(d) != 0) {
+    /* A neighbour's watch that saw this name's last session end holds the
+     * name lock for the few milliseconds before it releases it: ask again. */
+    int taken = take_name_lock(d);
+    for (int i = 0; taken != 0 && lock_registry_is_up(d->ctx.locks) && i < NAME_LOCK_TRIES; i++) {
+        usleep(NAME_LOCK_RETRY_MS * 1000);
+        taken = take_name_lock(d);
+    }
+    if (taken != 0) {
         fprintf(stderr, "oopsd: another oopsd named %s is running (it holds %s)\n",
                 d->ctx.server_name, d->name_lock);
         return OOPSD_BAD_INPUT;

@@ -119,6 +119,19 @@ wait_for 20 "... and its log says busy, with the backoff" bash -c \
 sleep 4 # a few more refused reconnects (0.5, 1, 2 s apart)
 is "$(log_from b1 "$from1" | grep -c 'the lock session tries again in')" 1 "... once, not at each retry"
 
+# A server started while the database is full waits for room (backoff,
+# said once) rather than exit: a fleet restarted at once into a full
+# database comes up as room frees.
+b3_port=$(_free_port)
+"$OOPS_BUILD/oopsd" --db "$OOPS_TEST_DB" --name b3 --policies "$work/policies" \
+  --listen "127.0.0.1:$b3_port" 2>>"$OOPS_TEST_WORK/b3.log" &
+SRV_PID[b3]=$! SRV_PORT[b3]=$b3_port SRV_LOG[b3]=$OOPS_TEST_WORK/b3.log
+wait_for 30 "b3, started while the database is full, says it waits for room" \
+  grep -q 'database busy at start' "$OOPS_TEST_WORK/b3.log"
+sleep 3
+check "... and is still waiting, not gone" kill -0 "${SRV_PID[b3]}"
+is "$(grep -c 'database busy at start' "$OOPS_TEST_WORK/b3.log")" 1 "... said once"
+
 # Room again.
 root -e "SET GLOBAL max_connections = 12"
 for p in "${fillers[@]}"; do kill "$p" 2>/dev/null; done
@@ -131,4 +144,5 @@ wait_for 60 "... busy is over on both (db_busy false)" bash -c "
   curl -s -m 5 '$(url b1 /healthz)' | grep -q '\"db_busy\":false' &&
   curl -s -m 5 '$(url b2 /healthz)' | grep -q '\"db_busy\":false'"
 check "... and oopsctl connects" ctl list
+wait_for 60 "b3 starts once there is room" grep -q 'msg="started:' "$OOPS_TEST_WORK/b3.log"
 done_testing
