@@ -140,9 +140,10 @@ function C.stop_server(s, seconds) launcher.stop(s, seconds or 10) end
 -- n INITIALIZED pipelines appear at once: multi-row INSERTs (500 rows, 5
 -- bound values each) in one transaction, on this process's connection. Rows
 -- as `oopsctl create` writes them, without its CREATED event (the servers
--- never read it). Ids PREFIX + 11 digits from first (default "b", 1), in
--- namespace ns (default "bench"), application "app" .. the number (or
--- opts.app .. the number), environment prod. Returns the ids.
+-- never read it). opts (all optional): prefix and first (ids are prefix +
+-- 11 digits counting from first: "b", 1), namespace ("bench"), app (the
+-- application is app .. the number: "app"); environment prod. Returns the
+-- ids.
 function C.insert_pipelines(n, opts)
   opts = opts or {}
   local prefix, ns, app, first = opts.prefix or "b", opts.namespace or "bench", opts.app or "app", opts.first or 1
