@@ -86,29 +86,8 @@ local function start_servers(n, policies, workdir)
   return list
 end
 
--- n pipelines appear at once: multi-row INSERTs (500 rows, 5 bound values
--- each) in one transaction. Rows as `oopsctl create` writes them, without
--- its CREATED event (the servers never read it).
-local function insert_pipelines(n)
-  assert(oops.db.begin())
-  local i = 0
-  while i < n do
-    local k = math.min(500, n - i)
-    local values, params = {}, {}
-    for j = 1, k do
-      local x = i + j
-      values[j] = "(?, ?, ?, ?, ?)"
-      local p = #params
-      params[p + 1], params[p + 2], params[p + 3] = ("b%011d"):format(x), "bench", ("app%d"):format(x)
-      params[p + 4], params[p + 5] = "prod", "INITIALIZED"
-    end
-    local done, err = oops.db.exec("INSERT INTO pipeline (id, namespace, application, environment, status) VALUES " ..
-      table.concat(values, ", "), table.unpack(params))
-    if not done then oops.db.rollback(); error("insert: " .. tostring(err)) end
-    i = i + k
-  end
-  assert(oops.db.commit())
-end
+-- n pipelines appear at once (bench/common.lua).
+local function insert_pipelines(n) C.insert_pipelines(n) end
 
 -- Start the /healthz probe (above) on the servers; returns a function that
 -- stops it and returns its samples (an empty list when it could not run).

@@ -6,6 +6,7 @@
 local oops = require("oops")
 local files = require("oops.scenario.files")
 local launcher = require("oops.scenario.server")
+local lfs = require("lfs")
 
 local C = {}
 
@@ -52,6 +53,62 @@ function C.pss_kb(pid)
   return tonumber((files.read("/proc/" .. pid .. "/smaps_rollup") or ""):match("\nPss:%s*(%d+)"))
 end
 
+-- The sockets connected to a database server's TCP port, from
+-- /proc/net/tcp and tcp6 (this network namespace): { [inode] = local port }
+-- of every ESTABLISHED row whose remote port is `port`.
+function C.tcp_peers_of(port)
+  local out = {}
+  for _, f in ipairs { "/proc/net/tcp", "/proc/net/tcp6" } do
+    for line in (files.read(f) or ""):gmatch("[^\n]+") do
+      -- sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+      local lport, rport, st, inode = line:match(
+        "^%s*%d+:%s+%x+:(%x+)%s+%x+:(%x+)%s+(%x+)%s+%S+%s+%S+%s+%S+%s+%d+%s+%d+%s+(%d+)")
+      if lport and tonumber(rport, 16) == port and st == "01" then out[inode] = tonumber(lport, 16) end
+    end
+  end
+  return out
+end
+
+-- The socket inodes a process holds open (/proc/PID/fd links "socket:[N]"),
+-- as a list; nil when the process is gone.
+function C.socket_inodes(pid)
+  local dir = "/proc/" .. pid .. "/fd"
+  local ok, iter, state = pcall(lfs.dir, dir)
+  if not ok then return nil end
+  local out = {}
+  for fd in iter, state do
+    local target = fd ~= "." and fd ~= ".." and lfs.symlinkattributes(dir .. "/" .. fd, "target")
+    local inode = target and target:match("^socket:%[(%d+)%]$")
+    if inode then out[#out + 1] = inode end
+  end
+  return out
+end
+
+-- Exactly how many connections each process holds to the database server on
+-- TCP `port`: its sockets (/proc/PID/fd) that are ESTABLISHED rows of
+-- /proc/net/tcp{,6} with that remote port. pids: list; returns
+-- { [pid] = { n = count, ports = { local port, ... } } } (n = nil for a
+-- process that is gone), and the summary { max, mean, total, alive }.
+-- Counted from outside, so it sees the lock session and every pool
+-- connection alike, whatever the daemon reports.
+function C.db_connections(pids, port)
+  local peers = C.tcp_peers_of(port)
+  local per, max, total, alive = {}, 0, 0, 0
+  for _, pid in ipairs(pids) do
+    local inodes = C.socket_inodes(pid)
+    local r = { ports = {} }
+    if inodes then
+      r.n = 0
+      for _, inode in ipairs(inodes) do
+        if peers[inode] then r.n, r.ports[#r.ports + 1] = r.n + 1, peers[inode] end
+      end
+      max, total, alive = math.max(max, r.n), total + r.n, alive + 1
+    end
+    per[pid] = r
+  end
+  return per, { max = max, total = total, alive = alive, mean = alive > 0 and total / alive or nil }
+end
+
 ---------------------------------------------------------------- servers
 
 C.started = {} -- every server started by this process, for C.kill_all()
@@ -77,6 +134,40 @@ end
 
 -- SIGTERM, then SIGKILL after `seconds` (default 10); waits for the exit.
 function C.stop_server(s, seconds) launcher.stop(s, seconds or 10) end
+
+---------------------------------------------------------------- pipelines
+
+-- n INITIALIZED pipelines appear at once: multi-row INSERTs (500 rows, 5
+-- bound values each) in one transaction, on this process's connection. Rows
+-- as `oopsctl create` writes them, without its CREATED event (the servers
+-- never read it). opts (all optional): prefix and first (ids are prefix +
+-- 11 digits counting from first: "b", 1), namespace ("bench"), app (the
+-- application is app .. the number: "app"); environment prod. Returns the
+-- ids.
+function C.insert_pipelines(n, opts)
+  opts = opts or {}
+  local prefix, ns, app, first = opts.prefix or "b", opts.namespace or "bench", opts.app or "app", opts.first or 1
+  assert(oops.db.begin())
+  local ids, i = {}, 0
+  while i < n do
+    local k = math.min(500, n - i)
+    local values, params = {}, {}
+    for j = 1, k do
+      local x = first + i + j - 1
+      values[j] = "(?, ?, ?, ?, ?)"
+      local p = #params
+      ids[#ids + 1] = ("%s%011d"):format(prefix, x)
+      params[p + 1], params[p + 2], params[p + 3] = ids[#ids], ns, ("%s%d"):format(app, x)
+      params[p + 4], params[p + 5] = "prod", "INITIALIZED"
+    end
+    local done, err = oops.db.exec("INSERT INTO pipeline (id, namespace, application, environment, status) VALUES " ..
+      table.concat(values, ", "), table.unpack(params))
+    if not done then oops.db.rollback(); error("insert: " .. tostring(err)) end
+    i = i + k
+  end
+  assert(oops.db.commit())
+  return ids
+end
 
 ---------------------------------------------------------------- /metrics
 

@@ -13,10 +13,15 @@ local files = require("oops.scenario.files")
 local USAGE = [[
 usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
                  [--samples K] [--bound SECONDS] [--idle SECONDS] [--out DIR] [--build DIR]
-                 [--faults F,F] [--compare REV]
+                 [--faults F,F] [--compare REV] [--fleet-sizes S,S] [--fleet-pipelines N]
+                 [--fleet-idle SECONDS] [--fleet-settle SECONDS] [--fleet-kills K]
   --quick        small sizes for development: --sizes 100,300 --servers 1,3
-                 --samples 2 --bound 10 --idle 5 (and 100 pipelines for the reaction)
-  --only         a comma-separated subset of scale,failover,reaction,footprint
+                 --samples 2 --bound 10 --idle 5 (and 100 pipelines for the reaction;
+                 the fleet: --fleet-sizes 10 --fleet-pipelines 200 --fleet-idle 10
+                 --fleet-settle 5 --fleet-kills 1)
+  --only         a comma-separated subset of scale,failover,reaction,footprint,fleet
+                 (default: all but fleet, which runs only when named: about 4
+                 minutes for 50 servers, 25 for 50,100,200)
   --sizes        pipelines per scale case (default 100,1000,10000)
   --servers      servers per scale case (default 1,3,5)
   --samples      failover rounds per kind of lock session (default 3)
@@ -24,6 +29,15 @@ usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
   --bound        how long a takeover is awaited where the lock session keeps the
                  database server's default wait_timeout (default 60 s)
   --idle         the idle footprint's window (default 30 s)
+  --fleet-sizes  servers per fleet case, each on a MariaDB of its own whose
+                 max_connections is max(500, 8 x servers + 100) (default 50,100,200)
+  --fleet-pipelines  pipelines the fleet drives at once (default 2000)
+  --fleet-idle   the fleet's idle window (default 60 s: the retention leader's
+                 minute falls in it)
+  --fleet-settle how long the fleet's connections may take to settle to 2 a
+                 server, before the idle window and after the takeovers
+                 (default 45 s: the pool gives back a connection idle 30 s)
+  --fleet-kills  single-server SIGKILLs in the fleet's takeover (default 3)
   --out          where latest.json and the plots go (default bench/results)
   --build        the build directory with oopsd and oopsctl (default build/)
   --compare REV  also build REV (any git commit-ish: HEAD~3, a hash, a tag) from a
@@ -57,6 +71,7 @@ end
 
 local opt = { sizes = { 100, 1000, 10000 }, servers = { 1, 3, 5 }, samples = 3, bound = 60, idle = 30,
   reaction_n = 300, out = here .. "/results",
+  fleet_sizes = { 50, 100, 200 }, fleet_pipelines = 2000, fleet_idle = 60, fleet_settle = 45, fleet_kills = 3,
   only = { scale = true, failover = true, reaction = true, footprint = true } }
 local given = {}
 do
@@ -82,6 +97,11 @@ do
     elseif a == "--samples" then given.samples = list_of_numbers(value(a), a)[1]
     elseif a == "--bound" then given.bound = list_of_numbers(value(a), a)[1]
     elseif a == "--idle" then given.idle = list_of_numbers(value(a), a)[1]
+    elseif a == "--fleet-sizes" then given.fleet_sizes = list_of_numbers(value(a), a)
+    elseif a == "--fleet-pipelines" then given.fleet_pipelines = list_of_numbers(value(a), a)[1]
+    elseif a == "--fleet-idle" then given.fleet_idle = list_of_numbers(value(a), a)[1]
+    elseif a == "--fleet-settle" then given.fleet_settle = list_of_numbers(value(a), a)[1]
+    elseif a == "--fleet-kills" then given.fleet_kills = list_of_numbers(value(a), a)[1]
     elseif a == "--faults" then
       opt.faults = {}
       for f in value(a):gmatch("[^,]+") do
@@ -93,8 +113,8 @@ do
     elseif a == "--only" then
       opt.only = {}
       for s in value(a):gmatch("[^,]+") do
-        if not ({ scale = 1, failover = 1, reaction = 1, footprint = 1 })[s] then
-          die("--only: unknown section " .. s .. " (scale, failover, reaction, footprint)")
+        if not ({ scale = 1, failover = 1, reaction = 1, footprint = 1, fleet = 1 })[s] then
+          die("--only: unknown section " .. s .. " (scale, failover, reaction, footprint, fleet)")
         end
         opt.only[s] = true
       end
@@ -105,6 +125,7 @@ do
 end
 if given.quick then
   opt.sizes, opt.servers, opt.samples, opt.bound, opt.idle, opt.reaction_n = { 100, 300 }, { 1, 3 }, 2, 10, 5, 100
+  opt.fleet_sizes, opt.fleet_pipelines, opt.fleet_idle, opt.fleet_settle, opt.fleet_kills = { 10 }, 200, 10, 5, 1
 end
 for k, v in pairs(given) do if k ~= "quick" then opt[k] = v end end
 opt.quick = given.quick or false
@@ -306,6 +327,38 @@ local function footprint()
   end
 end
 
+-- The fleet (bench/fleet.lua): each size in a process of its own, on a
+-- MariaDB of its own (started there: its global counters count that fleet
+-- alone, and its max_connections grows with the fleet).
+local function fleet_one(n, side)
+  local label = ("fleet %d servers%s"):format(n, side.label)
+  local dir = ("%s/fleet-%d%s"):format(work, n, side == BEFORE and "-before" or "")
+  lfs.mkdir(dir)
+  local t0 = oops.now_ms()
+  local r = oops.proc.run { argv = { OOPSD, "lua", here .. "/fleet.lua", tostring(n), tostring(opt.fleet_pipelines),
+    dir }, timeout_ms = 60 * 60 * 1000, inherit_env = true, max_output = 16 * 1024 * 1024,
+    env = { OOPSD = side.oopsd, OOPSCTL = side.oopsctl, BENCH_POLICY = side.src .. "/policies/oopsd.lua",
+      BENCH_IDLE = tostring(opt.fleet_idle), BENCH_SETTLE = tostring(opt.fleet_settle),
+      BENCH_KILL_ROUNDS = tostring(opt.fleet_kills) } }
+  if r then files.write(dir .. "/fleet.err", r.stderr) files.write(dir .. "/fleet.json", r.stdout) end
+  local doc = r and r.ok and json.decode(r.stdout:match("[^\n]*\n?$") or "")
+  if type(doc) ~= "table" then
+    local why = r and (r.stderr:match("bench fleet: [^\n]*") or r.stderr:match("([^\n]+)%s*$")
+      or ("exit " .. r.status)) or "did not run"
+    failed[#failed + 1] = ("%s: %s (logs in %s)"):format(label, why, dir)
+    say("%s: FAILED: %s", label, why)
+    return
+  end
+  say("%s: done in %.1fs", label, (oops.now_ms() - t0) / 1000)
+  if doc.mariadb then results.machine.mariadb = doc.mariadb end
+  table.insert(res_of(side).fleet, doc)
+end
+
+local function fleet()
+  results.fleet, before.fleet = {}, {}
+  for _, n in ipairs(opt.fleet_sizes) do each_side(function(side) fleet_one(n, side) end) end
+end
+
 ---------------------------------------------------------------- the table
 
 local function ms(s) return s and ("%.0f"):format(s * 1000) or "-" end
@@ -317,6 +370,126 @@ local function mb(kb) return kb and ("%.1f MB"):format(kb / 1024) or "-" end
 local ENGINE_TRIPS_MAX, HEALTHZ_P99_MAX_MS, DRIVING_RSS_MAX_MB, IDLE_RSS_MAX_MB = 8, 50, 25, 20
 local function big_alone(c) return c.n >= 10000 and c.servers == 1 end
 local function scale_case(c) return ("N=%d, %d server%s"):format(c.n, c.servers, c.servers > 1 and "s" or "") end
+
+-- Issue 24's budgets for a fleet on one database.
+local FLEET_IDLE_CONNECTIONS, FLEET_IDLE_STATEMENTS = 2, 0.5
+local FLEET_TAKEOVER_MEDIAN, FLEET_TAKEOVER_MAX = 0.5, 1.5
+local MARIADB_MAX_PREPARED = 16382 -- max_prepared_stmt_count's default, every session together
+
+-- A fleet case's takeover samples of one kind ("one", "leader", "tenth"):
+-- pipeline times, leader times { name = s }, censored counts, kills, victims.
+local function fleet_takeover(f, kinds)
+  local out = { pipelines = {}, leaders = {}, leader_times = {}, censored = 0, censored_leaders = 0, kills = 0,
+    victims = 0 }
+  for _, r in ipairs(f.takeover and f.takeover.rounds or {}) do
+    if kinds[r.kind] then
+      out.kills, out.victims = out.kills + 1, out.victims + #r.victims
+      for _, x in ipairs(r.pipelines) do out.pipelines[#out.pipelines + 1] = x end
+      for _, x in ipairs(r.leaders) do out.leaders[#out.leaders + 1] = x end
+      for name, x in pairs(r.leader_times or {}) do out.leader_times[#out.leader_times + 1] = { name, x } end
+      out.censored = out.censored + r.censored_pipelines
+      out.censored_leaders = out.censored_leaders + r.censored_leaders
+    end
+  end
+  table.sort(out.leader_times, function(a, b) return a[1] < b[1] end)
+  return out
+end
+
+-- "median / p90 / max (n ...)" of takeover times, and whether the budget holds.
+local function takeover_value(xs, censored, what, bound)
+  if #xs == 0 and censored == 0 then return "- (nothing held by the victims)", nil end
+  local v = ("%s / %s / %s (%d %s%s)"):format(secs(C.quantile(xs, 0.5)), secs(C.quantile(xs, 0.9)),
+    secs(C.quantile(xs, 1)), #xs, what, censored > 0 and (", %d not within %d s"):format(censored, bound) or "")
+  local max = C.quantile(xs, 1)
+  return v, censored == 0 and max ~= nil and C.quantile(xs, 0.5) <= FLEET_TAKEOVER_MEDIAN and max <= FLEET_TAKEOVER_MAX
+end
+
+local function fleet_rows(res, row)
+  local budget = ("median <= %.1f s, max <= %.1f s"):format(FLEET_TAKEOVER_MEDIAN, FLEET_TAKEOVER_MAX)
+  for _, f in ipairs(res.fleet or {}) do
+    local case = ("%d servers (max_connections %d)"):format(f.servers, f.max_connections)
+    local i, st = f.idle, f.settle or {}
+    local c = i.connections.at_end
+    row("fleet", case, "connections per server, idle (exact, /proc): max / mean",
+      ("%d / %.2f (%d in all; %s)"):format(c.max, c.mean or 0, c.total, st.seconds and
+        ("settled to <= 2 in %.1f s"):format(st.seconds) or ("not <= 2 after %d s"):format(f.settle_bound_s)),
+      ("<= %d"):format(FLEET_IDLE_CONNECTIONS), c.max <= FLEET_IDLE_CONNECTIONS)
+    local ps = i.per_server.statements_per_s
+    row("fleet", case, "statements per second per server, idle (database side)",
+      ("mean %.2f (Questions / %.0f s / %d); %s, prepares %.2f; the servers' own count %.2f"):format(
+        i.statements_per_s_per_server, i.seconds, i.servers, ps.max and ("per server %.2f to %.2f " ..
+        "(performance_schema)"):format(ps.min, ps.max) or "not per server (performance_schema off)",
+        i.prepares_per_s_per_server, i.daemon_round_trips_per_s_per_server),
+      ("<= %.1f each"):format(FLEET_IDLE_STATEMENTS),
+      (ps.max or i.statements_per_s_per_server) <= FLEET_IDLE_STATEMENTS)
+    row("fleet", case, "RSS / CPU per server, idle: mean / max", ("%s / %s; %.2f / %.2f %% of a core (MariaDB %.1f %%)")
+      :format(mb(i.rss_kb.mean), mb(i.rss_kb.max), i.cpu_percent.mean or 0, i.cpu_percent.max or 0,
+        i.database_cpu_percent or 0))
+    local d = f.drive
+    if d then
+      local cp = d.connections_peak
+      row("fleet", case, "connections while driving, peak: per server max / all servers / MariaDB",
+        ("%d / %d / %d (Max_used_connections)"):format(cp.per_server.max or 0, cp.total_sampled, cp.mariadb_max_used))
+      local nf = d.not_succeeded or 0
+      row("fleet", case, ("time to drive %d pipelines to SUCCEEDED"):format(d.pipelines),
+        ("%s (%.1f statements per pipeline, database side; CPU servers %.0f %% / MariaDB %.0f %% of a core)%s"):format(
+          secs(d.wall_s), d.statements_per_pipeline, d.cpu_percent.servers, d.cpu_percent.mariadb or 0,
+          nf > 0 and ("; %d did not succeed: %s"):format(nf, tostring(d.not_succeeded_message)) or ""),
+        "all SUCCEEDED", nf == 0)
+      if d.prepared_statements_peak then
+        row("fleet", case, "prepared statements in the database: idle (per connection) / peak while driving",
+          ("%d (%.1f) / %d (max_prepared_stmt_count %d here)"):format(i.prepared_statements or 0,
+            (i.prepared_statements or 0) / math.max(1, i.threads_connected or 1), d.prepared_statements_peak,
+            f.max_prepared_stmt_count or 0), ("<= %d (MariaDB's default)"):format(MARIADB_MAX_PREPARED),
+          d.prepared_statements_peak <= MARIADB_MAX_PREPARED)
+      end
+      row("fleet", case, "spread: pipelines driven per server, max / mean",
+        ("%.2f (%d of %d servers drove some; %d to %d each)"):format(d.spread, d.servers_driving, f.servers,
+          d.drivers.min or 0, d.drivers.max or 0))
+      row("fleet", case, "RSS per server, peak while driving: mean / max",
+        ("%s / %s"):format(mb(d.peak_rss_kb.mean), mb(d.peak_rss_kb.max)))
+    end
+    local t = f.takeover
+    if t then
+      local one = fleet_takeover(f, { one = true, leader = true })
+      local v, met = takeover_value(one.pipelines, one.censored, "pipelines", 60)
+      row("fleet", case, ("takeover after SIGKILL of 1 server (%d kills): median / p90 / max"):format(one.kills), v,
+        budget, met)
+      local tenth = fleet_takeover(f, { tenth = true })
+      v, met = takeover_value(tenth.pipelines, tenth.censored, "pipelines", 60)
+      row("fleet", case, ("the same, SIGKILL of 10 %% at once (%d server%s)"):format(tenth.victims,
+        tenth.victims == 1 and "" or "s"), v, budget, met)
+      local lead = fleet_takeover(f, { leader = true, tenth = true })
+      local names = {}
+      for _, x in ipairs(lead.leader_times) do
+        names[#names + 1] = ("%s %s"):format(x[1]:gsub("^oops:leader:", ""), x[2] and secs(x[2]) or "not within 120 s")
+      end
+      v, met = takeover_value(lead.leaders, lead.censored_leaders, "leader locks", 120)
+      row("fleet", case, "leader roles after SIGKILL of their holder: median / p90 / max",
+        v .. (#names > 0 and ": " .. table.concat(names, ", ") or ""), budget, met)
+      row("fleet", case, "pipelines whose build / deploy was submitted other than once",
+        ("%d / %d (of %d; %d not SUCCEEDED at the end)"):format(t.builds_not_once, t.deploys_not_once,
+          (d and d.pipelines or 0) + t.held, t.not_succeeded), "0",
+        t.builds_not_once == 0 and t.deploys_not_once == 0)
+    end
+    local dm = f.database_memory
+    if dm and dm.per_connection and dm.per_lock then
+      row("fleet", case, "the database's memory per connection / per named lock (Memory_used)",
+        ("%.0f KB / %.0f bytes (%d connections, %d locks; RSS %.0f KB / %.0f bytes)%s"):format(
+          dm.per_connection.memory_used_bytes / 1024, dm.per_lock.memory_used_bytes, dm.per_connection.connections,
+          dm.per_lock.locks, (dm.per_connection.rss_bytes or 0) / 1024, dm.per_lock.rss_bytes or 0,
+          f.performance_schema and "; performance_schema on" or ""))
+    end
+    local a = f.idle_again
+    if a then
+      local ac = a.connections
+      row("fleet", case, "connections per server, idle again after the drive: max / mean",
+        ("%d / %.2f (%d servers; %s)"):format(ac.max, ac.mean or 0, ac.alive, a.seconds and
+          ("settled in %.1f s"):format(a.seconds) or ("not <= 2 after %d s"):format(f.settle_bound_s)),
+        ("<= %d"):format(FLEET_IDLE_CONNECTIONS), ac.max <= FLEET_IDLE_CONNECTIONS)
+    end
+  end
+end
 
 -- The table's rows for one set of results: { section, case, measure, value, target, met? }.
 local function table_rows(res)
@@ -432,6 +605,7 @@ local function table_rows(res)
         x.database_cpu_percent and ("; MariaDB %.0f %%"):format(x.database_cpu_percent) or ""))
     end
   end
+  fleet_rows(res, row)
   return rows
 end
 
@@ -506,6 +680,30 @@ local function measures(res)
       m("footprint", k[2], "RSS", x.rss_kb / 1024, "%.1f MB", no_worse, not_worse)
       m("footprint", k[2], "CPU, % of a core", x.cpu_percent, "%.2f %%", no_worse, not_worse)
       m("footprint", k[2], "database statements per second", x.statements_per_s, "%.2f", no_worse, not_worse)
+    end
+  end
+  for _, f in ipairs(res.fleet or {}) do
+    local case = ("%d servers"):format(f.servers)
+    m("fleet", case, "connections per server, idle: max", f.idle.connections.at_end.max, "%d",
+      ("<= %d"):format(FLEET_IDLE_CONNECTIONS), function(v) return v <= FLEET_IDLE_CONNECTIONS end)
+    m("fleet", case, "statements per second per server, idle: mean", f.idle.statements_per_s_per_server, "%.2f")
+    m("fleet", case, "statements per second per server, idle: max", f.idle.per_server.statements_per_s.max, "%.2f",
+      ("<= %.1f"):format(FLEET_IDLE_STATEMENTS), function(v) return v <= FLEET_IDLE_STATEMENTS end)
+    m("fleet", case, "RSS per server, idle: mean", f.idle.rss_kb.mean / 1024, "%.1f MB", no_worse, not_worse)
+    if f.drive then
+      m("fleet", case, "time to drive all pipelines", f.drive.wall_s, "%.2f s", no_worse, not_worse)
+      m("fleet", case, "spread, max / mean", f.drive.spread, "%.2f")
+      m("fleet", case, "connections while driving, MariaDB peak", f.drive.connections_peak.mariadb_max_used, "%d")
+    end
+    if f.takeover then
+      for _, k in ipairs { { { one = true, leader = true }, "SIGKILL of 1" },
+          { { tenth = true }, "SIGKILL of 10 %" } } do
+        local t = fleet_takeover(f, k[1])
+        m("fleet", case, "takeover after " .. k[2] .. ", median", C.quantile(t.pipelines, 0.5), "%.2f s",
+          ("<= %.1f s"):format(FLEET_TAKEOVER_MEDIAN), function(v) return v <= FLEET_TAKEOVER_MEDIAN end)
+        m("fleet", case, "takeover after " .. k[2] .. ", max", t.censored == 0 and C.quantile(t.pipelines, 1) or nil,
+          "%.2f s", ("<= %.1f s"):format(FLEET_TAKEOVER_MAX), function(v) return v <= FLEET_TAKEOVER_MAX end)
+      end
     end
   end
   local x = fp.driving
@@ -713,6 +911,7 @@ local ran, err = pcall(oops.wait, function()
   if opt.only.footprint then footprint() end
   if db then db:stop() db = nil end
   if opt.only.failover then failover() end
+  if opt.only.fleet then fleet() end
   results.seconds = (oops.now_ms() - t0) / 1000
   results.table = table_rows(results)
   if BEFORE then

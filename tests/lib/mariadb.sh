@@ -17,6 +17,10 @@
 #
 # MDB_EXTRA_ARGS (words, unquoted) adds server options, e.g.
 # "--performance-schema=ON" for bench/cpu.sh's statement profile.
+#
+# MDB_MAX_CONNECTIONS: the server's max_connections, 500 when unset;
+# "default" leaves MariaDB's own (151, also MySQL's), as a new operator's
+# database has it (tests/integration/fleet.sh).
 
 MDB_DIR=""
 MDB_PID=""
@@ -71,6 +75,8 @@ mariadb_start() {
       --ssl-key="$MDB_DIR/tls/server.key")
     bind="$bind,127.0.0.2"
   fi
+  local max_conn=(--max-connections="${MDB_MAX_CONNECTIONS:-500}")
+  [[ ${MDB_MAX_CONNECTIONS:-} == default ]] && max_conn=()
   local try
   for try in 1 2 3; do
     MDB_PORT=$(_free_port)
@@ -78,7 +84,7 @@ mariadb_start() {
       --port="$MDB_PORT" --bind-address="$bind" --user="$user" \
       --pid-file="$MDB_DIR/mysqld.pid" --log-error="$MDB_DIR/error.log" --tmpdir="$MDB_DIR/tmp" \
       --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --skip-log-bin \
-      --max-connections=500 --innodb-flush-log-at-trx-commit=2 --skip-name-resolve \
+      "${max_conn[@]}" --innodb-flush-log-at-trx-commit=2 --skip-name-resolve \
       --innodb-fast-shutdown=2 "${tls_args[@]}" ${MDB_EXTRA_ARGS:-} >/dev/null 2>&1 &
     MDB_PID=$!
     disown "$MDB_PID" 2>/dev/null # no "Killed" job report from the shell when it is stopped

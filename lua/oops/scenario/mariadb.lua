@@ -11,6 +11,10 @@
 --     clients optional extra hosts user `oops` may connect from, as MariaDB
 --           account hosts: an IPv4 address, address/netmask
 --           ("10.213.0.0/255.255.0.0") or a pattern with % ("10.213.%")
+--     max_connections optional: a number, or "default" for the server's own
+--           (151); 500 when not given, as in tests/lib/mariadb.sh
+--     args  optional extra server options, e.g. { "--performance-schema=ON" }
+--           (bench/fleet.lua's per-thread statement counters)
 --   db.url            mysql://oops:PASSWORD@127.0.0.1:PORT/oops
 --   db.port, db.password, db.dir, db.socket
 --   db:url_for(host)  the same URL with another host
@@ -137,14 +141,18 @@ function Db:_answers()
 end
 
 function Db:_argv()
-  return { "mariadbd", "--no-defaults", "--datadir=" .. self.dir .. "/data",
+  local argv = { "mariadbd", "--no-defaults", "--datadir=" .. self.dir .. "/data",
     "--socket=" .. self.socket, "--port=" .. self.port,
     "--bind-address=" .. table.concat(self.bind, ","), "--user=" .. self.user,
     "--pid-file=" .. self.dir .. "/mysqld.pid", "--log-error=" .. self.dir .. "/error.log",
     "--tmpdir=" .. self.dir .. "/tmp",
     "--innodb-buffer-pool-size=128M", "--innodb-log-file-size=64M", "--skip-log-bin",
-    "--max-connections=500", "--innodb-flush-log-at-trx-commit=2", "--skip-name-resolve",
-    "--innodb-fast-shutdown=2" }
+    "--innodb-flush-log-at-trx-commit=2", "--skip-name-resolve", "--innodb-fast-shutdown=2" }
+  if self.max_connections ~= "default" then
+    argv[#argv + 1] = "--max-connections=" .. math.tointeger(self.max_connections or 500)
+  end
+  for _, a in ipairs(self.args or {}) do argv[#argv + 1] = a end
+  return argv
 end
 
 -- Start mariadbd on self.port and wait until it answers. true, or nil, err
@@ -253,7 +261,18 @@ function M.start(opts)
     error(("oops.scenario.mariadb.start: %s is not empty (it is removed by db:stop())"):format(dir), 2)
   end
 
-  local self = setmetatable({ dir = dir, socket = dir .. "/mysqld.sock", bind = binds }, Db)
+  local mc = opts.max_connections
+  if mc ~= nil and mc ~= "default" and not (math.tointeger(mc) and mc >= 1) then
+    error(("oops.scenario.mariadb.start: max_connections %q is not a number above 0 or \"default\""):format(
+      tostring(mc)), 2)
+  end
+  for _, a in ipairs(opts.args or {}) do
+    if type(a) ~= "string" or not a:match("^%-%-[%w_-]+") then
+      error(("oops.scenario.mariadb.start: server option %q does not start with --"):format(tostring(a)), 2)
+    end
+  end
+  local self = setmetatable({ dir = dir, socket = dir .. "/mysqld.sock", bind = binds, max_connections = mc,
+    args = opts.args }, Db)
 
   local id, ierr = run { "id", "-un" }
   if not id or not id.ok then
