@@ -33,6 +33,8 @@
 #define TICK_MS 200
 #define NAME_LOCK_TRIES 4 /* asked again at start, NAME_LOCK_RETRY_MS apart */
 #define NAME_LOCK_RETRY_MS 500
+#define START_BUSY_FIRST_MS 500 /* a busy database at start: backoff from this... */
+#define START_BUSY_MAX_MS 5000  /* ...doubling up to this, ±25 % */
 #define HEARTBEAT_MS 30000     /* the row also changes at once when health or policy does */
 #define WORK_WAIT_TIMEOUT_S 60 /* > HEARTBEAT_MS, which keeps the work connection busy */
 #define WORK_ROW_LOCK_WAIT_S 5
@@ -962,10 +964,14 @@ static void describe_metrics(metrics *m)
 
 /* The work connection at start. A database refusing new connections (too
  * many: db_errno_is_busy) is busy, not broken: wait with backoff and jitter,
- * saying so once, until it has room (systemd's start timeout bounds it). */
+ * saying so once, until it has room (systemd's start timeout bounds it).
+ * The backoff stops at START_BUSY_MAX_MS, not the pool's 30 s: one connect
+ * every few seconds costs the database nothing, and a fleet started at once
+ * fills it only until the first pools give back what their first tick
+ * opened. */
 static db_conn *open_when_room(const db_config *cfg, char *err, size_t errlen)
 {
-    unsigned code = 0, delay_ms = 1000;
+    unsigned code = 0, delay_ms = START_BUSY_FIRST_MS;
     for (bool said = false;; said = true) {
         db_conn *c = db_open_code(cfg, err, errlen, &code);
         if (c || !db_errno_is_busy(code))
@@ -973,7 +979,7 @@ static db_conn *open_when_room(const db_config *cfg, char *err, size_t errlen)
         if (!said)
             log_msg(LOG_WARN, "database busy at start: %s; trying again with backoff", err);
         usleep((useconds_t)db_jitter_ms(delay_ms) * 1000);
-        delay_ms = delay_ms * 2 > 30000 ? 30000 : delay_ms * 2;
+        delay_ms = delay_ms * 2 > START_BUSY_MAX_MS ? START_BUSY_MAX_MS : delay_ms * 2;
     }
 }
 
@@ -1007,11 +1013,11 @@ static int connect_all(server_state *d)
     }
     d->ctx.locks = lock_registry_new(&d->ctx.dbcfg, NULL);
     rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
-    for (unsigned delay_ms = 1000; rc != 0 && lock_registry_busy(d->ctx.locks);) {
-        if (delay_ms == 1000) /* busy, not broken: as open_when_room */
+    for (unsigned delay_ms = START_BUSY_FIRST_MS; rc != 0 && lock_registry_busy(d->ctx.locks);) {
+        if (delay_ms == START_BUSY_FIRST_MS) /* busy, not broken: as open_when_room */
             log_msg(LOG_WARN, "database busy at start: %s; trying again with backoff", err);
         usleep((useconds_t)db_jitter_ms(delay_ms) * 1000);
-        delay_ms = delay_ms * 2 > 30000 ? 30000 : delay_ms * 2;
+        delay_ms = delay_ms * 2 > START_BUSY_MAX_MS ? START_BUSY_MAX_MS : delay_ms * 2;
         rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
     }
     if (rc != 0) {

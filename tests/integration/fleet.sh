@@ -59,8 +59,9 @@ for i in $(seq 1 "$FLEET"); do
   SRV_PID[$name]=$! SRV_PORT[$name]=$port SRV_LOG[$name]=$log
 done
 started() { grep -l 'msg="started:' "$work"/f*.log 2>/dev/null | wc -l; }
-wait_for 60 "all $FLEET servers log started" bash -c "(( \$(grep -l 'msg=\"started:' $work/f*.log | wc -l) == $FLEET ))"
-echo "# $(started) of $FLEET started"
+wait_for 120 "all $FLEET servers log started" bash -c "(( \$(grep -l 'msg=\"started:' $work/f*.log | wc -l) == $FLEET ))"
+echo "# $(started) of $FLEET started; $(grep -l 'database busy at start' "$work"/f*.log 2>/dev/null | wc -l)" \
+  "waited for room first (their first ticks fill the database until the pools give back)"
 healthy() {
   local n=0 name
   for name in "${!SRV_PID[@]}"; do
@@ -135,8 +136,6 @@ check "spread: $drivers of $FLEET servers drove pipelines (at least $min)" test 
 # Idle again: every server holds at most 2 connections to the database. The
 # pool gives back connections idle for 30 s, so this is polled for up to
 # 90 s (a bound, not a wait).
-# TODO(issue 24): fails until the daemon opens connections on demand (today
-# every server holds its lock session and 5 others, idle or not).
 peer_inodes() { # the inodes of the ESTABLISHED sockets whose remote port is the database's
   awk -v p="$(printf '%04X' "$MDB_PORT")" 'FNR > 1 { split($3, r, ":"); if (r[2] == p && $4 == "01") print $10 }' \
     /proc/net/tcp /proc/net/tcp6
