@@ -101,16 +101,20 @@ static void put_work(db_calls *s)
 
 /* Should a WORK call run on `work` now? When no open pool connection is free
  * and nobody uses or waits for `work`: no connect for a call an idle server
- * makes now and then. */
+ * makes now and then. While a short call (not a parked wait) uses it, wait
+ * behind it too: with no pool connection open at all, up to
+ * DB_CALLS_OWN_QUEUE_MAX calls (an idle tick's scans, stats, heartbeat and
+ * orphan checks meet here, each a millisecond or so), else only one. */
 static bool work_is_better(const db_calls *s)
 {
     if (!s->work || !s->work_lane || db_pool_idle_open(s->pool) > 0)
         return false;
+    size_t waiting = db_pool_waiting(s->work_lane);
     if (!db_pool_lent(s->work_lane))
-        return !db_pool_waiting(s->work_lane);
-    /* In use by a short call (not a parked wait), nobody else waiting: wait
-     * for it rather than open a connection (calls due at one tick meet here). */
-    return !s->work_parked && db_pool_waiting(s->work_lane) == 0;
+        return waiting == 0;
+    if (s->work_parked)
+        return false;
+    return waiting == 0 || (db_pool_open(s->pool) == 0 && waiting < DB_CALLS_OWN_QUEUE_MAX);
 }
 
 /* ---- running ---- */
@@ -159,6 +163,16 @@ static void wait_again(db_calls *s, db_conn *conn, db_pool_cb got, void *ud)
     db_pool_put(s->pool, conn);
 }
 
+/* May a WORK call whose pool connection the database refused (busy, and no
+ * other pool connection open) wait for `work` instead of failing? Yes, even
+ * behind a parked wait (it ends before the next scan tick, and the watcher
+ * parks no more while the pool is busy: oops.db.busy); not a BEGIN (it
+ * keeps its connection). */
+static bool work_takes_refused(const db_calls *s, unsigned code, bool begins)
+{
+    return db_errno_is_busy(code) && !begins && s->work && s->work_lane;
+}
+
 static void run_alone(db_call *call)
 {
     if (call->run)
@@ -199,14 +213,23 @@ static void alone_done(void *arg)
 {
     db_call *call = arg;
     db_calls *s = call->calls;
-    if (call->borrowed && call->conn_rc && !call->held &&
-        db_pool_refused(s->pool, call->conn_rc, call->conn_err)) {
-        db_conn *conn = call->conn;
-        call->rc = call->conn_rc = 0; /* as if it had not run: it has not */
-        call->conn_err[0] = '\0';
-        call->borrowed = false;
-        wait_again(s, conn, alone_got, call);
-        return;
+    if (call->borrowed && call->conn_rc) {
+        bool again = !call->held && db_pool_refused(s->pool, call->conn_rc, call->conn_err);
+        bool to_work = !again && work_takes_refused(s, call->conn_rc, call->tx == DB_CALL_BEGIN);
+        if (again || to_work) {
+            db_conn *conn = call->conn;
+            call->rc = call->conn_rc = 0; /* as if it had not run: it has not */
+            call->conn_err[0] = '\0';
+            call->borrowed = false;
+            if (again) {
+                wait_again(s, conn, alone_got, call);
+            } else { /* none of the pool's open: the server's own connection */
+                call->lane = DB_CALL_OWN;
+                db_pool_put(s->pool, conn);
+                db_pool_get(s->work_lane, alone_got, call);
+            }
+            return;
+        }
     }
     if (call->lane == DB_CALL_LOCK) {
         db_pool_put(s->lane, NULL);
@@ -308,19 +331,28 @@ static void runner_body(void *arg)
 }
 
 static void runner_got_again(db_conn *conn, void *ud);
+static void runner_got_work_again(db_conn *unused, void *ud);
 
 static void runner_done(void *arg)
 {
     runner *r = arg;
     db_calls *s = r->s;
     db_call *first = r->m[0];
-    if (first->conn_rc && !r->own && !r->held &&
-        db_pool_refused(s->pool, first->conn_rc, first->conn_err)) {
+    bool again = first->conn_rc && !r->own && !r->held &&
+                 db_pool_refused(s->pool, first->conn_rc, first->conn_err);
+    bool to_work = first->conn_rc && !r->own && !again && work_takes_refused(s, first->conn_rc, false);
+    if (again || to_work) {
         for (size_t i = 0; i < r->n; i++) { /* as if they had not run: they have not */
             r->m[i]->rc = r->m[i]->conn_rc = 0;
             r->m[i]->conn_err[0] = '\0';
         }
-        wait_again(s, r->conn, runner_got_again, r);
+        if (again) {
+            wait_again(s, r->conn, runner_got_again, r);
+        } else { /* none of the pool's open: the server's own connection */
+            db_pool_put(s->pool, r->conn);
+            r->own = true;
+            db_pool_get(s->work_lane, runner_got_work_again, r);
+        }
         return;
     }
     if (r->own)
@@ -342,6 +374,14 @@ static void runner_got_again(db_conn *conn, void *ud)
     for (size_t i = 0; i < r->n; i++)
         r->m[i]->conn = conn;
     in_fiber(r->s, runner_body, runner_done, r);
+}
+
+/* ... or on `work`, when the pool could open none (work_takes_refused). */
+static void runner_got_work_again(db_conn *unused, void *ud)
+{
+    (void)unused;
+    runner *r = ud;
+    runner_got_again(r->s->work, r);
 }
 
 static void runner_got(db_conn *conn, void *ud)

@@ -20,8 +20,12 @@
  *
  * A WORK call (alone or a batch) that finds no open pool connection free while
  * `work` is free runs on `work` (through `work_lane`) rather than open one: an
- * idle server's occasional calls need no second work connection (issue 24). A
- * BEGIN always takes a pool connection (it keeps it until its END).
+ * idle server's occasional calls need no second work connection (issue 24).
+ * While a short call uses `work`, the next waits behind it; with no pool
+ * connection open at all, up to DB_CALLS_OWN_QUEUE_MAX do (the calls an idle
+ * tick makes at one moment), and only more open a pool connection. A parked
+ * call (oops.db.park: a long wait on purpose) sends every WORK call to the
+ * pool. A BEGIN always takes a pool connection (it keeps it until its END).
  *
  * A borrowed connection the database refuses to open because it is busy
  * (too many connections: db_pool.h) does not fail the calls while another
@@ -46,6 +50,10 @@
 #include "db.h"
 #include "db_pool.h"
 #include "metrics.h"
+
+/* With no pool connection open, how many WORK calls may wait for `work`
+ * (in use by a short call) before one opens a pool connection. */
+#define DB_CALLS_OWN_QUEUE_MAX 8
 
 /* The most calls one batch makes (a kind's limit is at most this). */
 #define DB_BATCH_MAX 64

@@ -246,6 +246,12 @@ function oops.db.park(sql, ...) end
 ---@return integer
 function oops.db.own_idle_ms() end
 
+--- True while the database refuses the pool new connections (too many
+--- connections: a busy period, logged and in /healthz db_busy); false
+--- otherwise, and without a pool.
+---@return boolean
+function oops.db.busy() end
+
 --- START TRANSACTION on the work connection. From a task with a pool (the
 --- daemon; oops.db.pool in scripts) the task keeps that connection until
 --- commit/rollback, and it is rolled back if the task ends first; a second

@@ -184,9 +184,12 @@ local function round(pol, me, target, failures)
   local idle = oops.db.own_idle_ms()
   if idle < M.REST_MS then return sleep(M.REST_MS - idle), target end
   local wait_ms = until_tick(pol.scan.interval_ms)
-  if not target and not sleep(wait_ms) then return false end
-  local sql, params = M.statement(me, target, target and wait_ms / 1000 or nil)
-  local rows, err = (target and oops.db.park or oops.db.own)(sql, table.unpack(params))
+  -- While the database refuses new connections, the own connection is the
+  -- one the pool's calls wait for: no wait on it then (takeover at the tick).
+  local waits = target and not oops.db.busy()
+  if not waits and not sleep(wait_ms) then return false end
+  local sql, params = M.statement(me, waits and target or nil, waits and wait_ms / 1000 or nil)
+  local rows, err = (waits and oops.db.park or oops.db.own)(sql, table.unpack(params))
   if not rows then
     failures.n = failures.n + 1
     if failures.n == 1 or failures.n % 60 == 0 then

@@ -344,6 +344,15 @@ static int l_pool(lua_State *L)
     return 1;
 }
 
+/* oops.db.busy() -> true while the database refuses the pool new
+ * connections (a busy period, db_pool.h): the watcher then waits on nothing,
+ * so that calls the pool cannot take have the server's own connection. */
+static int l_busy(lua_State *L)
+{
+    lua_pushboolean(L, db_pool_busy(runtime_ctx(L)->calls.pool));
+    return 1;
+}
+
 /* Statements sent on the work connections (bench). */
 static int l_statements(lua_State *L)
 {
@@ -830,6 +839,7 @@ void oops_open_db(lua_State *L)
         {"own", l_own},
         {"park", l_park},
         {"own_idle_ms", l_own_idle_ms},
+        {"busy", l_busy},
         {"begin", l_begin},
         {"commit", l_commit},
         {"rollback", l_rollback},

@@ -59,7 +59,7 @@ for i in $(seq 1 "$FLEET"); do
   SRV_PID[$name]=$! SRV_PORT[$name]=$port SRV_LOG[$name]=$log
 done
 started() { grep -l 'msg="started:' "$work"/f*.log 2>/dev/null | wc -l; }
-wait_for 120 "all $FLEET servers log started" bash -c "(( \$(grep -l 'msg=\"started:' $work/f*.log | wc -l) == $FLEET ))"
+wait_for 180 "all $FLEET servers log started" bash -c "(( \$(grep -l 'msg=\"started:' $work/f*.log | wc -l) == $FLEET ))"
 echo "# $(started) of $FLEET started; $(grep -l 'database busy at start' "$work"/f*.log 2>/dev/null | wc -l)" \
   "waited for room first (their first ticks fill the database until the pools give back)"
 healthy() {
@@ -111,7 +111,7 @@ db "INSERT INTO pipeline (id, namespace, application, environment, status)
   FROM seq_1_to_$PIPELINES"
 succeeded() { sql "SELECT COUNT(*) FROM pipeline WHERE id LIKE 'fl%' AND status = 'SUCCEEDED'" 2>/dev/null; }
 export -f succeeded
-wait_for 120 "all $PIPELINES pipelines SUCCEEDED" bash -c "[[ \$(succeeded) == $PIPELINES ]]"
+wait_for 240 "all $PIPELINES pipelines SUCCEEDED" bash -c "[[ \$(succeeded) == $PIPELINES ]]"
 echo "# $(succeeded) SUCCEEDED"
 not_once() { # ACTION: pipelines with that sim_call other than exactly once
   db "SELECT COUNT(*) FROM pipeline p WHERE p.id LIKE 'fl%' AND

@@ -446,6 +446,55 @@ static void calls_wait_for_the_open_connection_while_the_database_is_busy(void *
     testdb_drop_limited_user(BUSY_WAIT_USER);
 }
 
+#define BUSY_OWN_USER "oops_busy_own"
+
+/* SELECT whether the call runs on f->s.work. */
+static db_stmt *on_work(fixture *f)
+{
+    db_stmt *st = stmt(f, "SELECT CONNECTION_ID() = ? AS same");
+    st->p = realloc(st->p, sizeof *st->p);
+    assert_non_null(st->p);
+    st->n = 1;
+    st->p[0] = db_int((long long)db_connection_id(f->s.work));
+    return st;
+}
+
+static void a_refused_pool_sends_its_calls_to_the_servers_own_connection(void **state)
+{
+    (void)state;
+    db_config cfg;
+    testdb_limited_user(&cfg, BUSY_OWN_USER, 1);
+    db_conn *other = take_one(&cfg); /* the account's only session: the pool can open none */
+    fixture *f = setup(2, &cfg);
+    f->s.work = testdb_open(); /* the server's own connection, open since its start */
+    f->s.work_lane = db_pool_new_lane();
+    /* More at once than wait for `work` on their own: the rest try the pool,
+     * are refused (1226) with none of it open, and wait for `work` too,
+     * instead of failing. */
+    enum { N = DB_CALLS_OWN_QUEUE_MAX + 4 };
+    db_stmt *v[N];
+    for (int i = 0; i < N; i++) {
+        v[i] = on_work(f);
+        db_calls_submit(&f->s, &v[i]->call, true);
+    }
+    run_until(f, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(v[i]->call.conn_rc, 0);
+        assert_int_equal(v[i]->call.rc, 0);
+        assert_string_equal(db_get(v[i]->r, 0, 0), "1");
+        db_stmt_free(v[i]);
+    }
+    assert_true(db_pool_refusals(f->s.pool) >= 1);
+    assert_int_equal(db_pool_open(f->s.pool), 0);
+    db_pool_free(f->s.work_lane);
+    f->s.work_lane = NULL;
+    db_close(f->s.work);
+    db_close(other);
+    teardown(f, false);
+    db_config_free(&cfg);
+    testdb_drop_limited_user(BUSY_OWN_USER);
+}
+
 static void with_no_connection_open_a_busy_database_fails_calls_saying_so(void **state)
 {
     (void)state;
@@ -479,6 +528,55 @@ static void with_no_connection_open_a_busy_database_fails_calls_saying_so(void *
 }
 
 static void nothing(db_call *call) { (void)call; }
+
+/* Submit n calls of sql at once on WORK and run them to their end: the pool
+ * connections opened meanwhile. */
+static size_t opened_by(fixture *f, int n, const char *sql)
+{
+    db_stmt *v[16];
+    int before = f->finished;
+    for (int i = 0; i < n; i++) {
+        v[i] = stmt(f, sql);
+        db_calls_submit(&f->s, &v[i]->call, true);
+    }
+    run_until(f, before + n);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(v[i]->call.rc, 0);
+        db_stmt_free(v[i]);
+    }
+    return db_pool_open(f->s.pool);
+}
+
+static void an_idle_servers_calls_at_one_moment_share_its_own_connection(void **state)
+{
+    (void)state;
+    fixture *f = setup(4, NULL);
+    f->s.work = testdb_open();
+    f->s.work_lane = db_pool_new_lane();
+    /* An idle tick's calls, all at once (scans, stats, orphan checks): they
+     * wait their turn on `work`, and no pool connection opens. */
+    assert_int_equal(opened_by(f, DB_CALLS_OWN_QUEUE_MAX, "SELECT SLEEP(0.005)"), 0);
+    /* More than that at once is load: the pool grows. */
+    assert_true(opened_by(f, DB_CALLS_OWN_QUEUE_MAX + 4, "SELECT SLEEP(0.02)") >= 1);
+    db_pool_trim(f->s.pool, 0);
+    assert_int_equal(db_pool_open(f->s.pool), 0);
+    /* While `work` waits on purpose (parked: the watcher's GET_LOCK), a call
+     * takes a pool connection instead of queueing behind the wait. */
+    db_stmt *park = stmt(f, "SELECT SLEEP(0.3)");
+    park->call.lane = DB_CALL_OWN;
+    park->call.parks = true;
+    int before = f->finished;
+    db_calls_submit(&f->s, &park->call, true);
+    assert_int_equal(opened_by(f, 1, "SELECT 1"), 1);
+    assert_int_equal(f->finished, before + 1); /* the short call did not wait for the park */
+    run_until(f, before + 2);
+    assert_int_equal(park->call.rc, 0);
+    db_stmt_free(park);
+    db_pool_free(f->s.work_lane);
+    f->s.work_lane = NULL;
+    db_close(f->s.work);
+    teardown(f, true);
+}
 
 static void a_call_can_finish_before_its_caller_waits(void **state)
 {
@@ -622,9 +720,11 @@ int main(void)
         cmocka_unit_test(kinds_are_not_slots_forty_shapes_each_batch),
         cmocka_unit_test(a_connection_that_cannot_open_fails_every_waiting_call),
         cmocka_unit_test(a_call_can_finish_before_its_caller_waits),
+        cmocka_unit_test(an_idle_servers_calls_at_one_moment_share_its_own_connection),
         cmocka_unit_test(a_transaction_keeps_its_connection_for_its_owner),
         cmocka_unit_test(calls_wait_for_the_open_connection_while_the_database_is_busy),
         cmocka_unit_test(with_no_connection_open_a_busy_database_fails_calls_saying_so),
+        cmocka_unit_test(a_refused_pool_sends_its_calls_to_the_servers_own_connection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
