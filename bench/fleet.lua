@@ -654,7 +654,9 @@ local ran, err = pcall(oops.wait, function()
   result.idle_again.servers = #alive()
   -- With every server stopped, so that nothing else moves Memory_used.
   stop_all()
-  result.database_memory.per_lock = per_lock(20000) -- more is slow: a session's GET_LOCK costs more the more it holds (here 2,000 in 0.03 s, 8,000 in 0.4 s)
+  -- 20,000, not more: a session's GET_LOCK costs more the more locks it
+  -- holds (here 2,000 in 0.03 s, 8,000 in 0.4 s).
+  result.database_memory.per_lock = per_lock(20000)
 end)
 pcall(oops.wait, function()
   stop_all()

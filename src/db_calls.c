@@ -340,7 +340,8 @@ static void runner_done(void *arg)
     db_call *first = r->m[0];
     bool again = first->conn_rc && !r->own && !r->held &&
                  db_pool_refused(s->pool, first->conn_rc, first->conn_err);
-    bool to_work = first->conn_rc && !r->own && !again && work_takes_refused(s, first->conn_rc, false);
+    bool to_work =
+        first->conn_rc && !r->own && !again && work_takes_refused(s, first->conn_rc, false);
     if (again || to_work) {
         for (size_t i = 0; i < r->n; i++) { /* as if they had not run: they have not */
             r->m[i]->rc = r->m[i]->conn_rc = 0;

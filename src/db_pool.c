@@ -286,8 +286,7 @@ int db_pool_busy_news(db_pool *p, char *msg, size_t n)
     const char *what = p->busy_code != DB_ER_CON_COUNT ? "too many connections for this account"
                                                        : "too many connections";
     snprintf(msg, n, "database busy: %s; the pool stays at %zu%s (backoff %.1f s)", what,
-             p->busy_open,
-             p->busy_open ? "" : ", calls wait for the server's own connection",
+             p->busy_open, p->busy_open ? "" : ", calls wait for the server's own connection",
              (double)p->busy_hold_ms / 1000.0);
     return DB_POOL_BUSY_BEGAN;
 }

@@ -24,7 +24,8 @@ local running = false
 -- a schedule has a seconds field; the alert scan at the start of every minute;
 -- the notifier every second (its retries are scheduled in the outbox); the
 -- gauges of shared state (stats) every 15 s; retention (deleting expired
--- history, one leader) every minute, every ten after a tick that found nothing. All on the database's clock, so that the
+-- history, one leader) every minute, every ten after a tick that found
+-- nothing. All on the database's clock, so that the
 -- server's own connection is free for them when the watcher's wait ends
 -- (lua/oops/watch.lua): an idle server needs no second work connection.
 local leader = require("oops.leader")
@@ -107,6 +108,10 @@ function M.pause(def, pol, _t0, _now, db_ms)
   return ms
 end
 
+-- Scans inside a tick now: the watcher parks the server's own connection
+-- only once they are done (their calls need it), or a while after its answer.
+local ticking = 0
+
 -- Sleep ms, or less when the watcher wakes this scan (something to do for it).
 -- false once the daemon stops.
 local function nap(name, ms)
@@ -134,7 +139,9 @@ local function loop(def)
     local cur = current
     local t0 = oops.now_ms()
     if oops.locks.is_up() then
+      ticking = ticking + 1
       local ok, err = xpcall(scan.run, debug.traceback, cur.policy, cur.gateway)
+      ticking = ticking - 1
       oops.metrics.inc("oops_scan_runs_total", labels(name))
       M.observe_duration(name, (oops.now_ms() - t0) / 1000)
       if not ok then
@@ -152,7 +159,7 @@ function M.start()
     oops.task("scan " .. def.mod:match("[^.]+$"), loop, def)
   end
   -- The idle server's one statement a tick, and takeovers: until M.stop.
-  oops.task("watch", watch.run, M.policy, function() return running end)
+  oops.task("watch", watch.run, M.policy, function() return running end, function() return ticking end)
   web.start(M.policy) -- the fleet page's refresher: idle until the page is asked for
 end
 

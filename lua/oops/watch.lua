@@ -27,6 +27,7 @@ local M = {}
 
 M.REST_MS = 100       -- the own connection rests this long before it is parked
 M.EARLY_MS = 3        -- a wait ends this long before the scans' tick
+M.SCANS_WAIT_MS = 1000 -- no park while scans tick, for up to this long after an answer
 M.ORPHANS_EVERY_MS = 60000 -- builds left running by a dead driver: looked for this often (and at a takeover)
 M.TAKEOVER_MS = 2000  -- after a takeover, the scans take every free pipeline (not a fair share) this long
 
@@ -180,9 +181,14 @@ local function until_tick(interval)
 end
 
 -- One round: rest, wait (or sleep), read, act. false when stopping.
-local function round(pol, me, target, failures)
+-- ticking(): scans inside a tick (their calls want the own connection: it
+-- is parked only once they are done, or SCANS_WAIT_MS after the answer).
+local function round(pol, me, target, failures, ticking)
   local idle = oops.db.own_idle_ms()
   if idle < M.REST_MS then return sleep(M.REST_MS - idle), target end
+  if target and ticking() > 0 and answer and oops.now_ms() - answer.at < M.SCANS_WAIT_MS then
+    return sleep(M.REST_MS // 4), target
+  end
   local wait_ms = until_tick(pol.scan.interval_ms)
   -- While the database refuses new connections, the own connection is the
   -- one the pool's calls wait for: no wait on it then (takeover at the tick).
@@ -207,14 +213,15 @@ local function round(pol, me, target, failures)
 end
 
 -- The watcher's task: while going() (the engine runs) and the daemon does not stop.
-function M.run(policy_of, going)
+function M.run(policy_of, going, ticking)
+  ticking = ticking or function() return 0 end
   local me = oops.server_name()
   local target, failures = nil, { n = 0 }
   oops.metrics.inc("oops_takeovers_total", nil, 0)
   while going() and not oops.stopping() do
     local pol = policy_of()
     local more
-    more, target = round(pol, me, target, failures)
+    more, target = round(pol, me, target, failures, ticking)
     if more == false then break end
   end
 end

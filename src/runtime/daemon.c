@@ -35,8 +35,8 @@
 #define NAME_LOCK_RETRY_MS 500
 #define START_BUSY_FIRST_MS 500 /* a busy database at start: backoff from this... */
 #define START_BUSY_MAX_MS 5000  /* ...doubling up to this, ±25 % */
-#define HEARTBEAT_MS 30000     /* the row also changes at once when health or policy does */
-#define WORK_WAIT_TIMEOUT_S 60 /* > HEARTBEAT_MS, which keeps the work connection busy */
+#define HEARTBEAT_MS 30000      /* the row also changes at once when health or policy does */
+#define WORK_WAIT_TIMEOUT_S 60  /* > HEARTBEAT_MS, which keeps the work connection busy */
 #define WORK_ROW_LOCK_WAIT_S 5
 
 typedef struct server_state {

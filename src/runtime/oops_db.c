@@ -833,20 +833,11 @@ static int l_events(lua_State *L)
 void oops_open_db(lua_State *L)
 {
     static const luaL_Reg db[] = {
-        {"exec", l_exec},
-        {"insert", l_insert},
-        {"lookup", l_lookup},
-        {"own", l_own},
-        {"park", l_park},
-        {"own_idle_ms", l_own_idle_ms},
-        {"busy", l_busy},
-        {"begin", l_begin},
-        {"commit", l_commit},
-        {"rollback", l_rollback},
-        {"now", l_now},
-        {"statements", l_statements},
-        {"pool", l_pool},
-        {NULL, NULL},
+        {"exec", l_exec},         {"insert", l_insert}, {"lookup", l_lookup},
+        {"own", l_own},           {"park", l_park},     {"own_idle_ms", l_own_idle_ms},
+        {"busy", l_busy},         {"begin", l_begin},   {"commit", l_commit},
+        {"rollback", l_rollback}, {"now", l_now},       {"statements", l_statements},
+        {"pool", l_pool},         {NULL, NULL},
     };
     static const luaL_Reg store[] = {
         {"create", l_create}, {"transition", l_transition}, {"get", l_get},
