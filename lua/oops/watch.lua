@@ -77,7 +77,9 @@ function M.statement(me, target, wait_s)
   end
   add("EXISTS (SELECT 1 FROM outbox WHERE delivered_at IS NULL AND next_attempt_at <= NOW(6)) AS outbox_due")
   for _, scan in ipairs(LEADERS) do add("IS_USED_LOCK(?) AS leader_" .. scan, NAMES.leaders[scan]) end
-  local live = "IS_USED_LOCK(CONCAT(?, name)) IS NOT NULL ORDER BY name LIMIT 1"
+  -- Live: its name lock held by a session other than this one (a name lock
+  -- this statement just won is a gone server's: not next).
+  local live = "IS_USED_LOCK(CONCAT(?, name)) <> CONNECTION_ID() ORDER BY name LIMIT 1"
   add("(SELECT name FROM server WHERE name > ? AND " .. live .. ") AS after_me", me, SERVER)
   add("(SELECT name FROM server WHERE name < ? AND " .. live .. ") AS first_live", me, SERVER)
   return "SELECT " .. table.concat(cols, ", "), params

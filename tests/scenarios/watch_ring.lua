@@ -68,6 +68,7 @@ end
 local v = busiest(up)
 taken_within(v, function() v:kill("KILL") end, "SIGKILLed")
 drop(v)
+local gone = { v } -- servers gone for good: each taken over once, then left out of the ring
 
 -- A server joins while the ring runs: it watches and is watched.
 local joined = servers { names = { "s5" }, policy = SLOW }[1]
@@ -101,6 +102,23 @@ frozen:thaw()
 v = busiest(up)
 taken_within(v, function() v:stop() end, "stopped")
 drop(v)
+gone[#gone + 1] = v
+
+-- The heir that won a gone server's name lock takes over once and watches
+-- the next live server from then on: it must not win the same free name
+-- lock again at every round (a takeover storm: every free pipeline taken
+-- anew, a statement storm and pool connections, tens of times a second).
+sleep(3)
+for _, g in ipairs(gone) do
+  local n = 0
+  for _, s in ipairs(all) do
+    for _ in (s:log() or ""):gmatch("taking over: " .. g.name .. " is gone") do n = n + 1 end
+  end
+  if joined then
+    for _ in (joined:log() or ""):gmatch("taking over: " .. g.name .. " is gone") do n = n + 1 end
+  end
+  expect(n == 1, g.name .. " (gone for good) was taken over once", n .. " takeovers logged")
+end
 
 -- Then finish everything fast: every build completes, every pipeline succeeds.
 for _, s in ipairs(up) do if s:alive() then s:reload(FAST) end end
