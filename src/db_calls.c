@@ -112,8 +112,8 @@ static bool work_is_better(const db_calls *s)
     size_t waiting = db_pool_waiting(s->work_lane);
     if (!db_pool_lent(s->work_lane))
         return waiting == 0;
-    if (s->work_parked)
-        return false;
+    if (s->work_parked && uv_now(s->loop) + DB_CALLS_PARK_ENDING_MS < s->work_park_ends_ms)
+        return false; /* a long wait still ahead */
     return waiting == 0 || (db_pool_open(s->pool) == 0 && waiting < DB_CALLS_OWN_QUEUE_MAX);
 }
 
@@ -257,8 +257,10 @@ static void alone_got(db_conn *conn, void *ud)
         call->borrowed = true;
     } else if (call->lane == DB_CALL_OWN) {
         call->conn = call->calls->work;
-        if (call->parks)
+        if (call->parks) {
             call->calls->work_parked = true;
+            call->calls->work_park_ends_ms = uv_now(call->calls->loop) + call->park_ms;
+        }
     }
     in_fiber(call->calls, alone_body, alone_done, call);
 }

@@ -25,7 +25,7 @@
  * connection open at all, up to DB_CALLS_OWN_QUEUE_MAX do (the calls an idle
  * tick makes at one moment), and only more open a pool connection. A parked
  * call (oops.db.park: a long wait on purpose) sends every WORK call to the
- * pool. A BEGIN always takes a pool connection (it keeps it until its END).
+ * pool, except in its last DB_CALLS_PARK_ENDING_MS (or once late). A BEGIN always takes a pool connection (it keeps it until its END).
  *
  * A borrowed connection the database refuses to open because it is busy
  * (too many connections: db_pool.h) does not fail the calls while another
@@ -54,6 +54,11 @@
 /* With no pool connection open, how many WORK calls may wait for `work`
  * (in use by a short call) before one opens a pool connection. */
 #define DB_CALLS_OWN_QUEUE_MAX 8
+
+/* A parked call due to end within this (or late: a loaded database answers
+ * a timed-out wait late) is waited for like a short one: the calls a scan
+ * tick makes just after the watcher's wait ends need no pool connection. */
+#define DB_CALLS_PARK_ENDING_MS 50
 
 /* The most calls one batch makes (a kind's limit is at most this). */
 #define DB_BATCH_MAX 64
@@ -92,7 +97,8 @@ struct db_call {
     void (*done)(db_call *call); /* on the loop when it is over; may free the call */
     void *ud;                    /* the caller's */
     bool parks;                  /* DB_CALL_OWN: it waits long on purpose (the watcher's
-                                    GET_LOCK): other calls do not queue behind it */
+                                    GET_LOCK): other calls do not queue behind it... */
+    uint64_t park_ms;            /* ...unless it is due to end (it waits at most this) */
     /* set by db_calls */
     db_calls *calls;
     db_conn *conn;    /* DB_CALL_WORK: the connection it runs on, open */
@@ -123,6 +129,7 @@ struct db_calls {
     /* private */
     uint64_t work_lane_free_ms; /* uv_now when `work_lane` was last given back */
     bool work_parked;           /* `work` is lent to a call that parks */
+    uint64_t work_park_ends_ms; /* uv_now when that wait ends at the latest */
     db_queue *queues;
     struct {
         const void *owner;

@@ -231,15 +231,16 @@ function oops.db.lookup(sql, key) end
 ---@return oops.ErrorName? name
 function oops.db.own(sql, ...) end
 
---- As oops.db.own, for a statement that waits long on purpose (the watcher's
---- GET_LOCK): meanwhile other calls take a pool connection rather than queue
---- behind it.
+--- As oops.db.own, for a statement that waits up to ms on purpose (the
+--- watcher's GET_LOCK): meanwhile other calls take a pool connection rather
+--- than queue behind it, except in its last 50 ms or once it is late.
+---@param ms integer the longest the statement waits
 ---@param sql string
 ---@param ... nil|boolean|number|string
 ---@return (table<string, any>[])|nil rows
 ---@return string? msg
 ---@return oops.ErrorName? name
-function oops.db.park(sql, ...) end
+function oops.db.park(ms, sql, ...) end
 
 --- Milliseconds since the server's own connection (oops.db.own) was last
 --- given back; 0 while it is in use, and outside the daemon.

@@ -197,7 +197,12 @@ local function round(pol, me, target, failures, ticking)
   local waits = target and not oops.db.busy()
   if not waits and not sleep(wait_ms) then return false end
   local sql, params = M.statement(me, waits and target or nil, waits and wait_ms / 1000 or nil)
-  local rows, err = (waits and oops.db.park or oops.db.own)(sql, table.unpack(params))
+  local rows, err
+  if waits then
+    rows, err = oops.db.park(math.floor(wait_ms), sql, table.unpack(params))
+  else
+    rows, err = oops.db.own(sql, table.unpack(params))
+  end
   if not rows then
     failures.n = failures.n + 1
     if failures.n == 1 or failures.n % 60 == 0 then

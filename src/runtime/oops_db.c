@@ -176,24 +176,31 @@ static int l_exec(lua_State *L)
  * (calls.work, one statement at a time through its lane) rather than the
  * pool: the watcher parks it in a GET_LOCK wait between ticks, so an idle
  * server needs no other work connection (issue 24). */
-static int own_call(lua_State *L, bool parks)
+/* sql at index first, its parameters after it. */
+static int own_call(lua_State *L, int first, bool parks, uint64_t park_ms)
 {
-    const char *sql = luaL_checkstring(L, 1);
-    int n = lua_gettop(L) - 1;
-    check_params(L, 2, n);
+    const char *sql = luaL_checkstring(L, first);
+    int n = lua_gettop(L) - first;
+    check_params(L, first + 1, n);
     db_stmt *st = db_stmt_new(sql, (size_t)n, true);
     st->call.lane = DB_CALL_OWN;
     st->call.parks = parks;
-    take_params(L, st, 2);
+    st->call.park_ms = park_ms;
+    take_params(L, st, first + 1);
     return dbcall(L, &st->call, push_rows, stmt_free);
 }
 
-static int l_own(lua_State *L) { return own_call(L, false); }
+static int l_own(lua_State *L) { return own_call(L, 1, false, 0); }
 
-/* oops.db.park(sql, ...): as oops.db.own, for a statement that waits long on
- * purpose (the watcher's GET_LOCK): other calls take a pool connection rather
- * than queue behind it. */
-static int l_park(lua_State *L) { return own_call(L, true); }
+/* oops.db.park(ms, sql, ...): as oops.db.own, for a statement that waits up
+ * to ms on purpose (the watcher's GET_LOCK): other calls take a pool
+ * connection rather than queue behind it, except near its end (db_calls.h). */
+static int l_park(lua_State *L)
+{
+    lua_Integer ms = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, ms >= 0, 1, "must be >= 0");
+    return own_call(L, 2, true, (uint64_t)ms);
+}
 
 /* oops.db.own_idle_ms() -> ms since the server's own connection was last
  * given back (0 while in use, or with no pool): the watcher parks it only
