@@ -108,7 +108,14 @@ ctl_ok "oopsctl list" list
 ctl_ok "oopsctl list --status --limit" list --status succeeded,error --limit 5
 ctl_ok "oopsctl locks" locks
 rb=$(rctl rollback --app t/web --env prod 2>/dev/null); is "$?" 0 "oopsctl rollback"
-ctl_ok "oopsctl stop" stop "$rb"
+wait_for 40 "... the rollback is deployed" \
+  bash -c "[[ \$('$ctl' --db '$run_db' --json show '$rb') == *'\"status\":\"SUCCEEDED\"'* ]]"
+# A stop of a pipeline that stays where a stop is allowed (a manual one
+# waiting for its release): a deploy moving on could not race it.
+held=$(rctl create --app t/web --env prod --manual --artifact registry/t/web:4 2>/dev/null)
+wait_for 30 "a manual pipeline waits at BUILD_SUCCEEDED" \
+  bash -c "[[ \$('$ctl' --db '$run_db' --json show '$held') == *'\"status\":\"BUILD_SUCCEEDED\"'* ]]"
+ctl_ok "oopsctl stop" stop "$held"
 # Newer commands and flags, when this build has them (the log shows what ran).
 rctl list --app t/web --env prod --since 1h --limit 10 >/dev/null 2>&1
 rctl list --all >/dev/null 2>&1
