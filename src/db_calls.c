@@ -400,11 +400,14 @@ static void runner_got(db_conn *conn, void *ud)
         call->conn = conn;
         r->m[r->n++] = call;
     }
+    /* Counted before the next runner starts: it may be lent a connection at
+     * once and end at once (a busy pool's refusal), and must not find the
+     * queue idle and free it under this one. */
+    q->running++;
     if (!q->first)
         q->last = NULL;
     else
         runner_start(r->s, q); /* more than one batch's worth: the next one waits */
-    q->running++;
     in_fiber(r->s, runner_body, runner_done, r);
 }
 
