@@ -969,17 +969,23 @@ static void describe_metrics(metrics *m)
  * every few seconds costs the database nothing, and a fleet started at once
  * fills it only until the first pools give back what their first tick
  * opened. */
+/* One wait of that backoff: said at the first (delay_ms ==
+ * START_BUSY_FIRST_MS), slept with jitter; -> the next delay. */
+static unsigned busy_at_start(unsigned delay_ms, const char *err)
+{
+    if (delay_ms == START_BUSY_FIRST_MS)
+        log_msg(LOG_WARN, "database busy at start: %s; trying again with backoff", err);
+    usleep((useconds_t)db_jitter_ms(delay_ms) * 1000);
+    return delay_ms * 2 > START_BUSY_MAX_MS ? START_BUSY_MAX_MS : delay_ms * 2;
+}
+
 static db_conn *open_when_room(const db_config *cfg, char *err, size_t errlen)
 {
-    unsigned code = 0, delay_ms = START_BUSY_FIRST_MS;
-    for (bool said = false;; said = true) {
+    unsigned code = 0;
+    for (unsigned delay_ms = START_BUSY_FIRST_MS;; delay_ms = busy_at_start(delay_ms, err)) {
         db_conn *c = db_open_code(cfg, err, errlen, &code);
         if (c || !db_errno_is_busy(code))
             return c;
-        if (!said)
-            log_msg(LOG_WARN, "database busy at start: %s; trying again with backoff", err);
-        usleep((useconds_t)db_jitter_ms(delay_ms) * 1000);
-        delay_ms = delay_ms * 2 > START_BUSY_MAX_MS ? START_BUSY_MAX_MS : delay_ms * 2;
     }
 }
 
@@ -1014,10 +1020,7 @@ static int connect_all(server_state *d)
     d->ctx.locks = lock_registry_new(&d->ctx.dbcfg, NULL);
     rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
     for (unsigned delay_ms = START_BUSY_FIRST_MS; rc != 0 && lock_registry_busy(d->ctx.locks);) {
-        if (delay_ms == START_BUSY_FIRST_MS) /* busy, not broken: as open_when_room */
-            log_msg(LOG_WARN, "database busy at start: %s; trying again with backoff", err);
-        usleep((useconds_t)db_jitter_ms(delay_ms) * 1000);
-        delay_ms = delay_ms * 2 > START_BUSY_MAX_MS ? START_BUSY_MAX_MS : delay_ms * 2;
+        delay_ms = busy_at_start(delay_ms, err); /* busy, not broken: as open_when_room */
         rc = lock_registry_connect(d->ctx.locks, err, sizeof err);
     }
     if (rc != 0) {
