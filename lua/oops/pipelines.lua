@@ -307,4 +307,31 @@ function M.transition(p, from, to, message, scan)
   return won
 end
 
+-- A transition that must follow an act already done (the artifact applied):
+-- left undone by a passing database error, nothing would ever make it (a
+-- DEPLOYING pipeline waits for the deploy timeout). So a database error is
+-- tried again, RETRIES times over about two seconds, while the lock is ours;
+-- a retry that finds the status already `to` means the first try committed
+-- and only its answer was lost. Returns like M.transition.
+M.RETRIES, M.RETRY_FIRST_MS = 3, 250
+function M.transition_after(p, from, to, message, scan)
+  local won, err, code = M.transition(p, from, to, message, scan)
+  local wait = M.RETRY_FIRST_MS
+  for _ = 1, M.RETRIES do
+    if won ~= nil or code == "exists" then break end
+    oops.sleep(wait)
+    wait = wait * 2
+    won, err, code = M.transition(p, from, to, message, scan)
+    if won == false and M.held(p) then
+      local now = oops.store.get(p.id)
+      if now and now.status == to then
+        p.status = to
+        log.info(from .. " -> " .. to .. ": made by the try whose answer was lost", { scan = scan, pipeline = p.id })
+        return true
+      end
+    end
+  end
+  return won, err, code
+end
+
 return M

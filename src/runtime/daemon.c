@@ -514,6 +514,22 @@ static void tick_work(void *arg)
         take_name_lock(d);
 }
 
+/*
+ * The lock session was lost: the database may have restarted, and then every
+ * session opened before is dead too, though nothing says so until it is used.
+ * The idle ones are closed now (each opens again at its next use), so that no
+ * step of a pipeline meets a dead connection (a deploy's DEPLOYING ->
+ * ROLLING_OUT claim failing there strands the pipeline until the deploy
+ * timeout). A connection in use finds out by itself. After a cut or a
+ * freeze, when the database did not restart, this costs a reconnect or two.
+ */
+static void forget_idle_sessions(server_state *d)
+{
+    db_pool_trim(d->ctx.calls.pool, 0);
+    if (d->ctx.calls.work_lane && !db_pool_lent(d->ctx.calls.work_lane))
+        db_conn_disconnect(d->ctx.calls.work);
+}
+
 /* Back on the loop: act on what the tick found. */
 static void tick_done(void *arg)
 {
@@ -532,6 +548,7 @@ static void tick_done(void *arg)
                 "lock session lost: every lock is gone; driving nothing until reconnected");
         notify("STATUS=lock session lost: driving nothing until reconnected");
         metrics_add(d->ctx.metrics, "oops_lock_session_losses_total", "", 1);
+        forget_idle_sessions(d);
     }
     if (ev & LOCK_EV_BUSY)
         log_msg(LOG_WARN, "%s", d->tick_err);

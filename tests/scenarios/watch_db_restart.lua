@@ -14,7 +14,7 @@ local WITHIN = 4
 local all = servers { count = 3, policy = SLOW }
 local ps = {}
 for i = 1, 9 do ps[i] = create { app = "ringdb/r" .. i, env = "prod" } end
-for _, p in ipairs(ps) do expect(p:wait("RUNNING", 40), p.app .. " builds") end
+for _, p in ipairs(ps) do expect(p:wait("RUNNING", 120), p.app .. " builds") end
 
 restart_database { down = 2 }
 wait_until("every pipeline is held again after the restart", function()

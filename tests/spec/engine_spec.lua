@@ -263,6 +263,32 @@ describe("fail closed (needs OOPS_TEST_DB)", function()
     for _, e in ipairs(assert(oops.store.events(p.id))) do path[#path + 1] = e.to end
     assert.are.same({ "INITIALIZED", "RUNNING", "DEPLOYING", "STOPPED" }, path)
   end)
+
+  it("after the deploy, a connection lost just then does not strand the pipeline DEPLOYING", function()
+    local p = new_pipeline("RUNNING")
+    assert.is_true(oops.locks.acquire(P.lock_name(p.id)))
+    -- The session the next claim will use, killed from another process during
+    -- the deploy (as a database restart would): that claim fails "gone", and
+    -- only trying it again moves the pipeline on.
+    local me = assert(oops.db.exec("SELECT CONNECTION_ID() AS c"))[1].c
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+      local oops = require("oops")
+      assert(oops.connect { db = os.getenv("OOPS_TEST_DB"), name = "spec-killer", locks = false })
+      assert(oops.db.exec("KILL CONNECTION ?", %d))
+    ]]):format(me))
+    f:close()
+    local gw = recorder { deploy = function()
+      local r = oops.proc.run { argv = { "/proc/self/exe", "lua", script }, inherit_env = true, timeout_ms = 60000 }
+      assert(r.status == 0, r.stderr)
+      return true
+    end }
+    oops.wait(function() require("oops.scans.build").deploy(p, "RUNNING", gw) end)
+    os.remove(script)
+    assert.are.equal("ROLLING_OUT", status_of(p.id))
+    oops.locks.release(P.lock_name(p.id))
+  end)
 end)
 
 describe("scan tick durations", function()

@@ -28,11 +28,13 @@ function M.deploy(p, from, gw)
   end
   if not won then return end
   local ok, derr, dcode = gw.deploy(p)
+  -- After the deploy, the next claim is tried again past a database error.
   if not ok then
-    t(p, "DEPLOYING", "ERROR", (dcode == "invalid" and msg.refused or msg.deploy_failed) .. tostring(derr))
+    P.transition_after(p, "DEPLOYING", "ERROR",
+      (dcode == "invalid" and msg.refused or msg.deploy_failed) .. tostring(derr), SCAN)
     return
   end
-  t(p, "DEPLOYING", "ROLLING_OUT", msg.rolling_out)
+  P.transition_after(p, "DEPLOYING", "ROLLING_OUT", msg.rolling_out, SCAN)
 end
 
 local function initialized(p, gw)

@@ -564,9 +564,34 @@ M.checks = checks
 -- Checked at the end of every scenario while its servers still run, given
 -- up to settle(seconds) (default 30) to come true; then the report: faults,
 -- pipelines, takeovers and their latency, violations.
+-- A failed check's pipelines, as the servers' logs tell them: the last
+-- lines of each log naming each pipeline its diagnosis names (CI prints only
+-- the first lines of a failed run, so these come right after the check).
+local function log_lines_of(diag)
+  local out, seen = {}, {}
+  for id in tostring(diag or ""):gmatch("%f[%w]([%l%d]%w%w%w%w%w%w%w%w%w%w%w)%f[%W]") do
+    if not seen[id] and #out < 24 then
+      seen[id] = true
+      for _, s in ipairs(run.order) do
+        local mine = {}
+        for line in s:log():gmatch("[^\n]+") do
+          if line:find(id, 1, true) then mine[#mine + 1] = line end
+        end
+        for i = math.max(1, #mine - 3), #mine do out[#out + 1] = s.name .. ": " .. mine[i] end
+      end
+    end
+  end
+  return out
+end
+
 local function finish()
   local results, lines = checks(run.settle or 30)
-  for _, c in ipairs(results) do ok(c.ok, "end: " .. c.desc, c.diag) end
+  for _, c in ipairs(results) do
+    if not ok(c.ok, "end: " .. c.desc, c.diag) then
+      local about = log_lines_of(c.diag)
+      if #about > 0 then note("what the servers logged of them:\n" .. table.concat(about, "\n")) end
+    end
+  end
   note(table.concat(lines, "\n"))
 end
 M.finish = finish
