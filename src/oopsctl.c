@@ -134,6 +134,11 @@ static void usage(FILE *f)
         "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
         "  deploy ID                            request the deploy of a manual pipeline\n"
         "  locks                                which server holds which lock\n"
+        "  chaos --seed N --duration D [--servers K] [--policies DIR] [--keep DIR]\n"
+        "                                       a seeded random fault campaign on a throwaway\n"
+        "                                       MariaDB and K servers (default 4), checked from "
+        "the\n"
+        "                                       database; exit 0 only without violations\n"
         "  scenario FILE                        run a scenario (servers, pipelines, checks; TAP);\n"
         "                                       without --db/$OOPS_DB on a throwaway MariaDB\n"
         "  logs ID [--step build|deploy|health] the commands a pipeline ran and their output\n"
@@ -1136,8 +1141,51 @@ static int cmd_locks(ctl *c, int argc, char **argv)
 }
 
 /*
- * scenario FILE: run a scenario (lua/oops/scenario/) with the oopsd next
- * to this binary. The URL travels in the environment, never in argv.
+ * Run one of the Lua tools (lua/oops/<tool>/cli.lua) with the oopsd next to
+ * this binary: exec, so its exit status is ours. url: OOPS_DB for it (the
+ * URL travels in the environment, never in argv), NULL for none.
+ */
+static int exec_lua_tool(const char *tool, const char *url, char **args, int nargs)
+{
+    char self[4096], dir[4096], oopsd[4200], script[4200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return fail(EXIT_INPUT, "%s: cannot find my own binary", tool);
+    self[n] = '\0';
+    snprintf(dir, sizeof dir, "%s", self);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(oopsd, sizeof oopsd, "%s/oopsd", dir);
+    char lua_dir[4096], why[4096]; /* the one oopsd next to us resolves too: both are installed
+                                      together */
+    if (runtime_lua_dir(lua_dir, sizeof lua_dir, why, sizeof why) != 0)
+        return fail(EXIT_INPUT, "%s: %s", tool, why);
+    snprintf(script, sizeof script, "%s/oops/%s/cli.lua", lua_dir, tool);
+    if (url && *url)
+        setenv("OOPS_DB", url, 1);
+    else
+        unsetenv("OOPS_DB");
+    setenv("OOPSD", oopsd, 1);
+    setenv("OOPSCTL", self, 1);
+    fflush(stdout);
+    char **argv = calloc((size_t)nargs + 4, sizeof *argv);
+    if (!argv)
+        return fail(EXIT_INPUT, "%s: out of memory", tool);
+    argv[0] = oopsd;
+    argv[1] = "lua";
+    argv[2] = script;
+    for (int i = 0; i < nargs; i++)
+        argv[3 + i] = args[i];
+    execv(oopsd, argv);
+    free(argv);
+    return fail(EXIT_INPUT, "%s: cannot run %s: %s", tool, oopsd, strerror(errno));
+}
+
+/*
+ * scenario FILE: run a scenario (lua/oops/scenario/). Without a URL the
+ * scenario starts a throwaway MariaDB of its own
+ * (lua/oops/scenario/mariadb.lua) and removes it at the end.
  */
 static int run_scenario(ctl *c, int argc, char **argv)
 {
@@ -1148,34 +1196,20 @@ static int run_scenario(ctl *c, int argc, char **argv)
         return rc;
     if (npos != 1)
         return fail(EXIT_INPUT, "scenario: expects one FILE");
-    /* Without a URL the scenario starts a throwaway MariaDB of its own
-     * (lua/oops/scenario/mariadb.lua) and removes it at the end. */
-    const char *url = c->db_url ? c->db_url : getenv("OOPS_DB");
-    char self[4096], dir[4096], oopsd[4200], script[4200];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return fail(EXIT_INPUT, "scenario: cannot find my own binary");
-    self[n] = '\0';
-    snprintf(dir, sizeof dir, "%s", self);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    snprintf(oopsd, sizeof oopsd, "%s/oopsd", dir);
-    char lua_dir[4096], why[4096]; /* the one oopsd next to us resolves too: both are installed
-                                      together */
-    if (runtime_lua_dir(lua_dir, sizeof lua_dir, why, sizeof why) != 0)
-        return fail(EXIT_INPUT, "scenario: %s", why);
-    snprintf(script, sizeof script, "%s/oops/scenario/cli.lua", lua_dir);
-    if (url && *url)
-        setenv("OOPS_DB", url, 1);
-    else
-        unsetenv("OOPS_DB");
-    setenv("OOPSD", oopsd, 1);
-    setenv("OOPSCTL", self, 1);
-    fflush(stdout);
-    char *args[] = {oopsd, "lua", script, (char *)pos[0], NULL};
-    execv(oopsd, args);
-    return fail(EXIT_INPUT, "scenario: cannot run %s: %s", oopsd, strerror(errno));
+    char *args[] = {(char *)pos[0]};
+    return exec_lua_tool("scenario", c->db_url ? c->db_url : getenv("OOPS_DB"), args, 1);
+}
+
+/*
+ * chaos --seed N --duration D [...]: a seeded fault campaign
+ * (lua/oops/chaos/), always on a throwaway MariaDB of its own; its flags are
+ * read there.
+ */
+static int run_chaos(ctl *c, int argc, char **argv)
+{
+    if (c->db_url)
+        return fail(EXIT_INPUT, "chaos: runs on a database of its own (no --db)");
+    return exec_lua_tool("chaos", NULL, argv + 1, argc - 1);
 }
 
 typedef struct command {
@@ -1187,7 +1221,7 @@ static const command commands[] = {
     {"migrate", cmd_migrate}, {"create", cmd_create},     {"rollback", cmd_rollback},
     {"list", cmd_list},       {"show", cmd_show},         {"stop", cmd_stop},
     {"deploy", cmd_deploy},   {"locks", cmd_locks},       {"logs", cmd_logs},
-    {"history", cmd_history}, {"scenario", run_scenario},
+    {"history", cmd_history}, {"scenario", run_scenario}, {"chaos", run_chaos},
 };
 
 /* Global flags before the command, the command, then its own words (where

@@ -22,7 +22,7 @@ static void usage(FILE *f)
 {
     fputs("usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] "
           "[--http-token-file FILE] [--http-host NAME]... [--run-as USER] [--drain MS] "
-          "[--db-connections N] "
+          "[--db-connections N] [--simulate URL] "
           "[--log-level L]\n"
           "       oopsd --check --policies DIR\n"
           "       oopsd lua SCRIPT [ARGS...]\n"
@@ -53,6 +53,9 @@ static void usage(FILE *f)
           "                  after 30 s unused, 1 to 64 (default 4; the lock session and the "
           "work\n"
           "                  connection are two more)\n"
+          "  --simulate URL  run the policies with the simulated gateway and alert probe, every\n"
+          "                  notification sent as a webhook to URL: nothing real is run or\n"
+          "                  told (oopsctl chaos starts its servers so)\n"
           "  --check         load and validate the policies, print ok or every error, exit 0 or 1\n"
           "Each flag may be given once (--http-host up to 16 times); --flag=value and --flag "
           "value\n"
@@ -72,6 +75,7 @@ enum {
     F_LOG_LEVEL,
     F_HTTP_TOKEN_FILE,
     F_RUN_AS,
+    F_SIMULATE,
     F_HELP,
     F_VERSION,
     F_HTTP_HOST, /* WEB_HOSTS_MAX entries from here: a repeatable flag (ctl_args.h) */
@@ -91,6 +95,7 @@ static void flag_table(ctl_flag f[F__COUNT])
         [F_LOG_LEVEL] = {"--log-level", true, false, NULL},
         [F_HTTP_TOKEN_FILE] = {"--http-token-file", true, false, NULL},
         [F_RUN_AS] = {"--run-as", true, false, NULL},
+        [F_SIMULATE] = {"--simulate", true, false, NULL},
         [F_HELP] = {"--help", false, false, NULL},
         [F_VERSION] = {"--version", false, false, NULL},
     };
@@ -168,6 +173,7 @@ int main(int argc, char **argv)
     o.listen = f[F_LISTEN].value;
     o.http_token_file = f[F_HTTP_TOKEN_FILE].value;
     o.run_as = f[F_RUN_AS].value;
+    o.simulate = f[F_SIMULATE].value;
     const char *http_hosts[WEB_HOSTS_MAX];
     o.http_hosts = http_hosts;
     for (int i = F_HTTP_HOST; i < F__COUNT && f[i].given; i++)

@@ -50,10 +50,17 @@ function M.policy() return current and current.policy end
 function M.gateway() return current and current.gateway end
 
 -- Load and validate every policy file in dir; when apply, make it the
--- running policy. true | false, {errors}.
-function M.load(dir, apply)
-  local p, errs = policy.load_dir(dir, { cron_parse = oops.cron.parse })
+-- running policy; simulate: oopsd --simulate's webhook URL (policy.lua).
+-- true | false, {errors}.
+local said_simulated = false
+function M.load(dir, apply, simulate)
+  local p, errs = policy.load_dir(dir, { cron_parse = oops.cron.parse, simulate = simulate })
   if not p then return false, errs end
+  if apply and p.simulated and not said_simulated then
+    said_simulated = true
+    log.warn("simulating (--simulate): the simulated gateway and alert probe, every notification " ..
+      "a webhook to " .. require("oops.url").show(simulate) .. "; nothing real is run")
+  end
   local ok, gw = pcall(gateway.new, p, current and current.gateway)
   if not ok then return false, { tostring(gw) } end
   if apply then

@@ -1111,6 +1111,23 @@ local function merge_notify(st)
   if named then n.routes = routes end
 end
 
+-- --simulate URL (oopsctl chaos): the policy as written (applications,
+-- timeouts, schedules, alert rules, hooks), but nothing real runs or hears
+-- of it: the simulated gateway (its timings kept when the policy has it),
+-- the simulated alert probe, and every notification a webhook to URL.
+local function simulate(st, webhook)
+  local p = st.policy
+  local checked, why = url(webhook)
+  if not checked then
+    st.errors[#st.errors + 1] = "--simulate " .. why
+    return
+  end
+  if p.gateway.kind ~= "simulated" then p.gateway = M.defaults().gateway end
+  p.alert.probe = { kind = "simulated", scrape_interval_ms = D.scrape_interval }
+  p.notify.routes = { { kind = "webhook", url = checked } }
+  p.simulated = true
+end
+
 -- FNV-1a 64 over each file's name and text: equal policies, equal hashes.
 local function version_hash(names, texts)
   local h = 0xcbf29ce484222325
@@ -1211,6 +1228,7 @@ local function load_paths(paths, opts)
   check_exec(st)
   check_deploy_timeouts(st)
   merge_notify(st)
+  if opts.simulate ~= nil then simulate(st, opts.simulate) end
   if #st.errors > 0 then return nil, bounded(st.errors) end
   st.policy.version_hash = version_hash(names, texts)
   return st.policy

@@ -115,8 +115,9 @@ static char *join_errors(lua_State *L)
 }
 
 /*
- * engine.load(dir, apply) -> true | false, {errors}. apply=false only
- * validates (--check); apply=true swaps the running policy when it loaded.
+ * engine.load(dir, apply, simulate) -> true | false, {errors}. apply=false
+ * only validates (--check); apply=true swaps the running policy when it
+ * loaded; simulate: --simulate's webhook URL, or nil.
  * Returns NULL on success, else the errors (caller frees).
  */
 static char *engine_load(server_state *d, const char *dir, bool apply)
@@ -126,8 +127,9 @@ static char *engine_load(server_state *d, const char *dir, bool apply)
         return strdup("the engine has no load function");
     lua_pushstring(L, dir);
     lua_pushboolean(L, apply);
+    lua_pushstring(L, d->o.simulate); /* nil without --simulate */
     char err[1024];
-    if (runtime_call(L, 2, 2, "loading the policies", err, sizeof err) != 0)
+    if (runtime_call(L, 3, 2, "loading the policies", err, sizeof err) != 0)
         return strdup(err);
     bool ok = lua_toboolean(L, -2);
     char *errs = ok ? (lua_pop(L, 1), NULL) : join_errors(L);

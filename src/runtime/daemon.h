@@ -15,6 +15,8 @@ typedef struct daemon_options {
     unsigned db_connections;     /* the work connections tasks share (0 = 4) */
     const char *http_token_file; /* NULL: no token; required when listen is not loopback */
     const char *run_as;          /* NULL: children run as oopsd; else every child as this user */
+    const char *simulate;        /* NULL; else the simulated gateway and probe, every
+                                    notification a webhook to this URL (oopsctl chaos) */
 
     /* --http-host: names the Host header may carry (web.h), n of them */
     const char *const *http_hosts;

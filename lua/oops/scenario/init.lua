@@ -10,6 +10,7 @@
 -- The scenario file is plain Lua with these functions in scope:
 --   servers { count = 3, policy = [[ ... ]] | policies = "dir" [, overrides = { ["f.lua"] = [[...]] }],
 --             names = {...}, netns = true,    each server runs a copy of its own
+--             args = { "--flag", ... },        more oopsd flags
 --             db = URL,                       (db: the account its servers connect as; default
 --                                             the scenario's own)
 --             env = {...} | envs = { {...}, ... } }  added to every server's / the i-th
@@ -76,7 +77,9 @@ local function ok(cond, desc, diag)
   return cond
 end
 
+local note_to -- M.set_note: where notes go instead of standard output
 local function note(text)
+  if note_to then return note_to(tostring(text)) end
   io.write("# " .. tostring(text):gsub("\n", "\n# ") .. "\n")
   io.flush()
 end
@@ -141,6 +144,7 @@ function Server:start()
   assert(not self:alive(), self.name .. " is already running")
   local started, log = launcher.start(self, { oopsd = run.oopsd, name = self.name,
     policies = self.policies, db = self.db_url or run.db, log_path = self.log_path, env = self.env,
+    args = self.args,
     wrap = self.ns and function(argv) return self.ns:argv(argv) end }) -- servers{netns = ...}
   if not started then
     error(("server %s did not start:\n%s"):format(self.name, log), 2)
@@ -246,6 +250,12 @@ end
 -- nil otherwise (the scenario then finds out through oops.scenario.netns.available).
 function M.database_options(path)
   if not scenario_needs(path, "network namespaces") then return nil end
+  return M.netns_options()
+end
+
+-- The same for a caller that wants namespaces whenever they can be made
+-- (oopsctl chaos): nil, why when they cannot.
+function M.netns_options()
   local N = require("oops.scenario.netns")
   if not N.available() then return nil end
   local hub, err = N.hub()
@@ -386,7 +396,7 @@ local function servers(opts)
     end
     -- env: a table for every server, or envs = { {...}, {...} } one per server
     -- (TZ, a faketime offset...): added to the server's environment.
-    local s = setmetatable({ name = name, policies = own, db_url = opts.db,
+    local s = setmetatable({ name = name, policies = own, db_url = opts.db, args = opts.args,
       env = (opts.envs and opts.envs[i]) or opts.env,
       log_path = run.dir .. "/" .. name .. ".log" }, Server)
     run.servers[name] = s
@@ -671,6 +681,14 @@ function M.begin(url, oopsd, oopsctl_bin, workdir, base)
 end
 
 M.cleanup = function() cleanup() end
+
+-- For oopsctl chaos (lua/oops/chaos/), which runs scenario functions
+-- without a scenario file: the database it owns (restart_database), the
+-- faults recorded so far, and the namespaces' hub address (nil without).
+function M.use_database(db) run.database = db end
+function M.set_note(fn) note_to = fn end
+function M.faults() return run.faults end
+function M.hub() return netns.hub end
 
 -- Run the scenario at path against database url; returns the exit code.
 -- database: the handle of the MariaDB the scenario owns (lua/oops/scenario/mariadb.lua),

@@ -10,6 +10,7 @@
 --     listen = "off",         -- default; "127.0.0.1:0" binds a free port
 --     wrap = function(argv) return argv end, -- optional: run it another way
 --                             -- (inside a network namespace: ns:argv)
+--     args = { "--simulate", URL }, -- optional: more flags
 --     env = { TZ = "Asia/Kolkata" }, -- optional: added to its environment
 --                             -- (OOPS_DB cannot be set this way)
 --   })
@@ -39,6 +40,7 @@ function M.start(s, o)
   local head = "" -- the output up to "started:" (its last 4 KiB), which a read may split
   local argv = { o.oopsd, "--name", o.name, "--policies", o.policies,
     "--listen", o.listen or "off", "--drain", "3000" }
+  for _, a in ipairs(o.args or {}) do argv[#argv + 1] = a end
   if o.wrap then argv = o.wrap(argv) end
   s.started, s.port, s.exit = false, nil, nil
   local env = {}

@@ -1,0 +1,343 @@
+-- The history checker of oopsctl chaos: what the campaign proves, from the
+-- database the servers wrote and the receiver's log only (never from what a
+-- server says of itself). M.load reads a history; M.check is pure (made-up
+-- histories test it: tests/spec/chaos_history_spec.lua).
+--
+-- A history:
+--   now        epoch seconds on the database's clock when it was read
+--   final      true after the nemesis and the workload stopped and things
+--              settled: the rules about reaching an end apply too
+--   events     { { id, pipeline, target, from, to, server, session, at } } by id
+--              (from nil: the pipeline's creation)
+--   pipelines  { [id] = { id, target, status, auto, requested } }
+--   calls      { { pipeline, target, action, server } }  (sim_call)
+--   jobs       { { pipeline, running } }  build jobs of the simulated cluster
+--   restarts   { { target, occurrence, missed, finished } }
+--   outbox     { { event_id, kind, payload (decoded or nil), delivered, undeliverable } }
+--   alert_states { { key, firing } }  key "ns/app/env metric"
+--   deliveries { { id, status, body } }  the receiver's log
+--   faults     { { at, kind, server, session, survived } }  as they took effect;
+--              survived: that session still held the server's name lock in
+--              the database after the fault was undone (it lost no lock)
+--   stops      { { pipeline, at, said = "stopped" | "changed" | "other" } }
+--
+-- M.check(h) → violations { { rule, pipeline, what, at } } (at: when, for the
+-- faults around it); M.explain(h, v) → lines.
+local M = {}
+
+local UNFINISHED = { INITIALIZED = true, RUNNING = true, DEPLOYING = true, ROLLING_OUT = true }
+local TERMINAL = { SUCCEEDED = true, ERROR = true, STOPPED = true }
+-- Faults after which a live server may still believe in locks it lost.
+M.LOSES_LOCKS = { kill = true, freeze = true, cut = true, partition = true, db_restart = true,
+  slow_db = true }
+
+local rules = {}
+
+local function add(out, rule, pipeline, what, at)
+  out[#out + 1] = { rule = rule, pipeline = pipeline, what = what, at = at }
+end
+
+local function by_pipeline(h)
+  local t = {}
+  for _, e in ipairs(h.events or {}) do
+    local l = t[e.pipeline]
+    if not l then l = {}; t[e.pipeline] = l end
+    l[#l + 1] = e
+  end
+  return t
+end
+
+local function is_ctl(server) return server and server:match("^oopsctl@") ~= nil end
+
+-- No pipeline left a status twice, and none left a terminal one.
+function rules.statuses(_, out, ev)
+  for id, list in pairs(ev) do
+    local left = {}
+    for _, e in ipairs(list) do
+      if e.from then
+        if left[e.from] then
+          add(out, "status_twice", id, ("left %s twice (%s -> %s by %s)"):format(e.from, e.from, e.to, e.server), e.at)
+        end
+        left[e.from] = true
+        if TERMINAL[e.from] then
+          add(out, "terminal_left", id, ("left the terminal %s (-> %s by %s)"):format(e.from, e.to, e.server), e.at)
+        end
+      end
+    end
+  end
+end
+
+-- Each build submitted once, each deploy made once.
+function rules.side_effects(h, out)
+  local n = {}
+  for _, c in ipairs(h.calls or {}) do
+    if c.pipeline and (c.action == "build_submit" or c.action == "deploy") then
+      local k = c.pipeline .. " " .. c.action
+      n[k] = (n[k] or 0) + 1
+      if n[k] == 2 then add(out, "side_effect_twice", c.pipeline, c.action .. " made twice") end
+    end
+  end
+end
+
+-- After a fault on X at t: once another server transitioned a pipeline
+-- (at or after t), X makes no transition of it with the session it had.
+-- A database restart starts connection ids over: a session number seen
+-- after one is another session. So a restart ends what a fault before it can
+-- be blamed for, and is no such fault itself (its sessions are all gone; the
+-- fence in the transition's UPDATE is what keeps their servers out).
+local function restarts_between(h, from, to)
+  for _, f in ipairs(h.faults or {}) do
+    if f.kind == "db_restart" and f.at > from and f.at <= to then return true end
+  end
+  return false
+end
+
+function rules.lost_locks(h, out, ev)
+  for _, f in ipairs(h.faults or {}) do
+    if M.LOSES_LOCKS[f.kind] and f.kind ~= "db_restart" and f.server and not f.survived then
+      for id, list in pairs(ev) do
+        local taken_by
+        for _, e in ipairs(list) do
+          if e.at >= f.at then
+            if e.server ~= f.server and not is_ctl(e.server) then
+              taken_by = taken_by or e.server
+            elseif e.server == f.server and taken_by and (not f.session or e.session == f.session)
+                and not restarts_between(h, f.at, e.at) then
+              add(out, "lost_lock_transition", id, ("%s made %s -> %s after %s had taken it over (fault: %s at %.2f)")
+                :format(f.server, tostring(e.from), e.to, taken_by, f.kind, f.at), e.at)
+            end
+          end
+        end
+      end
+    end
+  end
+end
+
+-- At most one unfinished pipeline per application and environment at every
+-- instant: the spans in which each was INITIALIZED, RUNNING, DEPLOYING or
+-- ROLLING_OUT never overlap.
+function rules.one_unfinished(_, out, ev)
+  local spans = {}
+  for id, list in pairs(ev) do
+    local start
+    for _, e in ipairs(list) do
+      if UNFINISHED[e.to] and not start then start = e.at end
+      if not UNFINISHED[e.to] and start then
+        spans[#spans + 1] = { target = e.target, id = id, from = start, to = e.at }
+        start = nil
+      end
+    end
+    if start then spans[#spans + 1] = { target = list[1].target, id = id, from = start, to = math.huge } end
+  end
+  table.sort(spans, function(a, b)
+    if a.target ~= b.target then return a.target < b.target end
+    return a.from < b.from
+  end)
+  local last = {}
+  for _, s in ipairs(spans) do
+    local l = last[s.target]
+    if l and s.from < l.to then
+      add(out, "one_unfinished", s.id, ("unfinished beside %s in %s from %.3f"):format(l.id, s.target, s.from), s.from)
+    end
+    if not l or s.to > l.to then last[s.target] = s end
+  end
+end
+
+-- Restarts: never more calls for a target than occurrences fired.
+function rules.restarts(h, out)
+  local calls, fired = {}, {}
+  for _, c in ipairs(h.calls or {}) do
+    if c.action == "restart" then calls[c.target] = (calls[c.target] or 0) + 1 end
+  end
+  for _, r in ipairs(h.restarts or {}) do
+    if not r.missed then fired[r.target] = (fired[r.target] or 0) + 1 end
+  end
+  for target, n in pairs(calls) do
+    if n > (fired[target] or 0) then
+      add(out, "restart_twice", nil,
+        ("%s: %d restart calls for %d occurrences fired"):format(target, n, fired[target] or 0))
+    end
+  end
+  if h.final then
+    for _, r in ipairs(h.restarts or {}) do
+      if not r.finished then
+        add(out, "restart_unfinished", nil, ("%s %s: claimed, no outcome"):format(r.target, r.occurrence))
+      end
+    end
+  end
+end
+
+-- Alerts: one FIRING and one RESOLVED per episode, alternating per target and
+-- metric; the alert state agrees with the last edge announced (at the end).
+function rules.alerts(h, out)
+  local seen, last = {}, {}
+  for _, o in ipairs(h.outbox or {}) do
+    local d = o.payload
+    if o.kind == "alert" and type(d) == "table" and (d.edge == "FIRING" or d.edge == "RESOLVED") then
+      local key = ("%s/%s/%s %s"):format(d.namespace, d.application, d.environment, d.metric)
+      local ep = ("%s since %s %s"):format(key, tostring(d.since), d.edge)
+      if seen[ep] then add(out, "alert_twice", nil, ep .. " announced twice") end
+      seen[ep] = true
+      if last[key] == d.edge then add(out, "alert_twice", nil, key .. ": " .. d.edge .. " twice in a row") end
+      last[key] = d.edge
+    end
+  end
+  if not h.final then return end
+  for _, s in ipairs(h.alert_states or {}) do
+    if s.firing ~= (last[s.key] == "FIRING") then
+      add(out, "alert_state", nil,
+        ("%s: firing=%s, last announced %s"):format(s.key, tostring(s.firing), last[s.key] or "nothing"))
+    end
+  end
+end
+
+-- Notifications: each delivered (the outbox says so and the receiver got its
+-- id answered 2xx), every delivery carries an id of the outbox, and every
+-- delivery of one id carries the same body.
+function rules.notifications(h, out)
+  local known, body, got = {}, {}, {}
+  for _, o in ipairs(h.outbox or {}) do known[o.event_id] = true end
+  for _, d in ipairs(h.deliveries or {}) do
+    if not d.id then
+      add(out, "unstable_id", nil, "a delivery without an event id")
+    elseif not known[d.id] then
+      add(out, "unstable_id", nil, d.id .. ": delivered, but no such event in the outbox")
+    else
+      if body[d.id] and body[d.id] ~= d.body then
+        add(out, "unstable_id", nil, d.id .. ": delivered with another body")
+      end
+      body[d.id] = body[d.id] or d.body
+      if d.status >= 200 and d.status <= 299 then got[d.id] = true end
+    end
+  end
+  if not h.final then return end
+  for _, o in ipairs(h.outbox or {}) do
+    if not o.delivered then
+      add(out, "undelivered", nil, o.event_id .. ": never delivered")
+    elseif not o.undeliverable and h.deliveries and not got[o.event_id] then
+      add(out, "undelivered", nil, o.event_id .. ": delivered says the outbox, but the receiver never answered it 2xx")
+    end
+  end
+end
+
+-- Stops: a stop that said it stopped the pipeline did (oopsctl's STOPPED
+-- event), one that said "changed concurrently" did not: never both, never
+-- neither.
+function rules.stops(h, out, ev)
+  for _, s in ipairs(h.stops or {}) do
+    local stopped = false
+    for _, e in ipairs(ev[s.pipeline] or {}) do
+      if e.to == "STOPPED" and is_ctl(e.server) then stopped = true end
+    end
+    if s.said == "stopped" and not stopped then
+      add(out, "stop_both", s.pipeline, "the stop said it stopped it, but no stop is in its history", s.at)
+    elseif s.said == "changed" and stopped then
+      add(out, "stop_both", s.pipeline, 'the stop said "changed concurrently", yet it was stopped', s.at)
+    end
+  end
+end
+
+-- At the end: every pipeline finished, and no build runs on for a stopped
+-- or failed one.
+function rules.ends(h, out)
+  if not h.final then return end
+  for id, p in pairs(h.pipelines or {}) do
+    if UNFINISHED[p.status] or (p.status == "BUILD_SUCCEEDED" and (p.auto or p.requested)) then
+      add(out, "stuck", id, "still " .. p.status .. " after the nemesis stopped and things settled", h.now)
+    end
+  end
+  for _, j in ipairs(h.jobs or {}) do
+    local p = h.pipelines and h.pipelines[j.pipeline]
+    if j.running and p and (p.status == "STOPPED" or p.status == "ERROR") then
+      add(out, "build_left_running", j.pipeline, "its build still runs, the pipeline is " .. p.status, h.now)
+    end
+  end
+end
+
+M.RULES = { "statuses", "side_effects", "lost_locks", "one_unfinished", "restarts", "alerts",
+  "notifications", "stops", "ends" }
+
+function M.check(h)
+  local out, ev = {}, by_pipeline(h)
+  for _, name in ipairs(M.RULES) do rules[name](h, out, ev) end
+  table.sort(out, function(a, b)
+    if a.rule ~= b.rule then return a.rule < b.rule end
+    return (a.pipeline or a.what) < (b.pipeline or b.what)
+  end)
+  return out
+end
+
+-- A violation with the pipeline's events and the faults around it (within
+-- AROUND seconds of it, or of the pipeline's life), relative to t0.
+M.AROUND = 15
+function M.explain(h, v, t0)
+  t0 = t0 or 0
+  local lines = { ("violation: %s%s: %s"):format(v.rule, v.pipeline and (" " .. v.pipeline) or "", v.what) }
+  local first, last = v.at, v.at
+  for _, e in ipairs(h.events or {}) do
+    if v.pipeline and e.pipeline == v.pipeline then
+      lines[#lines + 1] = ("  event +%.2fs %s -> %s by %s%s"):format(e.at - t0, tostring(e.from), e.to, e.server,
+        e.session and (" (session " .. e.session .. ")") or "")
+      first, last = math.min(first or e.at, e.at), math.max(last or e.at, e.at)
+    end
+  end
+  for _, f in ipairs(h.faults or {}) do
+    if first and f.at >= first - M.AROUND and f.at <= last + M.AROUND then
+      lines[#lines + 1] = ("  fault +%.2fs %s%s"):format(f.at - t0, f.kind, f.server and (" " .. f.server) or "")
+    end
+  end
+  return lines
+end
+
+---------------------------------------------------------------- reading one
+
+-- The history in the database (sql(query, ...) → rows) and the receiver's
+-- deliveries, faults and stops as the campaign recorded them.
+function M.load(sql, o)
+  local json = require("oops.json")
+  local h = { now = tonumber(sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t), final = o.final,
+    faults = o.faults, stops = o.stops, deliveries = o.deliveries, pipelines = {} }
+  for _, r in ipairs(sql("SELECT id, CONCAT(namespace, '/', application, '/', environment) AS target, status, " ..
+      "deploy_mode, deploy_requested_at IS NOT NULL AS requested FROM pipeline")) do
+    h.pipelines[r.id] = { id = r.id, target = r.target, status = r.status, auto = r.deploy_mode == "auto",
+      requested = tonumber(r.requested) == 1 }
+  end
+  h.events = {}
+  for _, r in ipairs(sql("SELECT e.id, e.pipeline_id, e.from_status, e.to_status, e.server, e.lock_session, " ..
+      "UNIX_TIMESTAMP(e.created_at) AS at, CONCAT(p.namespace, '/', p.application, '/', p.environment) AS target " ..
+      "FROM pipeline_event e JOIN pipeline p ON p.id = e.pipeline_id ORDER BY e.id")) do
+    h.events[#h.events + 1] = { id = r.id, pipeline = r.pipeline_id, target = r.target, from = r.from_status,
+      to = r.to_status, server = r.server, session = tonumber(r.lock_session), at = tonumber(r.at) }
+  end
+  h.calls = {}
+  for _, r in ipairs(sql("SELECT pipeline_id, target, action, server FROM sim_call " ..
+      "WHERE action <> 'probe' ORDER BY id")) do
+    h.calls[#h.calls + 1] = { pipeline = r.pipeline_id, target = r.target, action = r.action, server = r.server }
+  end
+  h.jobs = {}
+  for _, r in ipairs(sql("SELECT pipeline_id, (outcome = 'pending' OR (outcome IS NULL AND NOW(6) < ready_at)) " ..
+      "AS running FROM sim_job WHERE kind = 'build'")) do
+    h.jobs[#h.jobs + 1] = { pipeline = r.pipeline_id, running = tonumber(r.running) == 1 }
+  end
+  h.restarts = {}
+  for _, r in ipairs(sql("SELECT CONCAT(namespace, '/', application, '/', environment) AS target, occurrence, " ..
+      "outcome, finished_at IS NOT NULL AS finished FROM restart_run")) do
+    h.restarts[#h.restarts + 1] = { target = r.target, occurrence = tostring(r.occurrence),
+      missed = r.outcome == "missed", finished = tonumber(r.finished) == 1 }
+  end
+  h.outbox = {}
+  for _, r in ipairs(sql("SELECT event_id, kind, payload, delivered_at IS NOT NULL AS delivered, " ..
+      "COALESCE(last_error LIKE 'undeliverable:%', 0) AS undeliverable FROM outbox ORDER BY id")) do
+    local doc = json.decode(r.payload or "")
+    h.outbox[#h.outbox + 1] = { event_id = r.event_id, kind = r.kind, payload = type(doc) == "table" and doc or nil,
+      delivered = tonumber(r.delivered) == 1, undeliverable = tonumber(r.undeliverable) == 1 }
+  end
+  h.alert_states = {}
+  for _, r in ipairs(sql("SELECT namespace, application, environment, metric, firing FROM alert_state")) do
+    h.alert_states[#h.alert_states + 1] = { key = ("%s/%s/%s %s"):format(r.namespace, r.application,
+      r.environment, r.metric), firing = tonumber(r.firing) == 1 }
+  end
+  return h
+end
+
+return M

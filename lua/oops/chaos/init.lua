@@ -1,0 +1,579 @@
+-- oopsctl chaos: a seeded, randomized fault campaign (issue 25).
+--
+-- One seed gives one plan (lua/oops/chaos/plan.lua): the nemesis' faults and
+-- the workload's actions at their offsets. The campaign starts a throwaway
+-- MariaDB and K real oopsd servers on the simulated gateway (with --policies,
+-- the operator's policy under oopsd --simulate: nothing real is run or told),
+-- a webhook receiver of its own, and plays the plan; then it undoes every
+-- fault, lets things settle, and checks the history the database holds and
+-- the receiver logged (lua/oops/chaos/history.lua) — also every 10 s while it
+-- runs. Prints each planned fault at the start, each violation with the
+-- pipeline's events and the faults around it, and ends with one line:
+--   chaos: seed N, F faults (kinds: kill, freeze, ...), P pipelines, V violations
+-- The campaign's own log (what took effect when, every action) is chaos.log
+-- in its work directory, kept with --keep DIR (and after a violation).
+local oops = require("oops")
+local lfs = require("lfs")
+local json = require("oops.json")
+local files = require("oops.scenario.files")
+local scenario = require("oops.scenario")
+local plan_mod = require("oops.chaos.plan")
+local history = require("oops.chaos.history")
+
+local M = {}
+
+M.CHECK_EVERY_S = 10
+M.MAX_ACTIONS = 16 -- workload actions in flight at once; more are skipped
+
+-- The campaign's default policy: short bounds, so that everything a fault
+-- leaves behind ends within the settle time. RECEIVER is replaced.
+M.POLICY = [[
+scan     { interval = "500ms" }
+locks    { validate_every = "1s" }
+build    { timeout = "2m" }
+deploy   { timeout = "20s" }
+rollout  { timeout = "15s", max = "30s" }
+restarts { timezone = "UTC", grace = "10s" }
+alert    { interval = "1s", cpu = { percent = 50, sustained = "0s" }, memory = { percent = 50, sustained = "0s" },
+           every = "5s", probe = "simulated" }
+notify   { webhook = "RECEIVER", retry = { initial = "500ms", max = "3s" } }
+gateway "simulated" { build = "3s", deploy = "0s", rollout = "1s" }
+application "chaos/api" { environments = { "prod", "staging" }, limits = { cpu = "1", memory = "1Gi" },
+  restart = { prod = "* * * * *" } }
+application "chaos/web" { environments = { "prod", "staging" }, limits = { cpu = "1", memory = "1Gi" },
+  restart = { staging = "* * * * *" } }
+application "chaos/worker" { environments = { "prod" }, limits = { cpu = "1", memory = "1Gi" } }
+]]
+
+local function sleep(s) if s > 0 then oops.sleep(math.floor(s * 1000)) end end
+
+---------------------------------------------------------------- the campaign's state
+
+local C -- { o, t0, log, env, servers = {name → s}, state = {name → "up"|...}, ... }
+
+local function elapsed() return oops.now_ms() / 1000 - C.t0 end
+
+local function say(line)
+  io.write(line, "\n")
+  io.flush()
+end
+
+local function log(fmt, ...)
+  C.log:write(("+%7.2fs "):format(elapsed()), fmt:format(...), "\n")
+  C.log:flush()
+end
+
+local function up_count()
+  local n = 0
+  for _, st in pairs(C.state) do if st == "up" then n = n + 1 end end
+  return n
+end
+
+---------------------------------------------------------------- the nemesis
+
+local nemesis = {}
+local survivors
+
+local function write_clock(s, offset)
+  if s.clock_file then files.write(s.clock_file, ("%+ds\n"):format(offset)) end
+end
+
+function nemesis.kill(f, s)
+  s:kill("KILL")
+  C.state[f.target] = "down"
+  sleep(f.hold)
+  s:start()
+  C.state[f.target] = "up"
+end
+
+function nemesis.freeze(f, s)
+  s:freeze()
+  C.state[f.target] = "frozen"
+  sleep(f.hold)
+  s:thaw()
+  C.state[f.target] = "up"
+end
+
+function nemesis.cut(_, s) s:cut() end
+
+function nemesis.partition(f, s)
+  s:partition()
+  C.state[f.target] = "partitioned"
+  sleep(f.hold)
+  s:heal()
+  C.state[f.target] = "up"
+end
+
+function nemesis.clock(f, s)
+  scenario.record_fault("clock", f.target)
+  write_clock(s, f.arg)
+  sleep(f.hold)
+  write_clock(s, 0)
+end
+
+function nemesis.hup_broken(f, s)
+  scenario.record_fault("hup_broken", f.target)
+  C.state[f.target] = "reloading"
+  local fine, line = s:reload { ["zz-chaos-broken.lua"] = "scan { interval = 'not a duration' } (\n" }
+  if fine then log("VIOLATION? %s reloaded a broken policy", f.target) end
+  log("%s refused the broken policy: %s", f.target, tostring(line))
+  sleep(f.hold)
+  fine, line = s:reload { ["zz-chaos-broken.lua"] = false }
+  if not fine then log("%s refused its good policy again: %s", f.target, tostring(line)) end
+  C.state[f.target] = "up"
+end
+
+function nemesis.hup_changed(f, s)
+  scenario.record_fault("hup_changed", f.target)
+  C.state[f.target] = "reloading"
+  local change
+  if C.own_policy then
+    change = { ["scenario.lua"] = C.policy_text:gsub('interval = "500ms"', ('interval = "%s"'):format(f.arg), 1) }
+  else -- the operator's policy: a change that changes nothing they wrote
+    change = { ["zz-chaos-changed.lua"] = ("-- reloaded by oopsctl chaos at +%.1fs\n"):format(f.at) }
+  end
+  local fine, line = s:reload(change)
+  if not fine then log("%s refused a changed policy: %s", f.target, tostring(line)) end
+  C.state[f.target] = "up"
+end
+
+function nemesis.db_restart(f)
+  C.db_busy = true
+  local fine, err = pcall(C.env.restart_database, { down = f.hold })
+  C.db_busy = false
+  if not fine then log("db_restart failed: %s", tostring(err)) end
+end
+
+function nemesis.slow_db(f)
+  C.db_busy = true
+  for _, s in ipairs(C.order) do if C.state[s.name] ~= "down" then scenario.record_fault("slow_db", s.name) end end
+  C.db.proc:kill(19)
+  C.db_stopped = true
+  sleep(f.hold)
+  C.db.proc:kill(18)
+  C.db_stopped = false
+  C.db_busy = false
+end
+
+-- The sessions that outlived the faults recorded from index `first` on:
+-- still holding their server's name lock in the database a second after the
+-- fault was undone, they lost no lock (a slow database, a short freeze), so
+-- the history checker does not expect their server to have let go.
+local NAMES = oops.locks.names
+survivors = function(first)
+  sleep(1)
+  local list = scenario.faults()
+  for i = first, #list do
+    local f = list[i]
+    if f.server and f.session then
+      local ok, rows = pcall(scenario.sql, "SELECT IS_USED_LOCK(?) AS c", NAMES.server_prefix .. f.server)
+      if ok and rows[1] and tonumber(rows[1].c) == f.session then
+        f.survived = true
+        log("%s's session %d outlived the %s", f.server, f.session, f.kind)
+      end
+    end
+  end
+end
+
+local SERVER_DOWN = { kill = true, freeze = true, partition = true }
+
+-- Why fault f cannot take effect now, or nil.
+local function blocked(f)
+  if f.kind == "partition" and not C.netns then return "network namespaces unavailable" end
+  if f.kind == "clock" and not C.faketime then return "libfaketime not installed" end
+  if (f.kind == "db_restart" or f.kind == "slow_db") and C.db_busy then return "the database is already faulted" end
+  if C.db_busy and f.target then return "the database is faulted" end
+  if f.target and C.state[f.target] ~= "up" then return f.target .. " is " .. C.state[f.target] end
+  if SERVER_DOWN[f.kind] and up_count() < 2 then return "it is the last server up" end
+end
+
+local function run_fault(f)
+  local why = blocked(f)
+  if why then
+    log("skipped %s: %s", plan_mod.line(f), why)
+    C.skipped[#C.skipped + 1] = f
+    return
+  end
+  log("took effect: %s", plan_mod.line(f))
+  C.done[#C.done + 1] = f
+  local s = f.target and C.servers[f.target]
+  local first = #scenario.faults() + 1
+  local fine, err = pcall(nemesis[f.kind], f, s)
+  if not fine then log("fault %s failed: %s", plan_mod.line(f), tostring(err)) end
+  survivors(first)
+end
+
+---------------------------------------------------------------- the workload
+
+local work = {}
+
+-- The nth newest pipeline of target t in one of the statuses (and manual
+-- when asked), or nil.
+local function nth(t, statuses, n, extra)
+  local ns, app = t.app:match("^(.-)/(.*)$")
+  local marks = ("?,"):rep(#statuses):sub(1, -2)
+  local params = { ns, app, t.env }
+  for _, st in ipairs(statuses) do params[#params + 1] = st end
+  params[#params + 1] = n
+  local rows = scenario.sql(("SELECT id, status FROM pipeline WHERE namespace = ? AND application = ? " ..
+    "AND environment = ? AND status IN (%s)%s ORDER BY created_at DESC LIMIT ?"):format(marks, extra or ""),
+    table.unpack(params))
+  return rows[math.min(n, #rows)]
+end
+
+local function ctl(...) return C.env.oopsctl(...) end
+
+-- A create beside an unfinished pipeline is refused (exit 3): the rule at work.
+local function create(a, manual)
+  local fine, err = pcall(C.env.create, { app = a.target.app, env = a.target.env, manual = manual })
+  if not fine and not tostring(err):find("unfinished pipeline already exists", 1, true) then error(err, 0) end
+  if not fine then C.refused = C.refused + 1 end
+end
+function work.create(a) create(a, false) end
+function work.create_manual(a) create(a, true) end
+function work.rollback(a)
+  local p, rc, err = C.env.rollback { app = a.target.app, env = a.target.env }
+  if not p then
+    log("rollback %s %s: exit %s %s", a.target.app, a.target.env, tostring(rc), (tostring(err):gsub("\n", " ")))
+  end
+end
+
+function work.release(a)
+  local p = nth(a.target, { "BUILD_SUCCEEDED" }, a.arg.nth, " AND deploy_requested_at IS NULL")
+  if p then ctl("deploy", p.id) end
+end
+
+function work.stop(a)
+  local p = nth(a.target, { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED", "DEPLOYING", "ROLLING_OUT" }, a.arg.nth)
+  if not p or C.stopped[p.id] then return end
+  C.stopped[p.id] = true
+  local at = tonumber(scenario.sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t)
+  local rc, _, err = ctl("stop", p.id, "--expect", p.status)
+  local said = rc == 0 and "stopped" or (tostring(err):find("changed concurrently", 1, true) and "changed" or "other")
+  C.stops[#C.stops + 1] = { pipeline = p.id, at = at, said = said }
+  log("stop %s (read %s): %s", p.id, p.status, said)
+end
+
+local function job(a, statuses, kind, sql)
+  local p = nth(a.target, statuses, a.arg.nth)
+  if p then scenario.sql(sql, p.id, kind) end
+end
+function work.build_fail(a)
+  job(a, { "RUNNING" }, "build", "UPDATE sim_job SET outcome = 'failed' WHERE pipeline_id = ? AND kind = ?")
+end
+function work.build_missing(a)
+  job(a, { "RUNNING" }, "build", "DELETE FROM sim_job WHERE pipeline_id = ? AND kind = ?")
+end
+function work.rollout_fail(a)
+  job(a, { "ROLLING_OUT" }, "rollout",
+    "UPDATE sim_job SET outcome = 'ImagePullBackOff (chaos)' WHERE pipeline_id = ? AND kind = ?")
+end
+
+function work.deploy_fail(a)
+  local target = a.target.app .. "/" .. a.target.env
+  C.env.fault(target, "deploy", "simulated deploy failure (chaos)")
+  sleep(a.arg.seconds)
+  C.env.clear_fault(target, "deploy")
+end
+
+function work.metric(a)
+  local ns, app = a.target.app:match("^(.-)/(.*)$")
+  -- Above any threshold, or below every one.
+  local value = a.arg.high and 1e15 or 0
+  scenario.sql("INSERT INTO sim_metric (namespace, application, environment, metric, pod, value) " ..
+    "VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)",
+    ns, app, a.target.env, a.arg.metric, a.arg.pod, value)
+end
+
+function work.receiver_500(a)
+  files.write(C.receiver.fail, "chaos\n")
+  sleep(a.arg.seconds)
+  os.remove(C.receiver.fail)
+end
+
+function work.receiver_hang(a)
+  C.receiver.proc:kill(19)
+  sleep(a.arg.seconds)
+  C.receiver.proc:kill(18)
+end
+
+local function run_work(a)
+  if C.in_flight >= M.MAX_ACTIONS or (C.db_stopped and a.kind ~= "receiver_500" and a.kind ~= "receiver_hang") then
+    C.work_skipped = C.work_skipped + 1
+    return
+  end
+  C.in_flight = C.in_flight + 1
+  local fine, err = pcall(work[a.kind], a)
+  C.in_flight = C.in_flight - 1
+  C.work_done[a.kind] = (C.work_done[a.kind] or 0) + 1
+  if not fine then log("%s %s %s: %s", a.kind, a.target.app, a.target.env, tostring(err):gsub("\n", " ")) end
+end
+
+---------------------------------------------------------------- checking
+
+local function deliveries()
+  local out = {}
+  local f = io.open(C.receiver.log, "r")
+  if not f then return out end
+  for line in f:lines() do
+    local d = json.decode(line)
+    if type(d) == "table" then out[#out + 1] = { id = d.id, status = tonumber(d.status) or 0, body = d.body } end
+  end
+  f:close()
+  return out
+end
+
+local function load(final)
+  return history.load(scenario.sql, { final = final, faults = scenario.faults(), stops = C.stops,
+    deliveries = deliveries() })
+end
+
+-- Check now; print the violations not printed before. Returns the history
+-- and every violation.
+local function check(final)
+  local h = load(final)
+  local vs = history.check(h)
+  for _, v in ipairs(vs) do
+    local key = v.rule .. " " .. (v.pipeline or "") .. " " .. v.what
+    if not C.printed[key] then
+      C.printed[key] = true
+      local lines = history.explain(h, v, C.t0_db)
+      for _, l in ipairs(lines) do say(l) end
+      for _, l in ipairs(lines) do log("%s", l) end
+    end
+  end
+  return h, vs
+end
+
+---------------------------------------------------------------- the end
+
+-- Every fault undone (the fault tasks undo their own; this is for a task an
+-- error cut short), then wait until nothing is left to finish or `bound`.
+local function heal_all()
+  if C.db_stopped then C.db.proc:kill(18) end
+  C.receiver.proc:kill(18)
+  os.remove(C.receiver.fail)
+  for _, s in ipairs(C.order) do
+    write_clock(s, 0)
+    if C.state[s.name] == "frozen" then s:thaw() end
+    if C.state[s.name] == "partitioned" then pcall(s.heal, s) end
+    if not s:alive() then pcall(s.start, s) end
+    C.state[s.name] = "up"
+  end
+end
+
+local function settled()
+  local r = scenario.sql([[SELECT
+      (SELECT COUNT(*) FROM pipeline WHERE status IN ('INITIALIZED','RUNNING','DEPLOYING','ROLLING_OUT')
+         OR (status = 'BUILD_SUCCEEDED' AND (deploy_mode = 'auto' OR deploy_requested_at IS NOT NULL))) AS busy,
+      (SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL) AS undelivered,
+      (SELECT COUNT(*) FROM restart_run WHERE finished_at IS NULL) AS restarting]])[1]
+  return tonumber(r.busy) == 0 and tonumber(r.undelivered) == 0 and tonumber(r.restarting) == 0
+end
+
+-- How long the end may take: the policy's longest bound on a status (a
+-- pipeline whose driver died mid-deploy waits for the deploy timeout), plus
+-- margin for the takeover and the notifier's retries.
+local function settle_bound()
+  local p = C.policy
+  local b = math.max(p.deploy.timeout_ms, p.rollout.max_ms or p.rollout.timeout_ms, p.rollout.timeout_ms)
+  return b / 1000 + 30
+end
+
+local function kinds(list)
+  local seen, out = {}, {}
+  for _, f in ipairs(list) do
+    if not seen[f.kind] then seen[f.kind] = true; out[#out + 1] = f.kind end
+  end
+  return out
+end
+
+---------------------------------------------------------------- running one
+
+local function targets_of(policy)
+  local list = {}
+  local names = {}
+  for name in pairs(policy.applications) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local envs = {}
+    for _, e in ipairs(policy.applications[name].environments or {}) do envs[#envs + 1] = e end
+    table.sort(envs)
+    for _, e in ipairs(envs) do list[#list + 1] = { app = name, env = e } end
+  end
+  return list
+end
+
+local FAKETIME = { "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+  "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1" }
+local function faketime_lib()
+  for _, lib in ipairs(FAKETIME) do if lfs.attributes(lib) then return lib end end
+end
+
+-- Each server's environment: its wall clock read from a file of its own
+-- (libfaketime, re-read every second), so a clock fault moves it alone.
+local function server_envs(k)
+  local lib = faketime_lib()
+  if not lib then return nil end
+  local envs = {}
+  for i = 1, k do
+    local file = C.dir .. "/clock-s" .. i
+    files.write(file, "+0s\n")
+    local asan = os.getenv("ASAN_OPTIONS")
+    envs[i] = { LD_PRELOAD = lib, FAKETIME_TIMESTAMP_FILE = file, FAKETIME_CACHE_DURATION = "1",
+      FAKETIME_DONT_FAKE_MONOTONIC = "1", ASAN_OPTIONS = (asan and asan .. ":" or "") .. "verify_asan_link_order=0" }
+  end
+  return envs
+end
+
+local function start_receiver(host)
+  local r = { log = C.dir .. "/receiver.log", port = C.dir .. "/receiver.port", fail = C.dir .. "/receiver.fail" }
+  local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")
+  r.proc = assert(oops.proc.start { argv = { C.o.oopsd, "lua", here .. "/receiver.lua", host, r.log, r.port, r.fail },
+    inherit_env = true, on_output = function(_, data) C.log:write("receiver: ", data) end })
+  local deadline = oops.now_ms() + 15000
+  while not lfs.attributes(r.port) do
+    if oops.now_ms() > deadline then error("the webhook receiver did not start within 15 s") end
+    sleep(0.05)
+  end
+  r.url = ("http://%s:%d/hook"):format(host, tonumber(files.read(r.port)))
+  return r
+end
+
+-- The policy the servers run and the servers themselves.
+local function start_servers()
+  local o = C.o
+  local opts = { count = o.servers, envs = server_envs(o.servers), netns = C.netns or nil }
+  C.faketime = opts.envs ~= nil
+  if o.policies then
+    opts.policies = o.policies
+    opts.args = { "--simulate", C.receiver.url }
+  else
+    C.own_policy = true
+    C.policy_text = M.POLICY:gsub("RECEIVER", C.receiver.url)
+    opts.policy = C.policy_text
+  end
+  C.order = C.env.servers(opts)
+  C.servers, C.state = {}, {}
+  for i, s in ipairs(C.order) do
+    C.servers[s.name] = s
+    C.state[s.name] = "up"
+    s.clock_file = opts.envs and opts.envs[i].FAKETIME_TIMESTAMP_FILE
+  end
+end
+
+local function load_policy()
+  local policy = require("oops.policy")
+  if not C.o.policies then
+    local dir = C.dir .. "/policy-check"
+    lfs.mkdir(dir)
+    files.write(dir .. "/chaos.lua", M.POLICY:gsub("RECEIVER", "http://127.0.0.1:1/hook"))
+    return assert(policy.load_dir(dir, { cron_parse = oops.cron.parse }))
+  end
+  local p, errs = policy.load_dir(C.o.policies, { cron_parse = oops.cron.parse, simulate = "http://127.0.0.1:1/hook" })
+  if not p then error({ input = C.o.policies .. ": the policy does not load:\n" .. table.concat(errs, "\n") }) end
+  return p
+end
+
+local function play(plan)
+  local t0 = oops.now_ms()
+  local jobs = {}
+  local function at(offset, fn, item)
+    jobs[#jobs + 1] = { at = offset, fn = fn, item = item }
+  end
+  for _, f in ipairs(plan.faults) do at(f.at, run_fault, f) end
+  for _, a in ipairs(plan.work) do at(a.at, run_work, a) end
+  table.sort(jobs, function(a, b) return a.at < b.at end)
+  local next_check = M.CHECK_EVERY_S
+  local pool = require("oops.tasks").pool("chaos", 64)
+  for _, j in ipairs(jobs) do
+    local wait = j.at - (oops.now_ms() - t0) / 1000
+    while wait > 0 do
+      local step = math.min(wait, 0.5)
+      sleep(step)
+      wait = wait - step
+      if (oops.now_ms() - t0) / 1000 >= next_check then
+        next_check = next_check + M.CHECK_EVERY_S
+        if not C.db_busy then pcall(check, false) end
+      end
+    end
+    pool:run(function() j.fn(j.item) end)
+  end
+  pool:wait()
+end
+
+function M.run(o)
+  C = { o = o, printed = {}, stops = {}, stopped = {}, done = {}, skipped = {}, work_done = {},
+    work_skipped = 0, in_flight = 0, refused = 0, dir = o.work, t0 = oops.now_ms() / 1000 }
+  C.log = assert(io.open(C.dir .. "/chaos.log", "a"))
+  C.policy = load_policy()
+  local targets = targets_of(C.policy)
+  if #targets == 0 then error({ input = "the policy declares no application: nothing to create" }) end
+  local names = {}
+  for i = 1, o.servers do names[i] = "s" .. i end
+  local plan = plan_mod.make { seed = o.seed, duration_s = o.duration_s, servers = names, targets = targets }
+  say(("chaos: seed %d, %gs, %d servers, %d targets, %d faults and %d actions planned"):format(o.seed,
+    o.duration_s, o.servers, #targets, #plan.faults, #plan.work))
+  for _, f in ipairs(plan.faults) do say(plan_mod.line(f)) end
+  for _, f in ipairs(plan.faults) do log("planned: %s", plan_mod.line(f)) end
+  if o.dry_run then return 0 end
+
+  local extra = scenario.netns_options()
+  C.netns = extra ~= nil
+  C.db = assert(require("oops.scenario.mariadb").start { dir = C.dir .. "/mariadb",
+    bind = extra and extra.bind, clients = extra and extra.clients })
+  C.env = assert(scenario.begin(C.db.url, o.oopsd, o.oopsctl, C.dir, C.dir))
+  -- Calls from tasks on a pool: one that waits for a stopped database
+  -- (slow_db) holds its task, never the campaign (which must SIGCONT it).
+  assert(oops.db.pool(4))
+  scenario.use_database(C.db)
+  scenario.set_note(function(text) log("%s", text) end) -- what took effect: the campaign's log
+  C.t0_db = tonumber(scenario.sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t)
+  C.receiver = start_receiver(scenario.hub() or "127.0.0.1")
+  start_servers()
+  log("started: %d servers%s%s", o.servers, C.netns and ", each in a network namespace" or "",
+    C.faketime and ", clocks under libfaketime" or "")
+  C.t0 = oops.now_ms() / 1000
+  play(plan)
+  heal_all()
+  local bound = settle_bound()
+  log("the nemesis stopped; settling (up to %.0fs)", bound)
+  local deadline = oops.now_ms() + bound * 1000
+  while not settled() and oops.now_ms() < deadline do sleep(0.5) end
+  local h, vs = check(true)
+  local n = 0
+  for _ in pairs(h.pipelines) do n = n + 1 end
+  local k = kinds(C.done)
+  local counts = {}
+  for _, kind in ipairs(k) do
+    local c = 0
+    for _, f in ipairs(C.done) do if f.kind == kind then c = c + 1 end end
+    counts[#counts + 1] = kind .. " " .. c
+  end
+  say(("faults by kind: %s; %d planned faults skipped; actions: %d made, %d creates refused beside an " ..
+    "unfinished pipeline, %d skipped"):format(#counts > 0 and table.concat(counts, ", ") or "none", #C.skipped,
+    #plan.work - C.work_skipped, C.refused, C.work_skipped))
+  local summary = ("chaos: seed %d, %d faults (kinds: %s), %d pipelines, %d violations"):format(o.seed, #C.done,
+    #k > 0 and table.concat(k, ", ") or "none", n, #vs)
+  log("%s", summary)
+  if #C.skipped > 0 then log("skipped faults: %d", #C.skipped) end
+  C.summary, C.violations = summary, #vs
+  return #vs
+end
+
+-- Stop the servers, the receiver and the database (also after an error).
+function M.cleanup()
+  if not C then return end
+  pcall(scenario.cleanup)
+  if C.receiver and C.receiver.proc then
+    C.receiver.proc:kill(18)
+    C.receiver.proc:kill(9)
+  end
+  if C.db then pcall(function() C.db:stop() end) end
+  pcall(scenario.netns_cleanup)
+  if C.log then C.log:close() end
+end
+
+function M.summary() return C and C.summary end
+
+return M

@@ -1,0 +1,42 @@
+# oopsctl chaos (issue 25) in CI: short seeded campaigns (a fixed list of
+# seeds, 45 s of faults and workload each, 3 servers) must end with no
+# violation and the one summary line; the same seed plans the same faults;
+# bad flags are refused in one line with exit 2. Long campaigns are bench's
+# (bench/chaos.sh, results in bench/README.md).
+set -u
+source "$OOPS_ROOT/tests/lib/tap.sh"
+not_under_sanitizers "campaigns of real servers for minutes; the sanitizers watch the same code in every other test"
+ctl=$OOPS_BUILD/oopsctl
+work=$(mktemp -d "$OOPS_TEST_WORK/chaos.XXXXXX")
+SEEDS=${OOPS_CHAOS_SEEDS:-"11 12"}
+DURATION=${OOPS_CHAOS_DURATION:-45s}
+
+for seed in $SEEDS; do
+  out=$(TMPDIR=$work "$ctl" chaos --seed "$seed" --duration "$DURATION" --servers 3 2>"$work/err.$seed")
+  rc=$?
+  last=$(printf '%s\n' "$out" | tail -n 1)
+  like "$last" "^chaos: seed $seed, [0-9]+ faults \(kinds: [a-z_, ]+\), [0-9]+ pipelines, [0-9]+ violations$" \
+    "seed $seed: the campaign ends with its one summary line"
+  is "$rc" 0 "seed $seed: no violation (exit 0)"
+  ((rc == 0)) || { printf '%s\n' "$out" | grep -A8 '^violation' | head -60 | sed 's/^/#   /'; sed 's/^/#   /' "$work/err.$seed" | tail -5; }
+  printf '%s\n' "$out" | grep '^fault ' >"$work/plan.$seed"
+  [[ -s $work/plan.$seed ]]; _tap $? "seed $seed: its planned faults are printed (fault +T KIND ...)"
+done
+
+# The plan comes from the seed alone: --dry-run (which starts nothing)
+# prints the same faults, line for line.
+first=${SEEDS%% *}
+out=$("$ctl" chaos --seed "$first" --duration "$DURATION" --servers 3 --dry-run 2>&1 | grep '^fault ')
+is "$out" "$(cat "$work/plan.$first")" "seed $first: --dry-run plans the same faults, line for line"
+
+out=$("$ctl" chaos --seed x --duration 1m 2>&1); rc=$?
+is "$rc" 2 "--seed x: exit 2"
+like "$(printf '%s\n' "$out" | head -n 1)" '^oopsctl chaos: --seed "x": a whole number' "--seed x: said in one line"
+out=$("$ctl" chaos --seed 1 --duration 2s 2>&1); rc=$?
+is "$rc" 2 "--duration 2s (below 10s): exit 2"
+out=$("$ctl" chaos --seed 1 --duration 1m --servers 1 2>&1); rc=$?
+is "$rc" 2 "--servers 1: exit 2"
+out=$("$ctl" chaos --seed 1 --duration 1m --policies /nonexistent 2>&1); rc=$?
+is "$rc" 2 "--policies of a missing directory: exit 2"
+like "$out" "/nonexistent: not a directory" "  and it says which directory"
+done_testing

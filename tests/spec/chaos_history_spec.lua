@@ -1,0 +1,612 @@
+-- oops.chaos.history: the checker of a chaos campaign, on made-up histories.
+-- One clean history (pipelines of two targets, a takeover after a kill, two
+-- stops, an alert episode, a restart, notifications retried) passes; each
+-- history derived from it that breaks one rule is reported under exactly that
+-- rule (and pipeline), and nothing else; the rules about reaching an end wait
+-- for a final history; M.explain shows the pipeline's events and the faults
+-- around them.
+local history = require("oops.chaos.history")
+
+local T1, T2, CTL = "chaos/a1/prod", "chaos/a2/prod", "oopsctl@host"
+
+---------------------------------------------------------------- building histories
+
+-- Events are kept by id in the order of their moments (ties: the order they
+-- were added), as the database numbers them.
+local function renumber(h)
+  table.sort(h.events, function(a, b)
+    if a.at ~= b.at then return a.at < b.at end
+    return a.seq < b.seq
+  end)
+  for i, e in ipairs(h.events) do e.id = i end
+end
+
+local seq = 0
+local function event(h, pipeline, target, from, to, server, session, at)
+  seq = seq + 1
+  local e = { pipeline = pipeline, target = target, from = from, to = to, server = server, session = session,
+    at = at, seq = seq }
+  h.events[#h.events + 1] = e
+  renumber(h)
+  return e
+end
+
+-- A pipeline's events: steps = { { to, server, session, at }, ... }, the
+-- first one its creation.
+local function life(h, id, target, steps)
+  local from
+  for _, s in ipairs(steps) do
+    event(h, id, target, from, s[1], s[2], s[3], s[4])
+    from = s[1]
+  end
+end
+
+-- The event of pipeline id that entered status to.
+local function find(h, id, to)
+  for _, e in ipairs(h.events) do
+    if e.pipeline == id and e.to == to then return e end
+  end
+  error("no event " .. id .. " -> " .. to)
+end
+
+local function pipeline(h, id, target, status, auto, requested)
+  h.pipelines[id] = { id = id, target = target, status = status, auto = auto, requested = requested or false }
+end
+
+local function call(h, id, target, action, server)
+  h.calls[#h.calls + 1] = { pipeline = id, target = target, action = action, server = server }
+end
+
+-- An outbox row the outbox says delivered, and the receiver's answers to
+-- its tries (each with the same body).
+local function notice(h, event_id, kind, payload, ...)
+  h.outbox[#h.outbox + 1] = { event_id = event_id, kind = kind, payload = payload, delivered = true,
+    undeliverable = false }
+  for _, status in ipairs({ ... }) do
+    h.deliveries[#h.deliveries + 1] = { id = event_id, status = status, body = "body of " .. event_id }
+  end
+  return h.outbox[#h.outbox]
+end
+
+local function alert(app, metric, edge, since)
+  return { namespace = "chaos", application = app, environment = "prod", metric = metric, edge = edge,
+    since = since }
+end
+
+local function clean()
+  local h = { now = 60, final = true, events = {}, pipelines = {}, calls = {}, jobs = {}, restarts = {},
+    outbox = {}, alert_states = {}, deliveries = {}, faults = {}, stops = {} }
+  -- p1, automatic, in T1: s1 (session 1) deploys it and is killed at 16; s2
+  -- takes it over at 20 and finishes it; s1 never touches it again.
+  life(h, "p1", T1, { { "INITIALIZED", "s1", 1, 10 }, { "RUNNING", "s1", 1, 11 }, { "BUILD_SUCCEEDED", "s1", 1, 14 },
+    { "DEPLOYING", "s1", 1, 15 }, { "ROLLING_OUT", "s2", 4, 20 }, { "SUCCEEDED", "s2", 4, 22 } })
+  -- p2, automatic, in T1: created the moment p1 ended, by s1 back with a new
+  -- session; stopped by oopsctl, and the stop said so.
+  life(h, "p2", T1, { { "INITIALIZED", "s1", 2, 22 }, { "RUNNING", "s2", 4, 23 }, { "STOPPED", CTL, nil, 24 } })
+  -- p3, manual, in T2: built, waits, released at 30; a stop at 30 came too
+  -- late and said "changed concurrently".
+  life(h, "p3", T2, { { "INITIALIZED", "s3", 7, 12 }, { "RUNNING", "s3", 7, 13 }, { "BUILD_SUCCEEDED", "s3", 7, 17 },
+    { "DEPLOYING", "s3", 7, 30 }, { "ROLLING_OUT", "s3", 7, 32 }, { "SUCCEEDED", "s3", 7, 34 } })
+  -- p4, manual, in T2: built, waits for a release nobody asked for.
+  life(h, "p4", T2, { { "INITIALIZED", "s2", 4, 35 }, { "RUNNING", "s2", 4, 36 }, { "BUILD_SUCCEEDED", "s2", 4, 38 } })
+  -- p5, automatic, in T2, while p4 waits: its build fails.
+  life(h, "p5", T2, { { "INITIALIZED", "s3", 7, 40 }, { "RUNNING", "s3", 7, 41 }, { "ERROR", "s3", 7, 42 } })
+
+  pipeline(h, "p1", T1, "SUCCEEDED", true)
+  pipeline(h, "p2", T1, "STOPPED", true)
+  pipeline(h, "p3", T2, "SUCCEEDED", false, true)
+  pipeline(h, "p4", T2, "BUILD_SUCCEEDED", false, false)
+  pipeline(h, "p5", T2, "ERROR", true)
+
+  call(h, "p1", T1, "build_submit", "s1")
+  call(h, "p3", T2, "build_submit", "s3")
+  call(h, "p1", T1, "deploy", "s1")
+  call(h, "p2", T1, "build_submit", "s1")
+  call(h, "p3", T2, "deploy", "s3")
+  call(h, "p4", T2, "build_submit", "s2")
+  call(h, "p5", T2, "build_submit", "s3")
+  call(h, nil, T1, "restart", "s2")
+  for _, id in ipairs({ "p1", "p2", "p3", "p4", "p5" }) do h.jobs[#h.jobs + 1] = { pipeline = id, running = false } end
+
+  -- T1's restart fired once and was made once; T2's was missed (no call).
+  h.restarts = { { target = T1, occurrence = "1700000000", missed = false, finished = true },
+    { target = T2, occurrence = "1700000060", missed = true, finished = true } }
+
+  notice(h, "e-p1-SUCCEEDED", "pipeline", nil, 200)
+  notice(h, "e-p2-STOPPED", "pipeline", nil, 500, 200) -- retried: one id, one body
+  notice(h, "e-p3-SUCCEEDED", "pipeline", nil, 200)
+  notice(h, "e-p5-ERROR", "pipeline", nil, 200)
+  -- refused for good by the receiver: delivered (given up on), not 2xx
+  notice(h, "e-p4-BUILD_SUCCEEDED", "pipeline", nil, 410).undeliverable = true
+  -- a1's CPU fired, repeated and resolved; a2's memory fires still
+  notice(h, "alert-a1-cpu-1", "alert", alert("a1", "cpu", "FIRING", "100"), 200)
+  notice(h, "alert-a1-cpu-2", "alert", alert("a1", "cpu", "REPEAT", "100"), 200)
+  notice(h, "alert-a1-cpu-3", "alert", alert("a1", "cpu", "RESOLVED", "100"), 200)
+  notice(h, "alert-a2-memory-1", "alert", alert("a2", "memory", "FIRING", "130"), 200)
+  h.alert_states = { { key = "chaos/a1/prod cpu", firing = false }, { key = "chaos/a2/prod memory", firing = true } }
+
+  h.faults = { { at = 16, kind = "kill", server = "s1", session = 1 },
+    { at = 25, kind = "clock", server = "s3", session = 7 },
+    { at = 45, kind = "db_restart" } }
+  h.stops = { { pipeline = "p2", at = 24, said = "stopped" }, { pipeline = "p3", at = 30, said = "changed" } }
+  return h
+end
+
+-- "rule pipeline" for each violation, in the checker's order.
+local function reported(h)
+  local t = {}
+  for _, v in ipairs(history.check(h)) do t[#t + 1] = v.rule .. (v.pipeline and (" " .. v.pipeline) or "") end
+  return t
+end
+
+local function not_final(h)
+  h.final = false
+  return h
+end
+
+---------------------------------------------------------------- the clean history
+
+describe("chaos history: a clean history", function()
+  it("has no violation once final", function()
+    assert.are.same({}, history.check(clean()))
+  end)
+
+  it("has none before the end either", function()
+    assert.are.same({}, history.check(not_final(clean())))
+  end)
+
+  it("is checked from what it holds: an empty history passes", function()
+    assert.are.same({}, history.check({ events = {} }))
+    assert.are.same({}, history.check({ final = true, now = 1, events = {}, pipelines = {} }))
+  end)
+end)
+
+---------------------------------------------------------------- statuses
+
+describe("chaos history: statuses", function()
+  it("status_twice: a pipeline left BUILD_SUCCEEDED twice", function()
+    local h = clean()
+    event(h, "p4", T2, "BUILD_SUCCEEDED", "STOPPED", CTL, nil, 50)
+    event(h, "p4", T2, "BUILD_SUCCEEDED", "STOPPED", CTL, nil, 51)
+    h.pipelines.p4.status = "STOPPED"
+    assert.are.same({ "status_twice p4" }, reported(h))
+  end)
+
+  it("status_twice alone: RUNNING left twice", function()
+    local h = clean()
+    event(h, "p5", T2, "RUNNING", "STOPPED", CTL, nil, 42.5)
+    assert.are.same({ "status_twice p5" }, reported(h))
+  end)
+
+  it("terminal_left: an ERROR pipeline moved on", function()
+    local h = clean()
+    event(h, "p5", T2, "ERROR", "SUCCEEDED", "s3", 7, 43)
+    h.pipelines.p5.status = "SUCCEEDED"
+    assert.are.same({ "terminal_left p5" }, reported(h))
+  end)
+end)
+
+---------------------------------------------------------------- side effects
+
+describe("chaos history: side effects", function()
+  it("side_effect_twice: a second deploy of p3", function()
+    local h = clean()
+    call(h, "p3", T2, "deploy", "s2")
+    assert.are.same({ "side_effect_twice p3" }, reported(h))
+  end)
+
+  it("side_effect_twice: a second build submitted for p1", function()
+    local h = clean()
+    call(h, "p1", T1, "build_submit", "s2")
+    assert.are.same({ "side_effect_twice p1" }, reported(h))
+  end)
+end)
+
+---------------------------------------------------------------- lost locks
+
+describe("chaos history: lost locks", function()
+  it("lost_lock_transition: the killed server, with its old session, after the takeover", function()
+    local h = clean()
+    local e = find(h, "p1", "SUCCEEDED")
+    e.server, e.session = "s1", 1
+    assert.are.same({ "lost_lock_transition p1" }, reported(h))
+  end)
+
+  it("slow_db, freeze, cut and partition lose locks too, as recorded: one fault per server, with its session",
+    function()
+    for _, kind in ipairs({ "slow_db", "freeze", "cut", "partition" }) do
+      local h = clean()
+      h.faults[1].kind = kind
+      local e = find(h, "p1", "SUCCEEDED")
+      e.server, e.session = "s1", 1
+      assert.are.same({ "lost_lock_transition p1" }, reported(h))
+    end
+  end)
+
+  it("a session that outlived its fault (survived) lost nothing: its later transitions are fine", function()
+    local h = clean()
+    h.faults[1].survived = true
+    local e = find(h, "p1", "SUCCEEDED")
+    e.server, e.session = "s1", 1
+    assert.are.same({}, reported(h))
+  end)
+
+  it("after a database restart a session number is another session's: not blamed on an earlier fault", function()
+    local h = clean()
+    h.faults[#h.faults + 1] = { at = 17, kind = "db_restart", server = "s1", session = 1 }
+    local e = find(h, "p1", "SUCCEEDED")
+    e.server, e.session = "s1", 1
+    assert.is_true(e.at > 17)
+    assert.are.same({}, reported(h))
+  end)
+
+  it("a fault without a session: any later transition of the server counts", function()
+    local h = clean()
+    h.faults[1].session = nil
+    local e = find(h, "p1", "SUCCEEDED")
+    e.server, e.session = "s1", 3
+    assert.are.same({ "lost_lock_transition p1" }, reported(h))
+  end)
+
+  it("is fine: the faulted server with a new session after the takeover", function()
+    local h = clean()
+    local e = find(h, "p1", "SUCCEEDED")
+    e.server, e.session = "s1", 2
+    assert.are.same({}, reported(h))
+  end)
+
+  it("is fine: the faulted server's transition before anyone else took over", function()
+    local h = clean()
+    local e = find(h, "p1", "ROLLING_OUT")
+    e.server, e.session, e.at = "s1", 1, 17 -- after the kill at 16, before s2 acts at 22
+    renumber(h)
+    assert.are.same({}, reported(h))
+  end)
+
+  it("is fine: a fault that loses no locks (the clock) is no fault here", function()
+    local h = clean()
+    h.faults[2].at = 10 -- s3's clock jumps before p3 starts
+    local e = find(h, "p3", "BUILD_SUCCEEDED")
+    e.server, e.session = "s2", 4
+    assert.are.same({}, reported(h))
+    h.faults[2].kind = "partition" -- the control: the same, cut from the network
+    assert.are.same({ "lost_lock_transition p3", "lost_lock_transition p3", "lost_lock_transition p3" },
+      reported(h))
+  end)
+
+  -- p3 is frozen on s3 (session 7) at 18; the release at 30 is oopsctl's, then
+  -- s3 goes on with session 7.
+  local function frozen_p3(released_by)
+    local h = clean()
+    h.faults[#h.faults + 1] = { at = 18, kind = "freeze", server = "s3", session = 7 }
+    local e = find(h, "p3", "DEPLOYING")
+    e.server, e.session = released_by, nil
+    if released_by ~= CTL then e.session = 4 end
+    return h
+  end
+
+  it("is fine: oopsctl@host's events never count as a takeover", function()
+    assert.are.same({}, reported(frozen_p3(CTL)))
+  end)
+
+  it("but another server's do (the control: every later s3 transition is reported)", function()
+    assert.are.same({ "lost_lock_transition p3", "lost_lock_transition p3" }, reported(frozen_p3("s2")))
+  end)
+end)
+
+---------------------------------------------------------------- one unfinished
+
+describe("chaos history: one unfinished pipeline per target", function()
+  it("is fine: spans that touch exactly (one ends at t, the next starts at t)", function()
+    local h = { events = {} }
+    life(h, "a", T1, { { "INITIALIZED", "s1", 1, 1 }, { "RUNNING", "s1", 1, 2 }, { "ERROR", "s1", 1, 5 } })
+    life(h, "b", T1, { { "INITIALIZED", "s1", 1, 5 }, { "RUNNING", "s1", 1, 6 }, { "ERROR", "s1", 1, 7 } })
+    assert.are.same({}, reported(h))
+    -- the clean history holds one too: p1 SUCCEEDED at 22, p2 INITIALIZED at 22
+    assert.are.equal(find(clean(), "p1", "SUCCEEDED").at, find(clean(), "p2", "INITIALIZED").at)
+  end)
+
+  it("one_unfinished: p2 created while p1 still rolls out", function()
+    local h = clean()
+    find(h, "p2", "INITIALIZED").at = 21
+    renumber(h)
+    assert.are.same({ "one_unfinished p2" }, reported(h))
+  end)
+
+  it("one_unfinished: a pipeline never finished, then another of its target", function()
+    local h = { events = {} }
+    life(h, "a", T1, { { "INITIALIZED", "s1", 1, 1 }, { "RUNNING", "s1", 1, 2 } })
+    life(h, "b", T1, { { "INITIALIZED", "s2", 1, 100 } })
+    life(h, "c", T2, { { "INITIALIZED", "s2", 1, 50 } }) -- another target: beside them, fine
+    assert.are.same({ "one_unfinished b" }, reported(h))
+  end)
+
+  it("is fine: a manual pipeline waiting in BUILD_SUCCEEDED (p5 runs while p4 waits)", function()
+    local h = clean()
+    assert.is_true(find(h, "p5", "INITIALIZED").at > find(h, "p4", "BUILD_SUCCEEDED").at)
+    assert.are.same({}, reported(h))
+  end)
+
+  it("one_unfinished: but its later DEPLOYING counts (p4 released while p5 runs)", function()
+    local h = clean()
+    event(h, "p4", T2, "BUILD_SUCCEEDED", "DEPLOYING", "s2", 4, 41)
+    event(h, "p4", T2, "DEPLOYING", "ROLLING_OUT", "s2", 4, 43)
+    event(h, "p4", T2, "ROLLING_OUT", "SUCCEEDED", "s2", 4, 44)
+    pipeline(h, "p4", T2, "SUCCEEDED", false, true)
+    assert.are.same({ "one_unfinished p4" }, reported(h))
+  end)
+end)
+
+---------------------------------------------------------------- restarts
+
+describe("chaos history: restarts", function()
+  it("restart_twice: two calls for T1's one occurrence", function()
+    local h = clean()
+    call(h, nil, T1, "restart", "s3")
+    assert.are.same({ "restart_twice" }, reported(h))
+    assert.are.equal(T1 .. ": 2 restart calls for 1 occurrences fired", history.check(h)[1].what)
+  end)
+
+  it("restart_twice: a call for T2, whose occurrence was missed", function()
+    local h = clean()
+    call(h, nil, T2, "restart", "s3")
+    assert.are.same({ "restart_twice" }, reported(h))
+  end)
+
+  it("restart_unfinished: claimed, no outcome (final only)", function()
+    local h = clean()
+    h.restarts[1].finished = false
+    assert.are.same({ "restart_unfinished" }, reported(h))
+    assert.are.same({}, reported(not_final(h)))
+  end)
+end)
+
+---------------------------------------------------------------- alerts
+
+describe("chaos history: alerts", function()
+  it("alert_twice: one episode's FIRING announced twice (two rows)", function()
+    local h = clean()
+    notice(h, "alert-a2-memory-2", "alert", alert("a2", "memory", "FIRING", "130"), 200)
+    assert.are.same({ "alert_twice", "alert_twice" }, reported(h)) -- announced twice, and twice in a row
+  end)
+
+  it("alert_twice: FIRING twice in a row (another since, no RESOLVED between)", function()
+    local h = clean()
+    notice(h, "alert-a2-memory-2", "alert", alert("a2", "memory", "FIRING", "150"), 200)
+    assert.are.same({ "alert_twice" }, reported(h))
+    assert.are.equal("chaos/a2/prod memory: FIRING twice in a row", history.check(h)[1].what)
+  end)
+
+  it("alert_twice is not final-only", function()
+    local h = clean()
+    notice(h, "alert-a1-cpu-4", "alert", alert("a1", "cpu", "RESOLVED", "100"), 200)
+    assert.are.same({ "alert_twice", "alert_twice" }, reported(not_final(h)))
+  end)
+
+  it("alert_state: the state says not firing, the last edge FIRING (final only)", function()
+    local h = clean()
+    h.alert_states[2].firing = false
+    assert.are.same({ "alert_state" }, reported(h))
+    assert.are.same({}, reported(not_final(h)))
+  end)
+
+  it("alert_state: firing with nothing announced", function()
+    local h = clean()
+    h.alert_states[#h.alert_states + 1] = { key = "chaos/a1/prod memory", firing = true }
+    assert.are.same({ "alert_state" }, reported(h))
+    assert.are.equal("chaos/a1/prod memory: firing=true, last announced nothing", history.check(h)[1].what)
+  end)
+end)
+
+---------------------------------------------------------------- notifications
+
+describe("chaos history: notifications", function()
+  it("unstable_id: a delivery without an event id", function()
+    local h = clean()
+    h.deliveries[#h.deliveries + 1] = { status = 200, body = "{}" }
+    assert.are.same({ "unstable_id" }, reported(h))
+    assert.are.same({ "unstable_id" }, reported(not_final(h)))
+  end)
+
+  it("unstable_id: a delivery with an id the outbox never had", function()
+    local h = clean()
+    h.deliveries[#h.deliveries + 1] = { id = "e-nowhere", status = 200, body = "{}" }
+    assert.are.same({ "unstable_id" }, reported(h))
+  end)
+
+  it("unstable_id: a retry with another body", function()
+    local h = clean()
+    h.deliveries[#h.deliveries + 1] = { id = "e-p1-SUCCEEDED", status = 200, body = "another body" }
+    assert.are.same({ "unstable_id" }, reported(h))
+  end)
+
+  it("undelivered: the outbox never delivered it (final only)", function()
+    local h = clean()
+    h.outbox[1].delivered = false
+    for i = #h.deliveries, 1, -1 do
+      if h.deliveries[i].id == h.outbox[1].event_id then table.remove(h.deliveries, i) end
+    end
+    assert.are.same({ "undelivered" }, reported(h))
+    assert.are.same({}, reported(not_final(h)))
+  end)
+
+  it("undelivered: delivered says the outbox, but the receiver never answered 2xx", function()
+    local h = clean()
+    for _, d in ipairs(h.deliveries) do
+      if d.id == "e-p2-STOPPED" then d.status = 503 end
+    end
+    assert.are.same({ "undelivered" }, reported(h))
+    assert.are.same({}, reported(not_final(h)))
+  end)
+
+  it("is fine: no receiver log at all (only the outbox is asked)", function()
+    local h = clean()
+    h.deliveries = nil
+    assert.are.same({}, reported(h))
+  end)
+end)
+
+---------------------------------------------------------------- stops
+
+describe("chaos history: stops", function()
+  it("stop_both: the stop said it stopped p3, which was never stopped", function()
+    local h = clean()
+    h.stops[2].said = "stopped"
+    assert.are.same({ "stop_both p3" }, reported(h))
+  end)
+
+  it("stop_both: said stopped, but the STOPPED is a server's, not oopsctl's", function()
+    local h = clean()
+    find(h, "p2", "STOPPED").server = "s2"
+    assert.are.same({ "stop_both p2" }, reported(h))
+  end)
+
+  it('stop_both: the stop said "changed concurrently", yet oopsctl stopped p2', function()
+    local h = clean()
+    h.stops[1].said = "changed"
+    assert.are.same({ "stop_both p2" }, reported(h))
+  end)
+
+  it('is fine: a stop that said something else ("other")', function()
+    local h = clean()
+    h.stops[1].said, h.stops[2].said = "other", "other"
+    assert.are.same({}, reported(h))
+  end)
+end)
+
+---------------------------------------------------------------- the end
+
+describe("chaos history: at the end", function()
+  -- p6, automatic, in T1: built at 33, never deployed
+  local function with_p6(status)
+    local h = clean()
+    life(h, "p6", T1, { { "INITIALIZED", "s2", 4, 30 }, { "RUNNING", "s2", 4, 31 } })
+    if status == "BUILD_SUCCEEDED" then event(h, "p6", T1, "RUNNING", "BUILD_SUCCEEDED", "s2", 4, 33) end
+    pipeline(h, "p6", T1, status, true)
+    call(h, "p6", T1, "build_submit", "s2")
+    return h
+  end
+
+  it("stuck: an automatic pipeline left in BUILD_SUCCEEDED (final only)", function()
+    local h = with_p6("BUILD_SUCCEEDED")
+    assert.are.same({ "stuck p6" }, reported(h))
+    assert.are.same({}, reported(not_final(h)))
+  end)
+
+  it("stuck: a pipeline left RUNNING", function()
+    local h = with_p6("RUNNING")
+    assert.are.same({ "stuck p6" }, reported(h))
+    assert.are.same({}, reported(not_final(h)))
+  end)
+
+  it("stuck: a manual pipeline in BUILD_SUCCEEDED whose release was requested", function()
+    local h = clean()
+    h.pipelines.p4.requested = true
+    assert.are.same({ "stuck p4" }, reported(h))
+    assert.are.same({}, reported(not_final(h)))
+  end)
+
+  it("is fine: a manual pipeline in BUILD_SUCCEEDED nobody released", function()
+    local h = clean()
+    assert.are.same({ status = "BUILD_SUCCEEDED", auto = false, requested = false },
+      { status = h.pipelines.p4.status, auto = h.pipelines.p4.auto, requested = h.pipelines.p4.requested })
+    assert.are.same({}, reported(h))
+  end)
+
+  it("build_left_running: the build of a stopped pipeline runs on (final only)", function()
+    local h = clean()
+    h.jobs[2].running = true -- p2's
+    assert.are.same({ "build_left_running p2" }, reported(h))
+    assert.are.same({}, reported(not_final(h)))
+  end)
+
+  it("build_left_running: and of a failed one", function()
+    local h = clean()
+    h.jobs[5].running = true -- p5's
+    assert.are.same({ "build_left_running p5" }, reported(h))
+  end)
+
+  it("the final-only rules all at once: none before the end, each at the end", function()
+    local h = with_p6("BUILD_SUCCEEDED")
+    h.restarts[1].finished = false
+    h.outbox[1].delivered = false
+    h.alert_states[1].firing = true
+    h.jobs[2].running = true
+    assert.are.same({}, reported(not_final(h)))
+    h.final = true
+    assert.are.same({ "alert_state", "build_left_running p2", "restart_unfinished", "stuck p6", "undelivered" },
+      reported(h))
+  end)
+end)
+
+---------------------------------------------------------------- explain
+
+describe("chaos history: explain", function()
+  local function lost_p1()
+    local h = clean()
+    local e = find(h, "p1", "SUCCEEDED")
+    e.server, e.session = "s1", 1
+    return h, history.check(h)[1]
+  end
+
+  local function matching(lines, pattern)
+    local t = {}
+    for _, l in ipairs(lines) do
+      if l:match(pattern) then t[#t + 1] = l end
+    end
+    return t
+  end
+
+  it("names the violation, then the pipeline's events, relative to t0", function()
+    local h, v = lost_p1()
+    local lines = history.explain(h, v, 10)
+    assert.truthy(lines[1]:find("^violation: lost_lock_transition p1: s1 made ROLLING_OUT %-> SUCCEEDED"))
+    assert.are.same({
+      "  event +0.00s nil -> INITIALIZED by s1 (session 1)",
+      "  event +1.00s INITIALIZED -> RUNNING by s1 (session 1)",
+      "  event +4.00s RUNNING -> BUILD_SUCCEEDED by s1 (session 1)",
+      "  event +5.00s BUILD_SUCCEEDED -> DEPLOYING by s1 (session 1)",
+      "  event +10.00s DEPLOYING -> ROLLING_OUT by s2 (session 4)",
+      "  event +12.00s ROLLING_OUT -> SUCCEEDED by s1 (session 1)",
+    }, matching(lines, "^  event "))
+  end)
+
+  it("and the faults within M.AROUND seconds of the pipeline's life", function()
+    local h = clean()
+    event(h, "p5", T2, "ERROR", "SUCCEEDED", "s3", 7, 43) -- p5 lives from 40 to 43
+    local v = history.check(h)[1]
+    assert.are.equal("terminal_left", v.rule)
+    h.faults[#h.faults + 1] = { at = 43 + history.AROUND, kind = "cut", server = "s2" }
+    h.faults[#h.faults + 1] = { at = 43 + history.AROUND + 0.5, kind = "cut", server = "s3" }
+    h.faults[#h.faults + 1] = { at = 40 - history.AROUND - 0.5, kind = "slow_db" }
+    local lines = history.explain(h, v, 10)
+    -- the clock at 25 (40 - 15), db_restart at 45, the cut at 58 (43 + 15); not the kill at 16, nor the two
+    -- just outside
+    assert.are.same({ "  fault +15.00s clock s3", "  fault +35.00s db_restart", "  fault +48.00s cut s2" },
+      matching(lines, "^  fault "))
+    assert.are.equal(1 + 4 + 3, #lines)
+  end)
+
+  it("t0 defaults to 0; events of other pipelines are left out", function()
+    local h, v = lost_p1()
+    local lines = history.explain(h, v)
+    assert.are.equal("  event +10.00s nil -> INITIALIZED by s1 (session 1)", lines[2])
+    assert.are.same({}, matching(lines, "p2"))
+    assert.are.equal(6, #matching(lines, "^  event "))
+  end)
+
+  it("a violation of no pipeline: one line", function()
+    local h = clean()
+    call(h, nil, T1, "restart", "s3")
+    assert.are.same({ "violation: restart_twice: " .. T1 .. ": 2 restart calls for 1 occurrences fired" },
+      history.explain(h, history.check(h)[1], 0))
+  end)
+
+  it("an event without a session says none", function()
+    local h = clean()
+    h.stops[1].said = "changed"
+    local lines = history.explain(h, history.check(h)[1], 0)
+    assert.are.equal(1, lines[1]:find("violation: stop_both p2: ", 1, true))
+    assert.are.equal("  event +24.00s RUNNING -> STOPPED by oopsctl@host", lines[4])
+  end)
+end)
