@@ -31,6 +31,7 @@ struct lock_registry {
     bool wait_pending;        /* wait_timeout changed: set it before the next statement */
     unsigned
         chosen_wait_s; /* 0: 3 validation intervals; else seconds or LOCK_WAIT_TIMEOUT_SERVER */
+    char *pinned;      /* lock_registry_pin: kept by release_all */
 };
 
 /* The session wait_timeout that follows from the choice and the interval. */
@@ -95,6 +96,7 @@ void lock_registry_free(lock_registry *r)
         db_close(r->conn);
     strset_clear(&r->held);
     db_config_free(&r->cfg);
+    free(r->pinned);
     free(r);
 }
 
@@ -405,14 +407,23 @@ int lock_registry_release_many(lock_registry *r, const char *const *names, size_
     return released;
 }
 
+void lock_registry_pin(lock_registry *r, const char *name)
+{
+    free(r->pinned);
+    r->pinned = name ? strdup(name) : NULL;
+}
+
 void lock_registry_release_all(lock_registry *r)
 {
     if (!r->conn)
         return;
+    bool keep = r->pinned && strset_has(&r->held, r->pinned);
     char e[256];
     if (q(r, "SELECT RELEASE_ALL_LOCKS()", NULL, 0, NULL, e, sizeof e))
         go_down(r);
     strset_clear(&r->held);
+    if (keep && r->conn && lock_registry_acquire(r, r->pinned) != 1)
+        go_down(r); /* nobody else may hold it: our name; fail closed */
 }
 
 int lock_registry_validate(lock_registry *r)

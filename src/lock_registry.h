@@ -102,6 +102,9 @@ int lock_registry_release(lock_registry *r, const char *name);
 int lock_registry_release_many(lock_registry *r, const char *const *names, size_t n);
 /* Release every lock held; the session stays open. */
 void lock_registry_release_all(lock_registry *r);
+/* name (copied; NULL: none) is taken again by release_all: the lock that
+ * says who this session is (a script's name lock, oops.connect). */
+void lock_registry_pin(lock_registry *r, const char *name);
 
 bool lock_registry_holds(const lock_registry *r, const char *name);
 /* A snapshot copy of the held names (as given to acquire). Free with lock_names_free. */

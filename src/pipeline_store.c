@@ -7,6 +7,7 @@
 
 #include "buf.h"
 #include "lock_names.h"
+#include "lock_registry.h"
 #include "log.h"
 
 #define PIPELINE_COLUMNS                                                                           \
@@ -93,6 +94,26 @@ void pipeline_new_id(char *out, size_t len)
     for (size_t i = 0; i < len; i++)
         out[i] = alphabet[rnd[i] % 36];
     out[len] = '\0';
+}
+
+/*
+ * The fence's second half: the lock that names the transition's driver
+ * ("oops:server:DRIVER", as its lock session holds it), which the fencing
+ * session must hold too. A connection id alone is not enough: a database
+ * restart numbers sessions from 1 again, so a server that has not yet
+ * noticed its lock session is gone may fence with an id that is now another
+ * server's lock session, holding that very pipeline's lock. NULL (no second
+ * half) without a fence or a driver.
+ */
+static const char *fence_lock(uint64_t lock_session, const char *driver,
+                              char out[LOCK_NAME_MAX + 1])
+{
+    if (!lock_session || !driver || !*driver)
+        return NULL;
+    char full[256];
+    snprintf(full, sizeof full, OOPS_LOCK_SERVER_PREFIX "%s", driver);
+    lock_name_shorten(full, out);
+    return out;
 }
 
 static unsigned insert_event(db_conn *c, const char *id, const char *from, pipeline_status to,
@@ -210,15 +231,25 @@ static int transition_tx(db_conn *c, const char *id, pipeline_status from, pipel
         return PSTORE_DB;
     db_result *r = NULL;
     long long fence = (long long)lock_session;
-    db_value p[] = {
-        db_text(pipeline_status_name(to)),   db_text(message), db_text(driver), db_text(id),
-        db_text(pipeline_status_name(from)), db_int(fence),    db_int(fence)};
+    char lock[LOCK_NAME_MAX + 1];
+    const char *named = fence_lock(lock_session, driver, lock);
+    db_value p[] = {db_text(pipeline_status_name(to)),
+                    db_text(message),
+                    db_text(driver),
+                    db_text(id),
+                    db_text(pipeline_status_name(from)),
+                    db_int(fence),
+                    db_int(fence),
+                    db_text(named),
+                    db_text(named),
+                    db_int(fence)};
     unsigned rc =
         db_exec(c,
                 "UPDATE pipeline SET status = ?, message = ?, status_changed_at = NOW(6), "
                 "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ? AND "
-                "(? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)",
-                p, 7, &r, e, sizeof e);
+                "(? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?) AND "
+                "(? IS NULL OR IS_USED_LOCK(?) <=> ?)",
+                p, 10, &r, e, sizeof e);
     int won = 0;
     if (rc == 0) {
         won = r->affected == 1;
@@ -252,7 +283,7 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
      * update is fenced: it counts only while that session holds the
      * pipeline's lock, so a server that lost its session (frozen, cut off)
      * and does not know it yet changes nothing. */
-    char e[512];
+    char e[512], lock[LOCK_NAME_MAX + 1];
     db_result *r = NULL;
     db_value p[] = {db_text(id),
                     db_text(pipeline_status_name(from)),
@@ -263,8 +294,10 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
                     db_text(actor    ? actor
                             : driver ? driver
                                      : "unknown"),
-                    db_int((long long)lock_session)};
-    unsigned rc = db_exec(c, "CALL oops_transition(?, ?, ?, ?, ?, ?, ?, ?)", p, 8, &r, e, sizeof e);
+                    db_int((long long)lock_session),
+                    db_text(fence_lock(lock_session, driver, lock))};
+    unsigned rc =
+        db_exec(c, "CALL oops_transition2(?, ?, ?, ?, ?, ?, ?, ?, ?)", p, 9, &r, e, sizeof e);
     if (rc == 0) {
         int won = db_get_int(r, 0, 0, 0) == 1;
         db_result_free(r);
@@ -273,7 +306,7 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
     if (rc == 1370 /* ER_PROCACCESS_DENIED_ERROR */ || rc == 1305 /* ER_SP_DOES_NOT_EXIST */) {
         call_refused = true;
         log_msg(LOG_WARN,
-                "transitions take five statements instead of one: CALL oops_transition failed "
+                "transitions take five statements instead of one: CALL oops_transition2 failed "
                 "(%s); GRANT EXECUTE ON the database to this account (README \"Database "
                 "accounts\")",
                 e);
@@ -301,6 +334,8 @@ static void case_id(buf *sql, db_value *p, size_t *np, const char *const *ids,
 typedef struct {
     db_conn *c;
     long long fence;
+    const char *fence_lock; /* fence_lock(): NULL or fence_name */
+    char fence_name[LOCK_NAME_MAX + 1];
     size_t n, nw;
     const char *ids[PIPELINE_BATCH_MAX], *from[PIPELINE_BATCH_MAX], *to[PIPELINE_BATCH_MAX];
     bool won[PIPELINE_BATCH_MAX];
@@ -320,12 +355,17 @@ static void batch_sql(batch *b, const char *text)
     buf_puts(&b->sql, text);
 }
 
-/* " AND (? = 0 OR IS_USED_LOCK(CONCAT(prefix, id)) <=> ?)": the fence. */
+/* " AND (? = 0 OR IS_USED_LOCK(CONCAT(prefix, id)) <=> ?) AND (? IS NULL OR
+ * IS_USED_LOCK(?) <=> ?)": the fence, both halves (fence_lock). */
 static void batch_fence(batch *b)
 {
     buf_puts(&b->sql,
-             " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)");
+             " AND (? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?)"
+             " AND (? IS NULL OR IS_USED_LOCK(?) <=> ?)");
     b->p[b->np++] = db_int(b->fence);
+    b->p[b->np++] = db_int(b->fence);
+    b->p[b->np++] = db_text(b->fence_lock);
+    b->p[b->np++] = db_text(b->fence_lock);
     b->p[b->np++] = db_int(b->fence);
 }
 
@@ -460,9 +500,10 @@ static unsigned batch_tx(db_conn *c, pipeline_transition_req *v, size_t n, const
     batch *b = calloc(1, sizeof *b);
     /* Enough for the largest statement: the UPDATE's 3 CASEs of 2 values and
      * 1 list per row, or the events' 7 values per row. */
-    if (!b || !(b->p = malloc((8 * PIPELINE_BATCH_MAX + 8) * sizeof *b->p)))
+    if (!b || !(b->p = malloc((8 * PIPELINE_BATCH_MAX + 16) * sizeof *b->p)))
         abort();
     *b = (batch){.c = c, .fence = (long long)lock_session, .n = n, .p = b->p, .e = e, .elen = elen};
+    b->fence_lock = fence_lock(lock_session, driver, b->fence_name);
     for (size_t i = 0; i < n; i++) {
         b->ids[i] = v[i].id;
         b->from[i] = pipeline_status_name(v[i].from);

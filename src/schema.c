@@ -447,6 +447,49 @@ static const char *const v10[] = {
     " DROP INDEX IF EXISTS ix_pipeline_status",
     NULL,
 };
+/* v11: oops_transition2, the transition of oops_transition (v8) with the
+ * fence's second half (pipeline_store.c, fence_lock): the session that holds
+ * the pipeline's lock must also hold p_named, the lock naming the driver, so
+ * that a connection id numbered again after a database restart fences
+ * nothing. NULL p_named: the v8 fence. Additive: servers of schema 10 keep
+ * calling oops_transition, which stays. */
+static const char *const v11[] = {
+    "DROP PROCEDURE IF EXISTS oops_transition2",
+    "CREATE PROCEDURE oops_transition2("
+    " IN p_id VARCHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_from VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_to VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_event VARCHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_message TEXT CHARACTER SET utf8mb4,"
+    " IN p_driver VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_actor VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,"
+    " IN p_fence BIGINT,"
+    " IN p_named VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin)"
+    " SQL SECURITY INVOKER MODIFIES SQL DATA"
+    " BEGIN"
+    "  DECLARE won INT DEFAULT 0;"
+    "  DECLARE ev BIGINT UNSIGNED;"
+    "  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;"
+    "  START TRANSACTION;"
+    "  UPDATE pipeline SET status = p_to, message = p_message, status_changed_at = NOW(6),"
+    "   driven_by = COALESCE(p_driver, driven_by)"
+    "   WHERE id = p_id AND status = p_from"
+    "   AND (p_fence = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> p_fence)"
+    "   AND (p_named IS NULL OR IS_USED_LOCK(p_named) <=> p_fence);"
+    "  SET won = ROW_COUNT();"
+    "  IF won = 1 THEN"
+    "   INSERT INTO pipeline_event (pipeline_id, event_type, from_status, to_status, message,"
+    "    server, lock_session, created_at)"
+    "    VALUES (p_id, p_event, p_from, p_to, p_message, p_actor, NULLIF(p_fence, 0), NOW(6));"
+    "   SET ev = LAST_INSERT_ID();"
+    "   INSERT INTO outbox (event_id, kind, ref_id)"
+    "    VALUES (CONCAT('pipeline-event-', ev), 'pipeline', ev);"
+    "  END IF;"
+    "  COMMIT;"
+    "  SELECT won;"
+    " END",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -460,6 +503,7 @@ static const migration migrations[] = {
     {8, "a transition in one round trip: the procedure oops_transition", v8},
     {9, "the fleet page: servers publish their health, policy and version", v9},
     {10, "scans read their free candidates in (status, created_at) order", v10},
+    {11, "transitions fenced by the driver's name lock too: oops_transition2", v11},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

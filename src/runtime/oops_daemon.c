@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "error_names.h"
+#include "lock_names.h"
+#include "lock_registry.h"
 #include "runtime.h"
 #include "schema.h"
 
@@ -56,6 +58,18 @@ static int l_connect(lua_State *L)
         int rc = lock_registry_connect(c->locks, err, sizeof err);
         if (rc != 0) /* LOCK_REFUSED: the server cannot share locks (Galera, read-only) */
             return oops_fail(L, err, rc == LOCK_REFUSED ? OOPS_E_DB : OOPS_E_UNREACHABLE);
+        /* A named script's lock session holds its name lock, as a server's does:
+         * its fenced transitions name it (pipeline_store.h). */
+        if (name && *name) {
+            char lock[sizeof c->server_name + 32];
+            snprintf(lock, sizeof lock, OOPS_LOCK_SERVER_PREFIX "%s", name);
+            if (lock_registry_acquire(c->locks, lock) != 1)
+                return oops_fail(L,
+                                 "oops.connect: another session holds this name's lock (two "
+                                 "processes must not share a name)",
+                                 OOPS_E_EXISTS);
+            lock_registry_pin(c->locks, lock);
+        }
     }
     lua_pushboolean(L, 1);
     return 1;

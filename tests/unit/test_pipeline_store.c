@@ -153,7 +153,15 @@ static void a_fenced_transition_needs_the_lock_held_by_that_session(void **state
     assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s2", NULL,
                                                other, err, sizeof err),
                      0);
-    /* Held by this session: made, and the event records the session. */
+    /* Held by the session of that number, which is not s1's (it does not hold
+     * s1's name lock): a stale id after a database restart, numbered again
+     * for another server's lock session. Refused. */
+    assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s1", NULL,
+                                               mine, err, sizeof err),
+                     0);
+    db_value s1[] = {db_text("oops:server:s1")};
+    assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", s1, 1), 1);
+    /* Held by s1's session: made, and the event records the session. */
     assert_int_equal(pipeline_store_transition(c, id, PS_INITIALIZED, PS_RUNNING, "b", "s1", NULL,
                                                mine, err, sizeof err),
                      1);
@@ -192,6 +200,8 @@ static void a_batch_of_transitions_makes_each_as_alone_would(void **state)
     enum { N = 9 };
     char ids[N][25], name[256], err[512];
     uint64_t mine = db_connection_id(holder);
+    db_value s1[] = {db_text("oops:server:s1")};
+    assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", s1, 1), 1);
     for (int i = 0; i < N; i++) {
         char app[32];
         snprintf(app, sizeof app, "batch%d", i);
@@ -254,6 +264,23 @@ static void a_batch_of_transitions_makes_each_as_alone_would(void **state)
                                 "AND message = 'it''s \"quoted\"'",
                                 e7, 1),
                      (long long)mine);
+    /* Fenced by a session that holds their locks but not the driver's name
+     * lock (s9's): a number that is another server's session now. Nothing made. */
+    char other_ids[2][25];
+    pipeline_transition_req o[2];
+    for (int i = 0; i < 2; i++) {
+        char app[32];
+        snprintf(app, sizeof app, "batchother%d", i);
+        create_app(c, app, "prod", other_ids[i]);
+        snprintf(name, sizeof name, "oops:pipeline:%s", other_ids[i]);
+        db_value n[] = {db_text(name)};
+        assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", n, 1), 1);
+        o[i] = (pipeline_transition_req){
+            .id = other_ids[i], .from = PS_INITIALIZED, .to = PS_RUNNING, .message = "b"};
+    }
+    pipeline_store_transitions(c, o, 2, "s9", "s9", mine);
+    assert_int_equal(o[0].rc, 0);
+    assert_int_equal(o[1].rc, 0);
     /* A batch where one would make a second unfinished pipeline: made one
      * by one, that one answers PSTORE_EXISTS and the others are made. */
     char again[25], dup[25];
