@@ -115,19 +115,24 @@ end
 
 -- At most one unfinished pipeline per application and environment at every
 -- instant: the spans in which each was INITIALIZED, RUNNING, DEPLOYING or
--- ROLLING_OUT never overlap.
+-- ROLLING_OUT never overlap. Measured in event ids, the database's own
+-- order: a create that waited for the previous pipeline's commit (the
+-- unique index) may carry an earlier NOW(6) than that pipeline's last
+-- event, but never a smaller id.
 function rules.one_unfinished(_, out, ev)
   local spans = {}
   for id, list in pairs(ev) do
-    local start
+    local start, start_at
     for _, e in ipairs(list) do
-      if UNFINISHED[e.to] and not start then start = e.at end
+      if UNFINISHED[e.to] and not start then start, start_at = e.id, e.at end
       if not UNFINISHED[e.to] and start then
-        spans[#spans + 1] = { target = e.target, id = id, from = start, to = e.at }
+        spans[#spans + 1] = { target = e.target, id = id, from = start, to = e.id, at = start_at }
         start = nil
       end
     end
-    if start then spans[#spans + 1] = { target = list[1].target, id = id, from = start, to = math.huge } end
+    if start then
+      spans[#spans + 1] = { target = list[1].target, id = id, from = start, to = math.huge, at = start_at }
+    end
   end
   table.sort(spans, function(a, b)
     if a.target ~= b.target then return a.target < b.target end
@@ -137,7 +142,7 @@ function rules.one_unfinished(_, out, ev)
   for _, s in ipairs(spans) do
     local l = last[s.target]
     if l and s.from < l.to then
-      add(out, "one_unfinished", s.id, ("unfinished beside %s in %s from %.3f"):format(l.id, s.target, s.from), s.from)
+      add(out, "one_unfinished", s.id, ("unfinished beside %s in %s from %.3f"):format(l.id, s.target, s.at), s.at)
     end
     if not l or s.to > l.to then last[s.target] = s end
   end
