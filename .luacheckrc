@@ -67,6 +67,7 @@ local policy_files = {
   "policies/*.lua",
   "tests/exec/policies/*.lua",
   "tests/fixtures/policies/**/*.lua",
+  "tests/fixtures/chaos_policies/*.lua",
   "tests/spec/fixtures/policies/**/*.lua",
   "examples/*/*.lua",
 }

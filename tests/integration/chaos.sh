@@ -23,6 +23,20 @@ for seed in $SEEDS; do
   [[ -s $work/plan.$seed ]]; _tap $? "seed $seed: its planned faults are printed (fault +T KIND ...)"
 done
 
+# An operator's policy (tests/fixtures/chaos_policies: the exec gateway, a
+# Prometheus probe, a webhook and a notify command, none of which may be
+# used) runs under oopsd --simulate: the campaign passes and nothing of it ran.
+out=$(TMPDIR=$work "$ctl" chaos --policies "$OOPS_ROOT/tests/fixtures/chaos_policies" --seed 21 --duration 20s \
+  --servers 2 --keep "$work/kept" 2>&1)
+rc=$?
+is "$rc" 0 "an operator's exec-gateway policy under --policies: no violation"
+((rc == 0)) || printf '%s\n' "$out" | tail -20 | sed 's/^/#   /'
+logs=$(cat "$work"/kept/chaos-seed21-*/s1.log 2>/dev/null)
+like "$logs" 'simulating \(--simulate\): the simulated gateway' "  its servers said they simulate"
+unlike "$logs" 'build started \(pid|build submitted: job|msg="exec:|127\.0\.0\.1:9' \
+  "  and ran none of its commands, asked none of its addresses"
+like "$(printf '%s\n' "$out" | tail -n 1)" ', [1-9][0-9]* pipelines, 0 violations$' "  with pipelines of its applications"
+
 # The plan comes from the seed alone: --dry-run (which starts nothing)
 # prints the same faults, line for line.
 first=${SEEDS%% *}

@@ -297,6 +297,38 @@ describe("policy errors", function()
   end)
 end)
 
+describe("simulate (oopsd --simulate URL, oopsctl chaos --policies)", function()
+  local function with(simulate)
+    return policy.load_dir(ROOT .. "tests/fixtures/chaos_policies", { no_cron = true, simulate = simulate })
+  end
+
+  it("keeps what the operator wrote but runs nothing real and tells nobody else", function()
+    local real = assert(with(nil))
+    local p = assert(with("http://127.0.0.1:9/hook"))
+    assert.are.equal("exec", real.gateway.kind)
+    assert.are.equal("prometheus", real.alert.probe.kind)
+    assert.are.equal(2, #real.notify.routes) -- a webhook and a command
+    assert.are.equal("simulated", p.gateway.kind)
+    assert.are.equal("simulated", p.alert.probe.kind)
+    assert.are.same({ { kind = "webhook", url = "http://127.0.0.1:9/hook" } }, p.notify.routes)
+    assert.is_true(p.simulated)
+    -- the applications, their schedules and the timeouts are the operator's
+    assert.are.equal(real.applications["ops/api"].restart.prod.cron, p.applications["ops/api"].restart.prod.cron)
+    assert.are.same(real.applications["ops/api"].timeout_ms, p.applications["ops/api"].timeout_ms)
+    assert.are.same(real.deploy, p.deploy)
+    assert.are.same(real.rollout, p.rollout)
+    assert.is_nil(real.simulated)
+  end)
+
+  it("refuses a URL that is not http(s), saying so without quoting it whole", function()
+    local p, errs = with("ftp://user:secret@host/x")
+    assert.is_nil(p)
+    assert.are.equal(1, #errs)
+    assert.matches("^%-%-simulate .*must be an http:// or https:// URL", errs[1])
+    assert.is_nil(errs[1]:find("secret", 1, true))
+  end)
+end)
+
 describe("the shipped policies/", function()
   local p
   before_each(function()

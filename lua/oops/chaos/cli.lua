@@ -106,8 +106,6 @@ if not ran then
 else
   rc = res == 0 and 0 or 1
 end
-local summary = chaos.summary()
-if summary and not o.dry_run then io.write(summary, "\n") end
 local function remove_tree(p)
   if lfs.symlinkattributes(p, "mode") == "directory" then
     for name in lfs.dir(p) do
@@ -121,5 +119,11 @@ if rc == 0 and not o.keep then
 else
   io.stderr:write("oopsctl chaos: the campaign's files (chaos.log, servers' logs, receiver.log) are in ",
     work, "\n")
+end
+-- The summary last, after anything said on stderr: one line ends the run.
+local summary = chaos.summary()
+if summary and not o.dry_run then
+  io.stderr:flush()
+  io.write(summary, "\n")
 end
 os.exit(rc)
