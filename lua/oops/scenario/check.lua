@@ -38,6 +38,41 @@ end
 -- Faults that can leave a live server believing in locks it lost.
 local LOSES_LOCKS = { kill = true, freeze = true, cut = true, partition = true, db_restart = true }
 
+-- After a fault on X at t: once another server transitioned a pipeline
+-- (after t), X must not transition it again with the lock session it had
+-- at the fault (a new session after reconnecting takes locks anew).
+local function late_transitions(ctx)
+  local sql = ctx.sql
+  -- A database restart numbers sessions from 1 again: a session number seen
+  -- after one is another session, so a fault's window ends at the next
+  -- restart, and a restart is no such fault itself (all its sessions are
+  -- gone; the transitions' fence keeps their servers out).
+  local function next_restart(t)
+    local first = math.huge
+    for _, g in ipairs(ctx.faults or {}) do
+      if g.kind == "db_restart" and g.at > t and g.at < first then first = g.at end
+    end
+    return first == math.huge and 4e9 or first
+  end
+  local late = {}
+  for _, f in ipairs(ctx.faults or {}) do
+    if LOSES_LOCKS[f.kind] and f.kind ~= "db_restart" and f.server then
+      for _, r in ipairs(sql([[
+          SELECT x.pipeline_id, x.from_status, x.to_status, x.created_at, y.server AS taker
+          FROM pipeline_event x
+          JOIN pipeline_event y ON y.pipeline_id = x.pipeline_id AND y.server <> x.server
+            AND y.server NOT LIKE 'oopsctl@%' AND y.id < x.id AND UNIX_TIMESTAMP(y.created_at) >= ?
+          WHERE x.server = ? AND UNIX_TIMESTAMP(x.created_at) >= ? AND UNIX_TIMESTAMP(x.created_at) < ?
+            AND (? = 0 OR x.lock_session = ?)
+          GROUP BY x.id]], f.at, f.server, f.at, next_restart(f.at), f.session or 0, f.session or 0)) do
+        late[#late + 1] = { what = ("%s made %s's %s -> %s at %s after %s had taken it over (fault: %s)"):format(
+          f.server, r.pipeline_id, r.from_status, r.to_status, r.created_at, r.taker, f.kind) }
+      end
+    end
+  end
+  return late
+end
+
 local function checks(ctx)
   local sql, out = ctx.sql, {}
   local function check(desc, bad, diag)
@@ -159,37 +194,7 @@ local function checks(ctx)
       function(bad) return list(bad, function(r) return r.event_id end) end)
   end
 
-  -- After a fault on X at t: once another server transitioned a pipeline
-  -- (after t), X must not transition it again with the lock session it had
-  -- at the fault (a new session after reconnecting takes locks anew).
-  -- A database restart numbers sessions from 1 again: a session number seen
-  -- after one is another session, so a fault's window ends at the next
-  -- restart, and a restart is no such fault itself (all its sessions are
-  -- gone; the transitions' fence keeps their servers out).
-  local function next_restart(t)
-    local n = math.huge
-    for _, g in ipairs(ctx.faults or {}) do
-      if g.kind == "db_restart" and g.at > t and g.at < n then n = g.at end
-    end
-    return n == math.huge and 4e9 or n
-  end
-  local late = {}
-  for _, f in ipairs(ctx.faults or {}) do
-    if LOSES_LOCKS[f.kind] and f.kind ~= "db_restart" and f.server then
-      for _, r in ipairs(sql([[
-          SELECT x.pipeline_id, x.from_status, x.to_status, x.created_at, y.server AS taker
-          FROM pipeline_event x
-          JOIN pipeline_event y ON y.pipeline_id = x.pipeline_id AND y.server <> x.server
-            AND y.server NOT LIKE 'oopsctl@%' AND y.id < x.id AND UNIX_TIMESTAMP(y.created_at) >= ?
-          WHERE x.server = ? AND UNIX_TIMESTAMP(x.created_at) >= ? AND UNIX_TIMESTAMP(x.created_at) < ?
-            AND (? = 0 OR x.lock_session = ?)
-          GROUP BY x.id]], f.at, f.server, f.at, next_restart(f.at), f.session or 0, f.session or 0)) do
-        late[#late + 1] = { what = ("%s made %s's %s -> %s at %s after %s had taken it over (fault: %s)"):format(
-          f.server, r.pipeline_id, r.from_status, r.to_status, r.created_at, r.taker, f.kind) }
-      end
-    end
-  end
-  check("after each fault, no transition by a server that had lost the pipeline", late,
+  check("after each fault, no transition by a server that had lost the pipeline", late_transitions(ctx),
     function(bad) return list(bad, function(r) return r.what end) end)
   return out
 end
