@@ -2,7 +2,7 @@
 --   oopsctl chaos --seed N --duration D [--servers K] [--policies DIR] [--keep DIR] [--dry-run]
 -- --dry-run prints the plan (the faults, one line each) and starts nothing.
 -- Exit 0: no violation; 1: violations (or the campaign could not run to its
--- end); 2: bad input or nothing could be started (said in one line).
+-- end); 2: bad input, or its database could not be started (said in one line).
 local lfs = require("lfs")
 local oops = require("oops")
 local duration = require("oops.duration")

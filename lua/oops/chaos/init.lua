@@ -520,8 +520,10 @@ function M.run(o)
 
   local extra = scenario.netns_options()
   C.netns = extra ~= nil
-  C.db = assert(require("oops.scenario.mariadb").start { dir = C.dir .. "/mariadb",
-    bind = extra and extra.bind, clients = extra and extra.clients })
+  local db, derr = require("oops.scenario.mariadb").start { dir = C.dir .. "/mariadb",
+    bind = extra and extra.bind, clients = extra and extra.clients }
+  if not db then error({ input = "cannot start a database of its own: " .. tostring(derr) }) end
+  C.db = db
   C.env = assert(scenario.begin(C.db.url, o.oopsd, o.oopsctl, C.dir, C.dir))
   -- Calls from tasks on a pool: one that waits for a stopped database
   -- (slow_db) holds its task, never the campaign (which must SIGCONT it).
