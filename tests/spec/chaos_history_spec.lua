@@ -353,6 +353,14 @@ describe("chaos history: restarts", function()
     assert.are.same({ "restart_twice" }, reported(h))
   end)
 
+  it("is fine at the end: a restart claimed moments ago, still running (restarts fire every minute)", function()
+    local h = clean()
+    h.restarts[#h.restarts + 1] = { target = T1, occurrence = "2026-01-01 00:09:00", missed = false,
+      finished = false, age = 2 }
+    h.calls[#h.calls + 1] = { target = T1, action = "restart", server = "s3" }
+    assert.are.same({}, reported(h))
+  end)
+
   it("restart_unfinished: claimed, no outcome (final only)", function()
     local h = clean()
     h.restarts[1].finished = false
@@ -428,6 +436,18 @@ describe("chaos history: notifications", function()
     end
     assert.are.same({ "undelivered" }, reported(h))
     assert.are.same({}, reported(not_final(h)))
+  end)
+
+  it("is fine at the end: a notification made moments ago, still on its way (alerts repeat)", function()
+    local h = clean()
+    h.outbox[1].delivered = false
+    for i = #h.deliveries, 1, -1 do
+      if h.deliveries[i].id == h.outbox[1].event_id then table.remove(h.deliveries, i) end
+    end
+    h.outbox[1].age = history.IN_FLIGHT_S - 1
+    assert.are.same({}, reported(h))
+    h.outbox[1].age = history.IN_FLIGHT_S + 1
+    assert.are.same({ "undelivered" }, reported(h))
   end)
 
   it("undelivered: delivered says the outbox, but the receiver never answered 2xx", function()

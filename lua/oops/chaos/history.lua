@@ -12,8 +12,10 @@
 --   pipelines  { [id] = { id, target, status, auto, requested } }
 --   calls      { { pipeline, target, action, server } }  (sim_call)
 --   jobs       { { pipeline, running } }  build jobs of the simulated cluster
---   restarts   { { target, occurrence, missed, finished } }
---   outbox     { { event_id, kind, payload (decoded or nil), delivered, undeliverable } }
+--   restarts   { { target, occurrence, missed, finished, age } }
+--   outbox     { { event_id, kind, payload (decoded or nil), delivered, undeliverable, age } }
+--              age: seconds since it was made (nil: long ago); what is younger
+--              than M.IN_FLIGHT_S at the end may still be on its way
 --   alert_states { { key, firing } }  key "ns/app/env metric"
 --   deliveries { { id, status, body } }  the receiver's log
 --   faults     { { at, kind, server, session, survived } }  as they took effect;
@@ -30,6 +32,12 @@ local TERMINAL = { SUCCEEDED = true, ERROR = true, STOPPED = true }
 -- Faults after which a live server may still believe in locks it lost.
 M.LOSES_LOCKS = { kill = true, freeze = true, cut = true, partition = true, db_restart = true,
   slow_db = true }
+
+-- At the end, a notification or a restart claim this young may still be
+-- in flight (alerts repeat, restarts fire every minute: the system never
+-- falls quite silent): only older ones must have ended.
+M.IN_FLIGHT_S = 10
+local function old(x) return (x.age or math.huge) > M.IN_FLIGHT_S end
 
 local rules = {}
 
@@ -165,7 +173,7 @@ function rules.restarts(h, out)
   end
   if h.final then
     for _, r in ipairs(h.restarts or {}) do
-      if not r.finished then
+      if not r.finished and old(r) then
         add(out, "restart_unfinished", nil, ("%s %s: claimed, no outcome"):format(r.target, r.occurrence))
       end
     end
@@ -217,9 +225,9 @@ function rules.notifications(h, out)
   end
   if not h.final then return end
   for _, o in ipairs(h.outbox or {}) do
-    if not o.delivered then
+    if not o.delivered and old(o) then
       add(out, "undelivered", nil, o.event_id .. ": never delivered")
-    elseif not o.undeliverable and h.deliveries and not got[o.event_id] then
+    elseif o.delivered and not o.undeliverable and h.deliveries and not got[o.event_id] then
       add(out, "undelivered", nil, o.event_id .. ": delivered says the outbox, but the receiver never answered it 2xx")
     end
   end
@@ -326,16 +334,18 @@ function M.load(sql, o)
   end
   h.restarts = {}
   for _, r in ipairs(sql("SELECT CONCAT(namespace, '/', application, '/', environment) AS target, occurrence, " ..
-      "outcome, finished_at IS NOT NULL AS finished FROM restart_run")) do
+      "outcome, finished_at IS NOT NULL AS finished, " ..
+      "TIMESTAMPDIFF(MICROSECOND, fired_at, NOW(6)) / 1e6 AS age FROM restart_run")) do
     h.restarts[#h.restarts + 1] = { target = r.target, occurrence = tostring(r.occurrence),
-      missed = r.outcome == "missed", finished = tonumber(r.finished) == 1 }
+      missed = r.outcome == "missed", finished = tonumber(r.finished) == 1, age = tonumber(r.age) }
   end
   h.outbox = {}
   for _, r in ipairs(sql("SELECT event_id, kind, payload, delivered_at IS NOT NULL AS delivered, " ..
-      "COALESCE(last_error LIKE 'undeliverable:%', 0) AS undeliverable FROM outbox ORDER BY id")) do
+      "COALESCE(last_error LIKE 'undeliverable:%', 0) AS undeliverable, " ..
+      "TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) / 1e6 AS age FROM outbox ORDER BY id")) do
     local doc = json.decode(r.payload or "")
     h.outbox[#h.outbox + 1] = { event_id = r.event_id, kind = r.kind, payload = type(doc) == "table" and doc or nil,
-      delivered = tonumber(r.delivered) == 1, undeliverable = tonumber(r.undeliverable) == 1 }
+      delivered = tonumber(r.delivered) == 1, undeliverable = tonumber(r.undeliverable) == 1, age = tonumber(r.age) }
   end
   h.alert_states = {}
   for _, r in ipairs(sql("SELECT namespace, application, environment, metric, firing FROM alert_state")) do

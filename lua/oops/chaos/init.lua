@@ -538,6 +538,9 @@ function M.run(o)
   C.t0 = oops.now_ms() / 1000
   play(plan)
   heal_all()
+  -- Calm: every pod's usage back down, so the alerts resolve and stop
+  -- repeating, and what is left to deliver runs out.
+  pcall(scenario.sql, "UPDATE sim_metric SET value = 0")
   local bound = settle_bound()
   log("the nemesis stopped; settling (up to %.0fs)", bound)
   local deadline = oops.now_ms() + bound * 1000
