@@ -106,16 +106,8 @@ if not ran then
 else
   rc = res == 0 and 0 or 1
 end
-local function remove_tree(p)
-  if lfs.symlinkattributes(p, "mode") == "directory" then
-    for name in lfs.dir(p) do
-      if name ~= "." and name ~= ".." then remove_tree(p .. "/" .. name) end
-    end
-  end
-  os.remove(p)
-end
 if rc == 0 and not o.keep then
-  remove_tree(work)
+  require("oops.scenario.files").remove_tree(work)
 else
   io.stderr:write("oopsctl chaos: the campaign's files (chaos.log, servers' logs, receiver.log) are in ",
     work, "\n")

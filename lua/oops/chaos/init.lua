@@ -404,24 +404,15 @@ local function targets_of(policy)
   return list
 end
 
-local FAKETIME = { "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-  "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1" }
-local function faketime_lib()
-  for _, lib in ipairs(FAKETIME) do if lfs.attributes(lib) then return lib end end
-end
-
 -- Each server's environment: its wall clock read from a file of its own
 -- (libfaketime, re-read every second), so a clock fault moves it alone.
 local function server_envs(k)
-  local lib = faketime_lib()
-  if not lib then return nil end
+  if not scenario.faketime_env {} then return nil end
   local envs = {}
   for i = 1, k do
     local file = C.dir .. "/clock-s" .. i
     files.write(file, "+0s\n")
-    local asan = os.getenv("ASAN_OPTIONS")
-    envs[i] = { LD_PRELOAD = lib, FAKETIME_TIMESTAMP_FILE = file, FAKETIME_CACHE_DURATION = "1",
-      FAKETIME_DONT_FAKE_MONOTONIC = "1", ASAN_OPTIONS = (asan and asan .. ":" or "") .. "verify_asan_link_order=0" }
+    envs[i] = scenario.faketime_env { FAKETIME_TIMESTAMP_FILE = file, FAKETIME_CACHE_DURATION = "1" }
   end
   return envs
 end

@@ -17,14 +17,6 @@ end
 local url = os.getenv("OOPS_DB")
 if url == "" then url = nil end
 
-local function remove_tree(p)
-  if lfs.symlinkattributes(p, "mode") == "directory" then
-    for name in lfs.dir(p) do
-      if name ~= "." and name ~= ".." then remove_tree(p .. "/" .. name) end
-    end
-  end
-  os.remove(p)
-end
 
 -- A private directory for the servers' policies and logs (and the database's
 -- data when it is our own), under $TMPDIR when set.
@@ -75,7 +67,7 @@ end
 pcall(oops.wait, scenario.netns_cleanup)
 
 if rc == 0 then
-  remove_tree(work)
+  require("oops.scenario.files").remove_tree(work)
 else
   io.stderr:write("oopsctl scenario: server logs are kept in " .. work .. "\n")
 end

@@ -24,6 +24,17 @@ function M.write(path, text)
   f:close()
 end
 
+-- Remove p and everything under it (symbolic links themselves, never what
+-- they point to).
+function M.remove_tree(p)
+  if lfs.symlinkattributes(p, "mode") == "directory" then
+    for name in lfs.dir(p) do
+      if name ~= "." and name ~= ".." then M.remove_tree(p .. "/" .. name) end
+    end
+  end
+  os.remove(p)
+end
+
 -- A new private directory named PREFIX-NNNNNN under $TMPDIR (when it names a
 -- directory), else /tmp; nil and the parent when none could be made.
 function M.workdir(prefix)

@@ -322,18 +322,24 @@ end
 -- cannot, and need not (libfaketime is the only one).
 local FAKETIME_LIBS = { "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
   "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1" }
-local function skewed_clock(seconds)
+-- The same with the variables given (FAKETIME, or FAKETIME_TIMESTAMP_FILE
+-- for a clock that can move: oopsctl chaos).
+function M.faketime_env(vars)
   for _, lib in ipairs(FAKETIME_LIBS) do
     local f = io.open(lib)
     if f then
       f:close()
       local asan = os.getenv("ASAN_OPTIONS")
-      return { LD_PRELOAD = lib, FAKETIME = ("%+ds"):format(seconds), FAKETIME_DONT_FAKE_MONOTONIC = "1",
+      local env = { LD_PRELOAD = lib, FAKETIME_DONT_FAKE_MONOTONIC = "1",
         ASAN_OPTIONS = (asan and asan .. ":" or "") .. "verify_asan_link_order=0" }
+      for k, v in pairs(vars) do env[k] = v end
+      return env
     end
   end
   return nil, "libfaketime is not installed (apt-get install faketime)"
 end
+
+local function skewed_clock(seconds) return M.faketime_env { FAKETIME = ("%+ds"):format(seconds) } end
 
 local function skip(reason)
   run.skipped = tostring(reason) -- M.main then runs no end checks
