@@ -84,6 +84,7 @@ stds.scenario = {
     "servers", "server", "create", "wait_until", "expect", "sql", "fault", "clear_fault",
     "sleep", "note", "oopsctl", "fail_job", "delete_job", "fail_rollout", "receiver",
     "settle", "oops", "skip", "restart_database", "workdir", "here", "rollback", "skewed_clock",
+    "release_rules",
   },
 }
 files["tests/scenarios/*.lua"] = { std = "+scenario" }

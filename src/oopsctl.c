@@ -132,7 +132,9 @@ static void usage(FILE *f)
         "                                       the one in progress\n"
         "  show ID                              a pipeline and its event history\n"
         "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
-        "  deploy ID                            request the deploy of a manual pipeline\n"
+        "  deploy ID [--override --reason TEXT] request the deploy of a manual pipeline; with\n"
+        "                                       --override, release one a deploy window or\n"
+        "                                       freeze holds (the reason is kept)\n"
         "  locks                                which server holds which lock\n"
         "  chaos --seed N --duration D [--servers K] [--policies DIR] [--keep DIR]\n"
         "                                       a seeded random fault campaign on a throwaway\n"
@@ -281,6 +283,9 @@ static void json_pipeline(buf *b, const pipeline *p)
     json_kv_str(b, "created_at", p->created_at, &first);
     json_kv_str(b, "status_changed_at", p->status_changed_at, &first);
     json_kv_str(b, "driven_by", p->driven_by, &first);
+    json_kv_str(b, "hold", pipeline_held(p) ? p->hold : NULL, &first);
+    json_kv_str(b, "override_at", p->override_at, &first);
+    json_kv_str(b, "rollback_of", p->rollback_of, &first);
     buf_puts(b, "}");
 }
 
@@ -870,6 +875,13 @@ static int cmd_show(ctl *c, int argc, char **argv)
             printf("source      %s\n", tty(p.source));
         printf("driven by   %s\n", tty_or(p.driven_by, "-"));
         printf("message     %s\n", tty_or(p.message, "-"));
+        if (pipeline_held(&p))
+            printf("held        %s (waiting to deploy: the message says why)\n", tty(p.hold));
+        if (p.override_at)
+            printf("override    %s UTC (deploy windows and freezes no longer hold it)\n",
+                   tty(secs(p.override_at, t1, sizeof t1)));
+        if (p.rollback_of)
+            printf("rollback of %s (automatic, after it failed)\n", tty(p.rollback_of));
         printf("created     %s UTC\n", tty(secs(p.created_at, t2, sizeof t2)));
         printf("\nevents\n");
         for (size_t i = 0; i < nev; i++) {
@@ -934,22 +946,91 @@ static int cmd_stop(ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
+/* An operator's reason: 1 to REASON_MAX bytes, no control character (it
+ * reaches the pipeline's history, logs and notifications as written). */
+enum { REASON_MAX = 500 };
+static int check_reason(const char *cmd, const char *reason)
+{
+    size_t n = strlen(reason);
+    if (n == 0 || n > REASON_MAX)
+        return fail(EXIT_INPUT, "%s: --reason must be 1 to %d bytes, not %zu", cmd, REASON_MAX, n);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)reason[i] < 0x20 || reason[i] == 0x7f)
+            return fail(EXIT_INPUT, "%s: --reason holds a control character (byte %zu)", cmd,
+                        i + 1);
+    return EXIT_OK;
+}
+
+/* deploy ID --override --reason TEXT: a held release (deploy window,
+ * freeze) deploys now; p is the pipeline as read. */
+static int deploy_override(ctl *c, const char *id, const pipeline *p, const char *reason)
+{
+    if (p->status == PS_INITIALIZED || p->status == PS_RUNNING)
+        return fail(EXIT_INPUT, "deploy %s: the build has not succeeded yet (%s); nothing changed",
+                    id, pipeline_status_name(p->status));
+    if (p->status != PS_BUILD_SUCCEEDED)
+        return fail(
+            EXIT_STALE,
+            "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; nothing changed",
+            id, pipeline_status_name(p->status));
+    if (p->override_at) {
+        printf(c->json ? "{\"id\":\"%s\",\"override\":true}\n"
+                       : "deploy of %s already overridden\n",
+               id);
+        return EXIT_OK;
+    }
+    char err[512];
+    int rc = pipeline_store_override(c->db, id, c->actor, reason, err, sizeof err);
+    if (rc < 0)
+        return db_fail(c, "deploy", err);
+    if (rc == 0)
+        return fail(EXIT_STALE,
+                    "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED "
+                    "(or was overridden meanwhile); nothing changed",
+                    id);
+    printf(c->json ? "{\"id\":\"%s\",\"override\":true}\n"
+                   : "deploy of %s: override recorded; it deploys at the next tick\n",
+           id);
+    return EXIT_OK;
+}
+
 static int cmd_deploy(ctl *c, int argc, char **argv)
 {
+    enum { F_OVERRIDE, F_REASON };
+    ctl_flag f[] = {[F_OVERRIDE] = {"--override", false, false, NULL},
+                    [F_REASON] = {"--reason", true, false, NULL}};
     const char *pos[1], *id = NULL;
     size_t npos = 0;
-    int rc = parse(c, argc, argv, NULL, 0, pos, 1, &npos);
-    if (rc != EXIT_OK || (rc = need_id("deploy", pos, npos, &id)) != EXIT_OK ||
-        (rc = open_db(c)) != EXIT_OK)
+    PARSE(c, argc, argv, f, pos, 1, &npos);
+    int rc = need_id("deploy", pos, npos, &id);
+    if (rc != EXIT_OK)
+        return rc;
+    if (f[F_OVERRIDE].given && !f[F_REASON].given)
+        return fail(EXIT_INPUT, "deploy: --override needs --reason TEXT (it is kept in the "
+                                "pipeline's history)");
+    if (f[F_REASON].given && !f[F_OVERRIDE].given)
+        return fail(EXIT_INPUT, "deploy: --reason goes with --override");
+    if (f[F_REASON].given && (rc = check_reason("deploy", f[F_REASON].value)) != EXIT_OK)
+        return rc;
+    if ((rc = open_db(c)) != EXIT_OK)
         return rc;
     pipeline p;
     if ((rc = load(c, "deploy", id, &p)) != EXIT_OK)
         return rc;
+    if (f[F_OVERRIDE].given) {
+        rc = deploy_override(c, id, &p, f[F_REASON].value);
+        pipeline_clear(&p);
+        return rc;
+    }
     pipeline_status st = p.status;
     bool manual = p.manual, requested = p.deploy_requested_at != NULL;
     pipeline_clear(&p);
     if (!manual)
-        return fail(EXIT_INPUT, "deploy %s: the pipeline deploys automatically (mode auto)", id);
+        return fail(EXIT_INPUT, "deploy %s: the pipeline deploys automatically (mode auto)%s", id,
+                    st == PS_BUILD_SUCCEEDED
+                        ? "; it waits for a deploy window, freeze or slot: --override --reason "
+                          "TEXT releases it from a window or freeze"
+                        : "");
     if (st == PS_INITIALIZED || st == PS_RUNNING)
         return fail(EXIT_INPUT, "deploy %s: the build has not succeeded yet (%s)", id,
                     pipeline_status_name(st));

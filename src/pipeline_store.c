@@ -13,7 +13,10 @@
 #define PIPELINE_COLUMNS                                                                           \
     "id, namespace, application, environment, status, deploy_mode, artifact, source, "             \
     "message, trigger_type, deploy_requested_at, created_at, status_changed_at, driven_by, "       \
-    "TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) / 1e6"
+    "TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) / 1e6, hold, override_at, rollback_of"
+
+/* The column after PIPELINE_COLUMNS (a list's lock owner). */
+#define PIPELINE_NCOLUMNS 18
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -32,6 +35,9 @@ void pipeline_clear(pipeline *p)
     free(p->created_at);
     free(p->status_changed_at);
     free(p->driven_by);
+    free(p->hold);
+    free(p->override_at);
+    free(p->rollback_of);
     memset(p, 0, sizeof *p);
 }
 
@@ -76,6 +82,9 @@ static void row_to_pipeline(const db_result *r, size_t row, pipeline *p)
     p->driven_by = dup_or_null(db_get(r, row, 13));
     const char *age = db_get(r, row, 14);
     p->status_age_s = age ? strtod(age, NULL) : 0;
+    p->hold = dup_or_null(db_get(r, row, 15));
+    p->override_at = dup_or_null(db_get(r, row, 16));
+    p->rollback_of = dup_or_null(db_get(r, row, 17));
 }
 
 void pipeline_new_id(char *out, size_t len)
@@ -116,12 +125,12 @@ static const char *fence_lock(uint64_t lock_session, const char *driver,
     return out;
 }
 
-static unsigned insert_event(db_conn *c, const char *id, const char *from, pipeline_status to,
-                             const char *message, const char *actor, uint64_t lock_session,
-                             char *err, size_t errlen)
+static unsigned insert_event_as(db_conn *c, const char *id, const char *type, const char *from,
+                                pipeline_status to, const char *message, const char *actor,
+                                uint64_t lock_session, char *err, size_t errlen)
 {
     db_value p[] = {db_text(id),
-                    db_text(pipeline_event_type(to)),
+                    db_text(type ? type : pipeline_event_type(to)),
                     db_text(from),
                     db_text(pipeline_status_name(to)),
                     db_text(message),
@@ -143,6 +152,13 @@ static unsigned insert_event(db_conn *c, const char *id, const char *from, pipel
     db_value o[] = {db_text(event_id), db_int(event)};
     return db_exec(c, "INSERT INTO outbox (event_id, kind, ref_id) VALUES (?, 'pipeline', ?)", o, 2,
                    NULL, err, errlen);
+}
+
+static unsigned insert_event(db_conn *c, const char *id, const char *from, pipeline_status to,
+                             const char *message, const char *actor, uint64_t lock_session,
+                             char *err, size_t errlen)
+{
+    return insert_event_as(c, id, NULL, from, to, message, actor, lock_session, err, errlen);
 }
 
 int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], char *err,
@@ -222,17 +238,179 @@ static bool call_refused;
 
 bool pipeline_store_transition_calls(void) { return !call_refused; }
 
+/* The deploy slot of x->slot_env for pipeline id, inside the caller's
+ * transaction (slot_env's rows exist: ensure_slots). The environment's slot
+ * rows are locked first, so claims of one environment take turns; a slot is
+ * free when it names nobody, this pipeline, or a pipeline no longer
+ * DEPLOYING or ROLLING_OUT (read with a locking read: the latest status,
+ * whatever this transaction's snapshot). A slot is taken only when fewer
+ * pipelines wait ahead of this one (rollbacks first, then the oldest) than
+ * slots are free. 0 with x->slot set when claimed (or held already), else
+ * x->slot 0 (x->slots_in_use, x->slots_ahead say why); or an error number. */
+static unsigned slot_claim(db_conn *c, const char *id, pipeline_transition_extra *x, char *e,
+                           size_t elen)
+{
+    x->slot = 0;
+    db_value p[2 + DEPLOY_SLOTS_MAX];
+    p[0] = db_text(x->slot_env);
+    p[1] = db_int(x->slot_count);
+    db_result *slots = NULL, *r = NULL;
+    unsigned rc = db_exec(c,
+                          "SELECT slot, pipeline_id FROM deploy_slot WHERE environment = ? AND "
+                          "slot <= ? ORDER BY slot FOR UPDATE",
+                          p, 2, &slots, e, elen);
+    if (rc)
+        return rc;
+    buf sql = {0};
+    buf_puts(&sql,
+             "SELECT id FROM pipeline WHERE status IN ('DEPLOYING','ROLLING_OUT') AND id IN (");
+    size_t np = 0;
+    for (size_t i = 0; i < slots->nrows; i++) {
+        const char *h = db_get(slots, i, 1);
+        if (h && strcmp(h, id)) {
+            buf_puts(&sql, np ? ", ?" : "?");
+            p[np++] = db_text(h);
+        }
+    }
+    buf_puts(&sql, ") LOCK IN SHARE MODE");
+    if (np)
+        rc = db_exec(c, sql.p, p, np, &r, e, elen);
+    buf_free(&sql);
+    long long mine = 0, free_slot = 0;
+    unsigned in_use = 0;
+    for (size_t i = 0; !rc && i < slots->nrows; i++) {
+        const char *h = db_get(slots, i, 1);
+        bool busy = false;
+        for (size_t k = 0; h && r && k < r->nrows; k++)
+            busy = busy || strcmp(db_get(r, k, 0), h) == 0;
+        if (h && !strcmp(h, id))
+            mine = db_get_int(slots, i, 0, 0);
+        else if (busy)
+            in_use++;
+        else if (!free_slot)
+            free_slot = db_get_int(slots, i, 0, 0);
+    }
+    db_result_free(r);
+    db_result_free(slots);
+    x->slots_in_use = in_use;
+    if (rc || mine) {
+        x->slot = mine;
+        return rc;
+    }
+    if (!free_slot)
+        return 0;
+    /* In line: the waiting ones (hold 'slot') ahead of this pipeline. */
+    unsigned free_n = x->slot_count > in_use ? x->slot_count - in_use : 0;
+    db_value q[] = {db_text(x->slot_env), db_text(id), db_text(id), db_text(id)};
+    rc = db_exec(c,
+                 "SELECT COUNT(*) FROM pipeline w, pipeline me WHERE w.hold = 'slot' AND "
+                 "w.environment = ? AND w.status IN ('INITIALIZED','BUILD_SUCCEEDED') AND "
+                 "w.id <> ? AND me.id = ? AND ((w.trigger_type = 'rollback') > "
+                 "(me.trigger_type = 'rollback') OR ((w.trigger_type = 'rollback') = "
+                 "(me.trigger_type = 'rollback') AND (w.created_at, w.id) < (me.created_at, ?)))",
+                 q, 4, &r, e, elen);
+    if (rc)
+        return rc;
+    x->slots_ahead = (unsigned)db_get_int(r, 0, 0, 0);
+    db_result_free(r);
+    if (x->slots_ahead >= free_n)
+        return 0;
+    db_value u[] = {db_text(id), db_text(x->slot_env), db_int(free_slot)};
+    rc =
+        db_exec(c,
+                "UPDATE deploy_slot SET pipeline_id = ?, claimed_at = NOW(6) WHERE environment = ? "
+                "AND slot = ?",
+                u, 3, NULL, e, elen);
+    if (!rc)
+        x->slot = free_slot;
+    return rc;
+}
+
+/* The environment's slot rows 1..count, made once (outside any
+ * transaction: the insert's locks would make two claims deadlock). */
+static unsigned ensure_slots(db_conn *c, const char *env, unsigned count, char *e, size_t elen)
+{
+    db_value p[2 * DEPLOY_SLOTS_MAX];
+    buf sql = {0};
+    buf_puts(&sql, "INSERT IGNORE INTO deploy_slot (environment, slot) VALUES ");
+    for (unsigned k = 1; k <= count; k++) {
+        buf_puts(&sql, k > 1 ? ", (?, ?)" : "(?, ?)");
+        p[2 * (k - 1)] = db_text(env);
+        p[2 * (k - 1) + 1] = db_int(k);
+    }
+    unsigned rc = db_exec(c, sql.p, p, 2 * count, NULL, e, elen);
+    buf_free(&sql);
+    return rc;
+}
+
+/* The automatic rollback of failed release id, inside the transaction that
+ * failed it: a rollback pipeline to the live release (the newest SUCCEEDED
+ * of its application and environment, with an artifact), unless id is not a
+ * release (a rollback never triggers another) or a newer pipeline exists
+ * for that target; and its CREATED event and outbox row. rollback_of is
+ * UNIQUE: never two for one failure. 0 (x->rollback_id set when made, else
+ * empty), or an error number. */
+static unsigned rollback_create_in_tx(db_conn *c, const char *id, const char *actor,
+                                      pipeline_transition_extra *x, char *e, size_t elen)
+{
+    char rid[25];
+    pipeline_new_id(rid, 12);
+    db_value p[] = {db_text(rid), db_text(x->rollback_message), db_text(id)};
+    db_result *r = NULL;
+    unsigned rc = db_exec(
+        c,
+        "INSERT INTO pipeline (id, namespace, application, environment, status, deploy_mode, "
+        "artifact, source, trigger_type, message, rollback_of, created_at, status_changed_at) "
+        "SELECT ?, l.namespace, l.application, l.environment, 'INITIALIZED', 'auto', l.artifact, "
+        "l.source, 'rollback', ?, f.id, NOW(6), NOW(6) FROM pipeline f JOIN pipeline l ON "
+        "l.namespace = f.namespace AND l.application = f.application AND l.environment = "
+        "f.environment AND l.status = 'SUCCEEDED' AND l.artifact IS NOT NULL AND l.artifact <> '' "
+        "WHERE f.id = ? AND f.trigger_type = 'release' AND NOT EXISTS (SELECT 1 FROM pipeline n "
+        "WHERE n.namespace = f.namespace AND n.application = f.application AND n.environment = "
+        "f.environment AND (n.created_at, n.id) > (f.created_at, f.id)) "
+        "ORDER BY l.status_changed_at DESC, l.created_at DESC, l.id DESC LIMIT 1",
+        p, 3, &r, e, elen);
+    if (rc == DB_ER_DUP_ENTRY)
+        return 0; /* made already, or another unfinished pipeline: none now */
+    if (rc)
+        return rc;
+    bool made = r->affected == 1;
+    db_result_free(r);
+    if (!made)
+        return 0;
+    rc = insert_event(c, rid, NULL, PS_INITIALIZED, x->rollback_message, actor, 0, e, elen);
+    if (!rc)
+        snprintf(x->rollback_id, sizeof x->rollback_id, "%s", rid);
+    return rc;
+}
+
+/* The transition as statements in one transaction (no procedure), with
+ * x's parts when x is given: a deploy slot claimed before it, an automatic
+ * rollback made after it. */
 static int transition_tx(db_conn *c, const char *id, pipeline_status from, pipeline_status to,
                          const char *message, const char *driver, const char *actor,
-                         uint64_t lock_session, char *err, size_t errlen)
+                         uint64_t lock_session, pipeline_transition_extra *x, char *err,
+                         size_t errlen)
 {
     char e[512];
+    unsigned rc = 0;
+    if (x && x->slot_env && (rc = ensure_slots(c, x->slot_env, x->slot_count, e, sizeof e)))
+        return transition_failed(rc, e, err, errlen);
     if (db_begin(c, err, errlen))
         return PSTORE_DB;
     db_result *r = NULL;
     long long fence = (long long)lock_session;
     char lock[LOCK_NAME_MAX + 1];
     const char *named = fence_lock(lock_session, driver, lock);
+    int won = 0;
+    if (x && x->slot_env) {
+        rc = slot_claim(c, id, x, e, sizeof e);
+        if (rc == 0 && !x->slot) {
+            x->no_slot = true;
+            db_rollback(c);
+            return 0;
+        }
+    }
     db_value p[] = {db_text(pipeline_status_name(to)),
                     db_text(message),
                     db_text(driver),
@@ -243,27 +421,61 @@ static int transition_tx(db_conn *c, const char *id, pipeline_status from, pipel
                     db_text(named),
                     db_text(named),
                     db_int(fence)};
-    unsigned rc =
-        db_exec(c,
-                "UPDATE pipeline SET status = ?, message = ?, status_changed_at = NOW(6), "
-                "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ? AND "
-                "(? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?) AND "
-                "(? IS NULL OR IS_USED_LOCK(?) <=> ?)",
-                p, 10, &r, e, sizeof e);
-    int won = 0;
+    if (!rc)
+        rc = db_exec(c,
+                     "UPDATE pipeline SET status = ?, message = ?, status_changed_at = NOW(6), "
+                     "driven_by = COALESCE(?, driven_by) WHERE id = ? AND status = ? AND "
+                     "(? = 0 OR IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX "', id)) <=> ?) "
+                     "AND (? IS NULL OR IS_USED_LOCK(?) <=> ?)",
+                     p, 10, &r, e, sizeof e);
     if (rc == 0) {
         won = r->affected == 1;
         db_result_free(r);
         if (won)
             rc = insert_event(c, id, pipeline_status_name(from), to, message,
                               actor ? actor : driver, lock_session, e, sizeof e);
+        if (won && !rc && x && x->rollback_message)
+            rc = rollback_create_in_tx(c, id, actor ? actor : driver, x, e, sizeof e);
+    }
+    if (rc == 0 && !won) {
+        db_rollback(c); /* not made: a slot claimed for it is not kept */
+        return 0;
     }
     if (rc == 0)
         rc = db_commit(c, e, sizeof e);
     if (rc == 0)
         return won;
     db_rollback(c);
+    if (x)
+        x->rollback_id[0] = '\0', x->slot = 0;
     return transition_failed(rc, e, err, errlen);
+}
+
+int pipeline_store_transition_ex(db_conn *c, const char *id, pipeline_status from,
+                                 pipeline_status to, const char *message, const char *driver,
+                                 const char *actor, uint64_t lock_session,
+                                 pipeline_transition_extra *x, char *err, size_t errlen)
+{
+    if (!pipeline_transition_allowed(from, to)) {
+        snprintf(err, errlen, "illegal transition %s -> %s",
+                 pipeline_status_name(from) ? pipeline_status_name(from) : "?",
+                 pipeline_status_name(to) ? pipeline_status_name(to) : "?");
+        return PSTORE_ILLEGAL;
+    }
+    if (x && x->slot_env &&
+        (x->slot_count < 1 || x->slot_count > DEPLOY_SLOTS_MAX || to != PS_DEPLOYING ||
+         !pipeline_label_valid(x->slot_env))) {
+        snprintf(err, errlen,
+                 "a deploy slot is claimed for DEPLOYING, 1 to %d slots of an "
+                 "environment named by a DNS label",
+                 DEPLOY_SLOTS_MAX);
+        return PSTORE_BAD;
+    }
+    if (x && x->rollback_message && to != PS_ERROR) {
+        snprintf(err, errlen, "an automatic rollback follows a transition to ERROR only");
+        return PSTORE_BAD;
+    }
+    return transition_tx(c, id, from, to, message, driver, actor, lock_session, x, err, errlen);
 }
 
 int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, pipeline_status to,
@@ -277,7 +489,8 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
         return PSTORE_ILLEGAL;
     }
     if (call_refused)
-        return transition_tx(c, id, from, to, message, driver, actor, lock_session, err, errlen);
+        return transition_tx(c, id, from, to, message, driver, actor, lock_session, NULL, err,
+                             errlen);
     /* One round trip: the update, its event and its outbox row in one
      * transaction inside the database (schema 8). With a lock session the
      * update is fenced: it counts only while that session holds the
@@ -310,7 +523,8 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
                 "(%s); GRANT EXECUTE ON the database to this account (README \"Database "
                 "accounts\")",
                 e);
-        return transition_tx(c, id, from, to, message, driver, actor, lock_session, err, errlen);
+        return transition_tx(c, id, from, to, message, driver, actor, lock_session, NULL, err,
+                             errlen);
     }
     return transition_failed(rc, e, err, errlen);
 }
@@ -686,7 +900,7 @@ int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out,
     free(p);
     if (rc)
         return PSTORE_DB;
-    return rows_to_list(r, o->owned ? 15 : -1, out, n);
+    return rows_to_list(r, o->owned ? PIPELINE_NCOLUMNS : -1, out, n);
 }
 
 int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested, size_t limit,
@@ -715,7 +929,7 @@ int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested,
                         "', id)) IS NULL ORDER BY created_at, id LIMIT ?) f%d",
                         parts ? " UNION ALL " : "",
                         deploy_requested && s == PS_BUILD_SUCCEEDED
-                            ? " AND deploy_requested_at IS NOT NULL"
+                            ? " AND (deploy_requested_at IS NOT NULL OR deploy_mode = 'auto')"
                             : "",
                         s);
         p[np++] = db_text(pipeline_status_name((pipeline_status)s));
@@ -907,6 +1121,38 @@ int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t 
     int done = r->affected == 1;
     db_result_free(r);
     return done;
+}
+
+int pipeline_store_override(db_conn *c, const char *id, const char *actor, const char *reason,
+                            char *err, size_t errlen)
+{
+    char msg[1024], e[512];
+    snprintf(msg, sizeof msg, "Deploy override by %s: %s", actor ? actor : "unknown",
+             reason ? reason : "");
+    if (db_begin(c, err, errlen))
+        return PSTORE_DB;
+    db_value p[] = {db_text(id)};
+    db_result *r = NULL;
+    unsigned rc = db_exec(c,
+                          "UPDATE pipeline SET override_at = NOW(6), deploy_requested_at = "
+                          "COALESCE(deploy_requested_at, NOW(6)) WHERE id = ? AND status = "
+                          "'BUILD_SUCCEEDED' AND override_at IS NULL",
+                          p, 1, &r, e, sizeof e);
+    int done = 0;
+    if (!rc) {
+        done = r->affected == 1;
+        db_result_free(r);
+    }
+    if (!rc && done)
+        rc = insert_event_as(c, id, "OVERRIDE", "BUILD_SUCCEEDED", PS_BUILD_SUCCEEDED, msg, actor,
+                             0, e, sizeof e);
+    if (!rc)
+        rc = db_commit(c, e, sizeof e);
+    if (!rc)
+        return done;
+    db_rollback(c);
+    snprintf(err, errlen, "%s", e);
+    return PSTORE_DB;
 }
 
 /* One pipeline by a query selecting PIPELINE_COLUMNS: 1 found (*out filled),

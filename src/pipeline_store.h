@@ -37,8 +37,18 @@ typedef struct pipeline {
     char *driven_by;                      /* server that made the last transition, may be NULL */
     double status_age_s; /* seconds since status_changed_at, on the database's clock */
     long long
-        lock_owner; /* pipeline_store_list_owned: IS_USED_LOCK('oops:pipeline:ID'), 0 = free */
+        lock_owner;    /* pipeline_store_list_owned: IS_USED_LOCK('oops:pipeline:ID'), 0 = free */
+    char *hold;        /* "window" | "freeze" | "slot" while waiting to deploy, else may be NULL */
+    char *override_at; /* set by `oopsctl deploy --override`: windows and freezes hold it no more */
+    char *rollback_of; /* an automatic rollback: the release whose failure made it */
 } pipeline;
+
+/* Waiting to deploy under a hold (window, freeze, slot): hold is set and
+ * the pipeline is still INITIALIZED or BUILD_SUCCEEDED. */
+static inline bool pipeline_held(const pipeline *p)
+{
+    return p->hold && (p->status == PS_INITIALIZED || p->status == PS_BUILD_SUCCEEDED);
+}
 
 typedef struct pipeline_event_row {
     long long id;
@@ -89,6 +99,38 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
 int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, pipeline_status to,
                               const char *message, const char *driver, const char *actor,
                               uint64_t lock_session, char *err, size_t errlen);
+
+/* The most deploy slots one environment may have (deploy { concurrency }). */
+#define DEPLOY_SLOTS_MAX 100
+
+/* What pipeline_store_transition_ex does beside the transition (issue 26). */
+typedef struct pipeline_transition_extra {
+    /* in: to DEPLOYING, claim one of slot_count deploy slots of slot_env in
+     * the same transaction (none free, or others ahead in line: nothing
+     * changes, 0 is returned with no_slot set) */
+    const char *slot_env;
+    unsigned slot_count;
+    /* in: to ERROR, make the automatic rollback (pipeline_store.c,
+     * rollback_create_in_tx) with this message in the same transaction */
+    const char *rollback_message;
+    /* out */
+    bool no_slot;
+    unsigned slots_in_use, slots_ahead; /* with no_slot: busy slots, pipelines in line first */
+    long long slot;                     /* the slot claimed (or already held) */
+    char rollback_id[25];               /* the rollback made, "" when none */
+} pipeline_transition_extra;
+
+/*
+ * pipeline_store_transition with x's parts in the same transaction, as
+ * statements (never the procedure). Returns like pipeline_store_transition;
+ * PSTORE_BAD for a slot claim not to DEPLOYING, a count out of 1 to
+ * DEPLOY_SLOTS_MAX or an environment that is not a DNS label, or a rollback
+ * after a transition to another status than ERROR.
+ */
+int pipeline_store_transition_ex(db_conn *c, const char *id, pipeline_status from,
+                                 pipeline_status to, const char *message, const char *driver,
+                                 const char *actor, uint64_t lock_session,
+                                 pipeline_transition_extra *x, char *err, size_t errlen);
 
 /* One transition of pipeline_store_transitions: id, from, to, message in;
  * rc out (what pipeline_store_transition returns for it), err with it. */
@@ -242,6 +284,17 @@ int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, 
  * 0 when it was not BUILD_SUCCEEDED (stale read, or already requested), PSTORE_DB.
  */
 int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t errlen);
+
+/*
+ * `oopsctl deploy --override`: a BUILD_SUCCEEDED pipeline is released now
+ * whatever deploy window or freeze holds it (override_at; a manual one's
+ * deploy is requested too), with an OVERRIDE event (BUILD_SUCCEEDED ->
+ * BUILD_SUCCEEDED, message "Deploy override by ACTOR: REASON", server =
+ * actor) and its outbox row, in one transaction. 1 done, 0 not
+ * BUILD_SUCCEEDED or overridden already (nothing changed), PSTORE_DB.
+ */
+int pipeline_store_override(db_conn *c, const char *id, const char *actor, const char *reason,
+                            char *err, size_t errlen);
 
 /*
  * The release a rollback of namespace/application/environment redeploys

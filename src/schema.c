@@ -490,6 +490,39 @@ static const char *const v11[] = {
     " END",
     NULL,
 };
+/* v12: release safety (issue 26). On pipeline: `hold` (why a pipeline that
+ * may deploy is waiting: 'window', 'freeze' or 'slot'; meaningful while it is
+ * INITIALIZED or BUILD_SUCCEEDED), `override_at` (`oopsctl deploy --override`:
+ * windows and freezes no longer hold it) and `rollback_of` (the release whose
+ * failure created this automatic rollback; UNIQUE: one rollback per failed
+ * release, whatever retries). An automatic release waiting in BUILD_SUCCEEDED
+ * (held) is unfinished: nothing else is released beside it. deploy_slot: one
+ * row per environment and slot number, naming the pipeline that deploys in
+ * it; a slot whose pipeline is no longer DEPLOYING or ROLLING_OUT is free
+ * (pipeline_store.c, slot_claim). Additive but for unfinished_key, which no
+ * schema-11 server's pipeline can break: they never leave an automatic
+ * pipeline in BUILD_SUCCEEDED. */
+static const char *const v12[] = {
+    "ALTER TABLE pipeline"
+    " ADD COLUMN IF NOT EXISTS hold VARCHAR(8) NULL,"
+    " ADD COLUMN IF NOT EXISTS override_at DATETIME(6) NULL,"
+    " ADD COLUMN IF NOT EXISTS rollback_of VARCHAR(24) NULL,"
+    " MODIFY unfinished_key VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+    "  AS (CASE WHEN status IN ('INITIALIZED','RUNNING','DEPLOYING','ROLLING_OUT')"
+    "  OR (status = 'BUILD_SUCCEEDED' AND deploy_mode = 'auto')"
+    "  THEN CONCAT(namespace, '/', application, '/', environment) END) STORED",
+    "ALTER TABLE pipeline"
+    " ADD UNIQUE INDEX IF NOT EXISTS uq_pipeline_rollback_of (rollback_of),"
+    " ADD INDEX IF NOT EXISTS ix_pipeline_hold (hold, environment, created_at)",
+    "CREATE TABLE IF NOT EXISTS deploy_slot ("
+    " environment VARCHAR(63) NOT NULL,"
+    " slot SMALLINT UNSIGNED NOT NULL,"
+    " pipeline_id VARCHAR(24) NULL,"
+    " claimed_at DATETIME(6) NULL,"
+    " PRIMARY KEY (environment, slot)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -504,6 +537,7 @@ static const migration migrations[] = {
     {9, "the fleet page: servers publish their health, policy and version", v9},
     {10, "scans read their free candidates in (status, created_at) order", v10},
     {11, "transitions fenced by the driver's name lock too: oops_transition2", v11},
+    {12, "release safety: holds, overrides, automatic rollbacks, deploy slots", v12},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

@@ -55,7 +55,7 @@ local M = {}
 -- REFERENCE.md section 10; BUILDING (RUNNING, an event the original lacked)
 -- is info like CREATED.
 M.PIPELINE_LEVELS = {
-  CREATED = "info", BUILDING = "info", BUILD_SUCCEEDED = "warning", DEPLOYING = "info",
+  CREATED = "info", BUILDING = "info", BUILD_SUCCEEDED = "warning", DEPLOYING = "info", OVERRIDE = "warning",
   ROLLING_OUT = "info", SUCCEEDED = "success", FAILED = "error", STOPPED = "neutral",
 }
 
@@ -197,7 +197,14 @@ local function branch(source)
 end
 
 local PIPELINE_ADVICE = {
-  BUILD_SUCCEEDED = function(r) return "Manual release: run `oopsctl deploy " .. r.pipeline_id .. "` to deploy it." end,
+  BUILD_SUCCEEDED = function(r)
+    if r.deploy_mode ~= "manual" then
+      -- An automatic release a deploy window, freeze or slot holds (issue 26).
+      return "It deploys when allowed; `oopsctl deploy " .. r.pipeline_id ..
+        " --override --reason TEXT` releases it from a window or freeze now."
+    end
+    return "Manual release: run `oopsctl deploy " .. r.pipeline_id .. "` to deploy it."
+  end,
   FAILED = function(r) return "See what it ran: `oopsctl logs " .. r.pipeline_id .. "`." end,
 }
 

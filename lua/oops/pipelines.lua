@@ -283,28 +283,37 @@ end
 
 -- The conditional transition, only while we hold the lock. true when this
 -- call made it; false when someone else changed the status first (or the
--- lock is gone); nil, err, code on a database error.
-function M.transition(p, from, to, message, scan)
+-- lock is gone); nil, err, code on a database error. With `extra` (a deploy
+-- slot, an automatic rollback: oops.store.transition) the second value is
+-- what happened beside it (oops.TransitionDone).
+function M.transition(p, from, to, message, scan, extra)
   if not M.held(p) then
     log.warn("lock lost mid-step: leaving the pipeline alone", { scan = scan, pipeline = p.id })
     return false
   end
-  local won, err, code = oops.store.transition(p.id, from, to, message)
+  local won, err, code = oops.store.transition(p.id, from, to, message, extra)
   if won == nil then
     log.error("transition " .. from .. " -> " .. to .. " failed: " .. tostring(err),
       { scan = scan, pipeline = p.id })
     return nil, err, code
   end
+  local done = type(err) == "table" and err or nil
   if won then
     watch.hint("outbox") -- its event is in the outbox: the notifier looks at its next tick
     p.status = to
     log.info(from .. " -> " .. to, { scan = scan, pipeline = p.id, app = p.app, env = p.environment })
+    if done and done.rollback then
+      log.info("automatic rollback " .. done.rollback .. " created", { scan = scan, pipeline = p.id })
+    elseif extra and extra.rollback then
+      log.info("no automatic rollback: no SUCCEEDED release to return to, or a newer pipeline exists",
+        { scan = scan, pipeline = p.id })
+    end
     hooks.call("on_transition", p, from, to)
-  else
+  elseif not (done and done.no_slot) then
     log.info("claim " .. from .. " -> " .. to .. " lost: the status changed meanwhile",
       { scan = scan, pipeline = p.id })
   end
-  return won
+  return won, done
 end
 
 -- A transition that must follow an act already done (the artifact applied):
@@ -314,14 +323,14 @@ end
 -- a retry that finds the status already `to` means the first try committed
 -- and only its answer was lost. Returns like M.transition.
 M.RETRIES, M.RETRY_FIRST_MS = 3, 250
-function M.transition_after(p, from, to, message, scan)
-  local won, err, code = M.transition(p, from, to, message, scan)
+function M.transition_after(p, from, to, message, scan, extra)
+  local won, err, code = M.transition(p, from, to, message, scan, extra)
   local wait = M.RETRY_FIRST_MS
   for _ = 1, M.RETRIES do
     if won ~= nil or code == "exists" then break end
     oops.sleep(wait)
     wait = wait * 2
-    won, err, code = M.transition(p, from, to, message, scan)
+    won, err, code = M.transition(p, from, to, message, scan, extra)
     if won == false and M.held(p) then
       local now = oops.store.get(p.id)
       if now and now.status == to then

@@ -68,7 +68,7 @@ function M.statement(me, target, wait_s)
     local any = {}
     for _, f in ipairs(M.FREE[scan]) do
       any[#any + 1] = "EXISTS (SELECT 1 FROM pipeline WHERE status = ?" ..
-        (f.requested and " AND deploy_requested_at IS NOT NULL" or "") ..
+        (f.requested and " AND (deploy_requested_at IS NOT NULL OR deploy_mode = 'auto')" or "") ..
         " AND IS_USED_LOCK(CONCAT(?, id)) IS NULL)"
       params[#params + 1] = f[1]
       params[#params + 1] = PIPELINE

@@ -380,7 +380,7 @@ static void set_str(lua_State *L, const char *k, const char *v)
 
 static void push_pipeline(lua_State *L, const pipeline *p)
 {
-    lua_createtable(L, 0, 18);
+    lua_createtable(L, 0, 21);
     set_str(L, "id", p->id);
     set_str(L, "namespace", p->namespace);
     set_str(L, "application", p->application);
@@ -399,6 +399,9 @@ static void push_pipeline(lua_State *L, const pipeline *p)
     set_str(L, "created_at", p->created_at);
     set_str(L, "status_changed_at", p->status_changed_at);
     set_str(L, "driven_by", p->driven_by);
+    set_str(L, "hold", p->hold);
+    set_str(L, "override_at", p->override_at);
+    set_str(L, "rollback_of", p->rollback_of);
     lua_pushnumber(L, p->status_age_s);
     lua_setfield(L, -2, "status_age");
     if (p->lock_owner) {
@@ -448,6 +451,10 @@ typedef struct store_call {
     char **idv;
     size_t nidv;
     bool requested;
+    /* transition with extras */
+    pipeline_status from, to;
+    pipeline_transition_extra x;
+    oops_ctx *ctx;
 } store_call;
 
 static const char *keep(store_call *s, const char *v)
@@ -597,6 +604,9 @@ static int transition_push(lua_State *L, db_call *b)
     return 1;
 }
 
+static int transition_ex(lua_State *L, const char *id, pipeline_status from, pipeline_status to,
+                         const char *msg);
+
 /* oops.store.transition(id, from, to, message) -> true (this call made it) |
  * false (it was not in `from`, or our lock session does not hold its lock).
  * In the daemon the transitions of tasks waiting for a connection together
@@ -609,6 +619,8 @@ static int l_transition(lua_State *L)
     if (!pipeline_transition_allowed(from, to)) /* a caller's mistake: raise */
         return luaL_error(L, "illegal transition %s -> %s", pipeline_status_name(from),
                           pipeline_status_name(to));
+    if (lua_istable(L, 5))
+        return transition_ex(L, id, from, to, msg);
     oops_ctx *c = runtime_ctx(L);
     transition_call *tc = calloc(1, sizeof *tc);
     if (!tc || !(tc->id = strdup(id)) || (msg && !(tc->message = strdup(msg))))
@@ -621,6 +633,74 @@ static int l_transition(lua_State *L)
     tc->t.fence_ud = c;
     tc->metrics = c->metrics;
     return dbcall(L, &tc->t.call, transition_push, transition_free);
+}
+
+static void transition_ex_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    oops_ctx *c = s->ctx;
+    store_ran(b, pipeline_store_transition_ex(b->conn, s->pid, s->from, s->to, s->strs[0],
+                                              c->server_name, c->server_name, transition_fence(c),
+                                              &s->x, s->err, sizeof s->err));
+}
+
+static int transition_ex_push(lua_State *L, db_call *b)
+{
+    store_call *s = (store_call *)b;
+    if (s->rc < 0)
+        return store_fail(L, s);
+    if (s->rc == 1) {
+        char labels[64];
+        snprintf(labels, sizeof labels, "to=\"%s\"", pipeline_status_name(s->to));
+        metrics_add(s->ctx->metrics, "oops_transitions_total", labels, 1);
+    }
+    lua_pushboolean(L, s->rc == 1);
+    lua_createtable(L, 0, 5);
+    lua_pushboolean(L, s->x.no_slot);
+    lua_setfield(L, -2, "no_slot");
+    lua_pushinteger(L, s->x.slots_in_use);
+    lua_setfield(L, -2, "slots_in_use");
+    lua_pushinteger(L, s->x.slots_ahead);
+    lua_setfield(L, -2, "slots_ahead");
+    lua_pushinteger(L, s->x.slot);
+    lua_setfield(L, -2, "slot");
+    if (s->x.rollback_id[0]) {
+        lua_pushstring(L, s->x.rollback_id);
+        lua_setfield(L, -2, "rollback");
+    }
+    return 2;
+}
+
+/* oops.store.transition(id, from, to, message, {slot = {environment =, count =},
+ * rollback = message}): the transition with a deploy slot claimed first or an
+ * automatic rollback made after it, in one transaction
+ * (pipeline_store_transition_ex); never batched. */
+static int transition_ex(lua_State *L, const char *id, pipeline_status from, pipeline_status to,
+                         const char *msg)
+{
+    oops_ctx *c = runtime_ctx(L);
+    store_call *s = store_new(transition_ex_run);
+    if (!(s->pid = strdup(id)))
+        abort();
+    s->strs[0] = msg ? strdup(msg) : NULL;
+    if (msg && !s->strs[0])
+        abort();
+    s->from = from, s->to = to, s->ctx = c;
+    lua_getfield(L, 5, "slot");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "environment");
+        s->x.slot_env = keep(s, luaL_checkstring(L, -1));
+        lua_getfield(L, -2, "count");
+        lua_Integer n = luaL_checkinteger(L, -1);
+        s->x.slot_count = n < 0 || n > 100000 ? 0 : (unsigned)n;
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, 5, "rollback");
+    if (!lua_isnil(L, -1))
+        s->x.rollback_message = keep(s, luaL_checkstring(L, -1));
+    lua_pop(L, 1);
+    return dbcall(L, &s->base, transition_ex_push, store_free);
 }
 
 static void get_run(db_call *b)

@@ -3,12 +3,18 @@
 -- run-time grants suffice). Two servers connected as `run_db` (the runner
 -- keeps its own account): pipelines auto and manual through a driver's
 -- SIGKILL, a second release, a stop, an alert episode, scheduled restarts,
--- webhook notifications. Run from a scenario with the scenario's functions
+-- webhook notifications; release safety (issue 26): prod's one deploy slot,
+-- a failed release rolled back automatically, a release a freeze holds until
+-- an operator overrides it. Run from a scenario with the scenario's functions
 -- in scope:
 --   local all = assert(loadfile(ROOT .. "/tests/lib/workload.lua", "t", _ENV))(run_db)
 -- Returns the servers, still running.
 local run_db = assert(..., "workload.lua: the run-time account's URL")
 local hook = receiver()
+-- A freeze of qa from an hour ago to a week ahead (the database's clock is
+-- this host's: the runner's MariaDB).
+local function minute(t) return os.date("!%Y-%m-%d %H:%M", t) end
+local now = os.time()
 local all = servers { count = 2, db = run_db, policy = ([[
 scan     { interval = "300ms" }
 locks    { validate_every = "1s" }
@@ -16,11 +22,14 @@ restarts { timezone = "UTC", grace = "10s" }
 gateway  "simulated" { build = "1500ms", deploy = "0s", rollout = "300ms" }
 alert    { interval = "1s", cpu = { percent = 50, sustained = "0s" }, every = "2s", probe = "simulated" }
 notify   { webhook = "%s", retry = { initial = "200ms", max = "1s" } }
+deploy   { concurrency = { prod = 1 } }
+rollout  { on_failure = "rollback" }
+freeze "workload" { from = "%s", to = "%s", environments = { "qa" } }
 application "shop/api" {
   environments = { "prod" }, limits = { cpu = "1" }, restart = { prod = "*/2 * * * * *" },
 }
-application "shop/web" { environments = { "prod", "staging" } }
-]]):format(hook.url) }
+application "shop/web" { environments = { "prod", "staging", "qa" } }
+]]):format(hook.url, minute(now - 3600), minute(now + 7 * 86400)) }
 
 local ps = {
   create { app = "shop/api", env = "prod", artifact = "registry/api:1" },
@@ -38,6 +47,19 @@ manual:deploy()
 expect(manual:wait("SUCCEEDED", 30), "... and, released, it succeeds")
 local again = create { app = "shop/api", env = "prod", artifact = "registry/api:2" }
 expect(again:wait("SUCCEEDED", 30), "a second release of shop/api succeeds")
+local broken = create { app = "shop/api", env = "prod", artifact = "registry/api:3" }
+expect(broken:wait("ROLLING_OUT", 30), "a third release of shop/api rolls out")
+fail_rollout(broken, "CrashLoopBackOff (workload)")
+expect(broken:wait("ERROR", 30), "... fails")
+wait_until("... and is rolled back automatically", function()
+  local r = sql("SELECT status FROM pipeline WHERE rollback_of = ?", broken.id)[1]
+  return r and r.status == "SUCCEEDED"
+end, 30)
+local frozen = create { app = "shop/web", env = "qa", artifact = "registry/web:4" }
+expect(frozen:wait("BUILD_SUCCEEDED", 30), "a release inside a freeze waits after its build")
+local orc, _, oerr = oopsctl("deploy", frozen.id, "--override", "--reason", "workload override")
+expect(orc == 0, "oopsctl deploy --override releases it", oerr)
+expect(frozen:wait("SUCCEEDED", 30), "... and it deploys")
 local stopped = create { app = "shop/web", env = "prod", artifact = "registry/web:3" }
 expect(stopped:wait("RUNNING", 20), "another pipeline runs")
 stopped:stop()

@@ -289,7 +289,9 @@ static void a_batch_of_transitions_makes_each_as_alone_would(void **state)
     assert_int_equal(pipeline_store_transition(c, dup, PS_INITIALIZED, PS_RUNNING, "b", NULL, "op",
                                                0, err, sizeof err),
                      1);
-    db_exec(c, "UPDATE pipeline SET status = 'BUILD_SUCCEEDED' WHERE id = ?",
+    /* (a manual one: an automatic one waiting in BUILD_SUCCEEDED is unfinished, schema 12) */
+    db_exec(c,
+            "UPDATE pipeline SET status = 'BUILD_SUCCEEDED', deploy_mode = 'manual' WHERE id = ?",
             (db_value[]){db_text(dup)}, 1, NULL, err, sizeof err);
     char dup2[25];
     create_app(c, "batchdup", "prod", dup2); /* unfinished beside the BUILD_SUCCEEDED one */
@@ -431,13 +433,15 @@ static void a_build_succeeded_pipeline_cannot_deploy_beside_an_unfinished_one(vo
     db_conn *c = testdb_open();
     char a[25], b[25], err[512];
     create_app(c, "manual", "prod", a);
+    db_exec(c, "UPDATE pipeline SET deploy_mode = 'manual' WHERE id = ?", (db_value[]){db_text(a)},
+            1, NULL, err, sizeof err);
     assert_int_equal(pipeline_store_transition(c, a, PS_INITIALIZED, PS_RUNNING, "", "s", NULL, 0,
                                                err, sizeof err),
                      1);
     assert_int_equal(pipeline_store_transition(c, a, PS_RUNNING, PS_BUILD_SUCCEEDED, "", "s", NULL,
                                                0, err, sizeof err),
                      1);
-    create_app(c, "manual", "prod", b); /* BUILD_SUCCEEDED is not unfinished */
+    create_app(c, "manual", "prod", b); /* a manual BUILD_SUCCEEDED is not unfinished */
     int rc = pipeline_store_transition(c, a, PS_BUILD_SUCCEEDED, PS_DEPLOYING, "", "s", NULL, 0,
                                        err, sizeof err);
     assert_int_equal(rc, PSTORE_EXISTS);
@@ -982,6 +986,7 @@ static void finished(db_conn *c, const char *app, const char *env, const char *a
                       .application = app,
                       .environment = env,
                       .artifact = artifact,
+                      .manual = strcmp(status, "BUILD_SUCCEEDED") == 0, /* waiting, manual */
                       .actor = "test"};
     assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), 0);
     db_value p[] = {db_text(status), db_int(minutes), db_text(id)};
@@ -1365,6 +1370,191 @@ static void history_is_what_went_live_newest_first_after_the_one_in_progress(voi
     db_close(c);
 }
 
+/* A pipeline of app in env at status (created minutes ago, manual so that
+ * BUILD_SUCCEEDED is a legal resting place), its id into id. */
+static void at_status(db_conn *c, const char *app, const char *env, const char *status, int minutes,
+                      char id[25])
+{
+    char err[512];
+    pipeline_new n = {.namespace = "shop",
+                      .application = app,
+                      .environment = env,
+                      .artifact = "v2",
+                      .manual = true,
+                      .actor = "test"};
+    assert_int_equal(pipeline_store_create(c, &n, id, err, sizeof err), 0);
+    db_value p[] = {db_text(status), db_int(minutes), db_text(id)};
+    db_result_free(testdb_q(c,
+                            "UPDATE pipeline SET status = ?, created_at = NOW(6) - INTERVAL ? "
+                            "MINUTE WHERE id = ?",
+                            p, 3));
+}
+
+static int deploy_with_slot(db_conn *c, const char *id, const char *env, unsigned count,
+                            pipeline_transition_extra *x)
+{
+    char err[512];
+    *x = (pipeline_transition_extra){.slot_env = env, .slot_count = count};
+    return pipeline_store_transition_ex(c, id, PS_BUILD_SUCCEEDED, PS_DEPLOYING, "d", "s", NULL, 0,
+                                        x, err, sizeof err);
+}
+
+static long long deploying_in(db_conn *c, const char *env)
+{
+    db_value p[] = {db_text(env)};
+    return testdb_int(c,
+                      "SELECT COUNT(*) FROM pipeline WHERE environment = ? AND status IN "
+                      "('DEPLOYING','ROLLING_OUT')",
+                      p, 1);
+}
+
+static void deploy_slots_bound_the_deploys_of_an_environment(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char a[25], b[25], d[25], err[512];
+    at_status(c, "slota", "slotenv", "BUILD_SUCCEEDED", 3, a);
+    at_status(c, "slotb", "slotenv", "BUILD_SUCCEEDED", 2, b);
+    at_status(c, "slotc", "slotenv", "BUILD_SUCCEEDED", 1, d);
+    pipeline_transition_extra x;
+    assert_int_equal(deploy_with_slot(c, a, "slotenv", 2, &x), 1);
+    assert_int_equal(x.slot, 1);
+    assert_int_equal(deploy_with_slot(c, b, "slotenv", 2, &x), 1);
+    assert_int_equal(x.slot, 2);
+    /* Both in use: the third waits, nothing changed. */
+    assert_int_equal(deploy_with_slot(c, d, "slotenv", 2, &x), 0);
+    assert_true(x.no_slot);
+    assert_int_equal(x.slots_in_use, 2);
+    assert_int_equal(deploying_in(c, "slotenv"), 2);
+    assert_int_equal(events_of(c, d, "DEPLOYING"), 0);
+    /* A ROLLING_OUT one still holds its slot; a finished one frees it. */
+    assert_int_equal(pipeline_store_transition(c, a, PS_DEPLOYING, PS_ROLLING_OUT, "r", "s", NULL,
+                                               0, err, sizeof err),
+                     1);
+    assert_int_equal(deploy_with_slot(c, d, "slotenv", 2, &x), 0);
+    assert_int_equal(pipeline_store_transition(c, a, PS_ROLLING_OUT, PS_ERROR, "e", "s", NULL, 0,
+                                               err, sizeof err),
+                     1);
+    assert_int_equal(deploy_with_slot(c, d, "slotenv", 2, &x), 1);
+    assert_int_equal(x.slot, 1); /* a's slot, reused */
+    assert_int_equal(deploying_in(c, "slotenv"), 2);
+    /* Bad requests are refused before any SQL. */
+    x = (pipeline_transition_extra){.slot_env = "slotenv", .slot_count = 0};
+    assert_int_equal(pipeline_store_transition_ex(c, d, PS_DEPLOYING, PS_ROLLING_OUT, "r", "s",
+                                                  NULL, 0, &x, err, sizeof err),
+                     PSTORE_BAD);
+    db_close(c);
+}
+
+static void a_slot_goes_to_the_rollback_then_the_oldest_waiting(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char busy[25], old[25], young[25], rb[25], err[512];
+    at_status(c, "qbusy", "qenv", "BUILD_SUCCEEDED", 9, busy);
+    at_status(c, "qold", "qenv", "BUILD_SUCCEEDED", 5, old);
+    at_status(c, "qyoung", "qenv", "BUILD_SUCCEEDED", 1, young);
+    at_status(c, "qrb", "qenv", "INITIALIZED", 0, rb);
+    set_trigger(c, rb, "rollback");
+    pipeline_transition_extra x;
+    assert_int_equal(deploy_with_slot(c, busy, "qenv", 1, &x), 1);
+    db_value w[] = {db_text(old), db_text(young), db_text(rb)};
+    db_result_free(testdb_q(c, "UPDATE pipeline SET hold = 'slot' WHERE id IN (?, ?, ?)", w, 3));
+    assert_int_equal(pipeline_store_transition(c, busy, PS_DEPLOYING, PS_ERROR, "e", "s", NULL, 0,
+                                               err, sizeof err),
+                     1);
+    /* The slot is free, but the rollback waits ahead of both releases and
+     * the older release ahead of the younger. */
+    assert_int_equal(deploy_with_slot(c, young, "qenv", 1, &x), 0);
+    assert_true(x.no_slot);
+    assert_int_equal(x.slots_ahead, 2);
+    assert_int_equal(deploy_with_slot(c, old, "qenv", 1, &x), 0);
+    assert_int_equal(x.slots_ahead, 1);
+    x = (pipeline_transition_extra){.slot_env = "qenv", .slot_count = 1};
+    assert_int_equal(pipeline_store_transition_ex(c, rb, PS_INITIALIZED, PS_DEPLOYING, "d", "s",
+                                                  NULL, 0, &x, err, sizeof err),
+                     1);
+    db_close(c);
+}
+
+/* Fail id (ROLLING_OUT) asking for the automatic rollback: the call's
+ * result, the rollback's id into rid ("" when none). */
+static int fail_with_rollback(db_conn *c, const char *id, char rid[25])
+{
+    char err[512];
+    pipeline_transition_extra x = {.rollback_message = "Automatic rollback after X failed: y."};
+    int rc = pipeline_store_transition_ex(c, id, PS_ROLLING_OUT, PS_ERROR, "y", "s", NULL, 0, &x,
+                                          err, sizeof err);
+    snprintf(rid, 25, "%s", x.rollback_id);
+    return rc;
+}
+
+static void a_failed_release_makes_one_rollback_to_the_live_release(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char live[25], failed[25], rid[25], again[25], err[512];
+    finished(c, "arb", "prod", "v1", "SUCCEEDED", 30, live);
+    at_status(c, "arb", "prod", "ROLLING_OUT", 0, failed);
+    assert_int_equal(fail_with_rollback(c, failed, rid), 1);
+    assert_int_not_equal(rid[0], '\0');
+    pipeline r;
+    assert_int_equal(pipeline_store_get(c, rid, &r, err, sizeof err), 1);
+    assert_int_equal(r.status, PS_INITIALIZED);
+    assert_string_equal(r.trigger_type, "rollback");
+    assert_string_equal(r.artifact, "v1");
+    assert_string_equal(r.rollback_of, failed);
+    assert_string_equal(r.message, "Automatic rollback after X failed: y.");
+    pipeline_clear(&r);
+    assert_int_equal(events_of(c, rid, "INITIALIZED"), 1);
+    /* Failing it again changes nothing and makes no second rollback. */
+    assert_int_equal(fail_with_rollback(c, failed, again), 0);
+    db_value p[] = {db_text(failed)};
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE rollback_of = ?", p, 1), 1);
+    /* The rollback failing never triggers another. */
+    db_value q[] = {db_text(rid)};
+    db_result_free(testdb_q(c, "UPDATE pipeline SET status = 'ROLLING_OUT' WHERE id = ?", q, 1));
+    assert_int_equal(fail_with_rollback(c, rid, again), 1);
+    assert_string_equal(again, "");
+    /* No live release: nothing. A newer pipeline for the target: nothing. */
+    char lone[25], old[25], newer[25];
+    at_status(c, "arbnone", "prod", "ROLLING_OUT", 0, lone);
+    assert_int_equal(fail_with_rollback(c, lone, again), 1);
+    assert_string_equal(again, "");
+    finished(c, "arbnew", "prod", "v1", "SUCCEEDED", 30, live);
+    finished(c, "arbnew", "prod", "v3", "BUILD_SUCCEEDED", 0, newer); /* manual, waiting */
+    at_status(c, "arbnew", "prod", "ROLLING_OUT", 5, old);            /* created before it */
+    assert_int_equal(fail_with_rollback(c, old, again), 1);
+    assert_string_equal(again, "");
+    db_close(c);
+}
+
+static void an_override_is_recorded_once_with_its_actor_and_reason(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char id[25], err[512];
+    at_status(c, "ovr", "prod", "BUILD_SUCCEEDED", 0, id);
+    assert_int_equal(pipeline_store_override(c, id, "alice@host", "hotfix", err, sizeof err), 1);
+    assert_int_equal(pipeline_store_override(c, id, "alice@host", "again", err, sizeof err), 0);
+    pipeline p;
+    assert_int_equal(pipeline_store_get(c, id, &p, err, sizeof err), 1);
+    assert_non_null(p.override_at);
+    assert_non_null(p.deploy_requested_at);
+    pipeline_clear(&p);
+    db_value q[] = {db_text(id)};
+    assert_int_equal(testdb_int(c,
+                                "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = ? AND "
+                                "event_type = 'OVERRIDE' AND server = 'alice@host' AND message = "
+                                "'Deploy override by alice@host: hotfix'",
+                                q, 1),
+                     1);
+    char run[25];
+    at_status(c, "ovr2", "prod", "RUNNING", 0, run);
+    assert_int_equal(pipeline_store_override(c, run, "a", "b", err, sizeof err), 0);
+    db_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1391,6 +1581,10 @@ int main(void)
         cmocka_unit_test(durations_are_read_as_oops_duration_reads_them),
         cmocka_unit_test(query_filters_and_the_default_view_newest_first),
         cmocka_unit_test(history_is_what_went_live_newest_first_after_the_one_in_progress),
+        cmocka_unit_test(deploy_slots_bound_the_deploys_of_an_environment),
+        cmocka_unit_test(a_slot_goes_to_the_rollback_then_the_oldest_waiting),
+        cmocka_unit_test(a_failed_release_makes_one_rollback_to_the_live_release),
+        cmocka_unit_test(an_override_is_recorded_once_with_its_actor_and_reason),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     mysql_library_end();

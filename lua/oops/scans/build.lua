@@ -8,17 +8,28 @@ local log = require("oops.log")
 local msg = require("oops.messages")
 local P = require("oops.pipelines")
 local hooks = require("oops.hooks")
+local release = require("oops.release")
 
 local M = { name = "build" }
 
 local SCAN = "build"
 
-local function t(p, from, to, message) return P.transition(p, from, to, message, SCAN) end
+local function t(p, from, to, message, extra) return P.transition(p, from, to, message, SCAN, extra) end
 
 -- Claim DEPLOYING, apply the artifact, claim ROLLING_OUT. A lost claim means
 -- the pipeline was stopped (or taken) meanwhile: announce nothing, do nothing.
-function M.deploy(p, from, gw)
-  local won, _, code = t(p, from, "DEPLOYING", msg.deploying) -- P.transition logged the error
+-- Before the claim, what may hold a release (oops.release): a closed deploy
+-- window or a freeze (not for a rollback, nor once overridden), then a
+-- deploy slot, claimed with DEPLOYING in one transaction; a held pipeline
+-- waits (its message says why) and is tried again next tick.
+function M.deploy(p, from, gw, pol)
+  local hold = release.window_hold(pol, p)
+  if hold then return release.wait(p, from, hold, t) end
+  local slots = release.slots(pol, p)
+  local won, done, code = t(p, from, "DEPLOYING", msg.deploying, slots and { slot = slots })
+  if won == false and done and done.no_slot then
+    return release.wait(p, from, release.slot_hold(p, slots, done), t)
+  end
   if won == nil and code == "exists" then
     -- A manual release beside an unfinished pipeline: refuse it once, visibly.
     oops.db.exec("UPDATE pipeline SET deploy_requested_at = NULL, message = ? " ..
@@ -27,21 +38,22 @@ function M.deploy(p, from, gw)
     return
   end
   if not won then return end
+  release.released(p)
   local ok, derr, dcode = gw.deploy(p)
   -- After the deploy, the next claim is tried again past a database error.
   if not ok then
-    P.transition_after(p, "DEPLOYING", "ERROR",
-      (dcode == "invalid" and msg.refused or msg.deploy_failed) .. tostring(derr), SCAN)
+    local m = (dcode == "invalid" and msg.refused or msg.deploy_failed) .. tostring(derr)
+    P.transition_after(p, "DEPLOYING", "ERROR", m, SCAN, release.failure_extra(pol, p, "DEPLOYING", m))
     return
   end
   P.transition_after(p, "DEPLOYING", "ROLLING_OUT", msg.rolling_out, SCAN)
 end
 
-local function initialized(p, gw)
+local function initialized(p, gw, pol)
   if p.trigger == "rollback" then
     -- A rollback redeploys an artifact an earlier pipeline built and shipped
     -- (REFERENCE 9): INITIALIZED → DEPLOYING → ROLLING_OUT, no build.
-    M.deploy(p, "INITIALIZED", gw)
+    M.deploy(p, "INITIALIZED", gw, pol)
     return
   end
   if not t(p, "INITIALIZED", "RUNNING", msg.build_started) then return end
@@ -68,7 +80,7 @@ local function running(p, gw, pol)
     if p.manual then
       t(p, "RUNNING", "BUILD_SUCCEEDED", msg.build_succeeded)
     else
-      M.deploy(p, "RUNNING", gw)
+      M.deploy(p, "RUNNING", gw, pol)
     end
     return
   elseif st == "failed" then
@@ -108,16 +120,18 @@ end
 -- Candidates (pipelines.stream): INITIALIZED, RUNNING, and BUILD_SUCCEEDED
 -- with a deploy request, held or free.
 local STATUSES = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }
-local function wanted(p) return p.status ~= "BUILD_SUCCEEDED" or p.deploy_requested_at ~= nil end
+-- (An automatic release in BUILD_SUCCEEDED is one that waits: a window, a
+-- freeze or a slot holds it.)
+local function wanted(p) return p.status ~= "BUILD_SUCCEEDED" or p.deploy_requested_at ~= nil or not p.manual end
 local FREE = { statuses = STATUSES, deploy_requested = true }
 
 function M.run(pol, gw)
   local ok, err = P.stream {
     scan = SCAN, pol = pol, statuses = STATUSES, wanted = wanted, free = FREE,
     handlers = {
-      INITIALIZED = function(p) initialized(p, gw) end,
+      INITIALIZED = function(p) initialized(p, gw, pol) end,
       RUNNING = function(p) running(p, gw, pol) end,
-      BUILD_SUCCEEDED = function(p) M.deploy(p, "BUILD_SUCCEEDED", gw) end,
+      BUILD_SUCCEEDED = function(p) M.deploy(p, "BUILD_SUCCEEDED", gw, pol) end,
     },
   }
   if not ok then error("listing pipelines: " .. tostring(err)) end

@@ -11,6 +11,7 @@ local oops = require("oops")
 local log = require("oops.log")
 local msg = require("oops.messages")
 local P = require("oops.pipelines")
+local release = require("oops.release")
 
 local M = { name = "rollout" }
 local SCAN = "rollout"
@@ -18,6 +19,12 @@ local SCAN = "rollout"
 local ACTIVE = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED", "DEPLOYING", "ROLLING_OUT" }
 
 local function t(p, from, to, message) return P.transition(p, from, to, message, SCAN) end
+
+-- A release failing at or after its deploy: to ERROR, with the automatic
+-- rollback in the same transaction when its policy asks for one.
+local function fail(p, pol, from, message)
+  return P.transition(p, from, "ERROR", message, SCAN, release.failure_extra(pol, p, from, message))
+end
 
 -- gone: id → lock name of each held pipeline lock whose pipeline the query
 -- did not list as active. They are read SWEEP_PAGE ids at a time (one
@@ -106,22 +113,22 @@ local function deploying(p, pol)
   -- status_age is computed in SQL against NOW(6): no server clock, and no
   -- server restart, moves it.
   if p.status_age * 1000 >= pol.deploy.timeout_ms then
-    t(p, "DEPLOYING", "ERROR", msg.deploy_timed_out)
+    fail(p, pol, "DEPLOYING", msg.deploy_timed_out)
   end
 end
 
 local function rolling_out(p, pol, gw)
   local h, err, code = gw.rollout_health(p)
   if not h and code == "invalid" then
-    t(p, "ROLLING_OUT", "ERROR", msg.refused .. tostring(err))
+    fail(p, pol, "ROLLING_OUT", msg.refused .. tostring(err))
     return
   elseif not h then
     log.warn("rollout health unavailable: " .. tostring(err), { scan = SCAN, pipeline = p.id })
   elseif h.missing then
-    t(p, "ROLLING_OUT", "ERROR", msg.workload_missing)
+    fail(p, pol, "ROLLING_OUT", msg.workload_missing)
     return
   elseif h.failure then
-    t(p, "ROLLING_OUT", "ERROR", msg.deploy_failed .. h.failure)
+    fail(p, pol, "ROLLING_OUT", msg.deploy_failed .. h.failure)
     return
   elseif h.complete then
     t(p, "ROLLING_OUT", "SUCCEEDED", msg.succeeded)
@@ -134,9 +141,9 @@ local function rolling_out(p, pol, gw)
   local age = p.status_age
   if h and h.not_ready_for then age = h.not_ready_for end
   if age * 1000 >= pol.rollout.timeout_ms then
-    t(p, "ROLLING_OUT", "ERROR", msg.rollout_timed_out)
+    fail(p, pol, "ROLLING_OUT", msg.rollout_timed_out)
   elseif p.status_age * 1000 >= (pol.rollout.max_ms or math.huge) then
-    t(p, "ROLLING_OUT", "ERROR", msg.rollout_max)
+    fail(p, pol, "ROLLING_OUT", msg.rollout_max)
   end
 end
 

@@ -81,7 +81,8 @@ local function checks(ctx)
 
   check("no pipeline left a status twice", sql([[
       SELECT pipeline_id, from_status, COUNT(*) AS times FROM pipeline_event
-      WHERE from_status IS NOT NULL GROUP BY pipeline_id, from_status HAVING COUNT(*) > 1]]),
+      WHERE from_status IS NOT NULL AND event_type <> 'OVERRIDE'
+      GROUP BY pipeline_id, from_status HAVING COUNT(*) > 1]]),
     function(bad) return list(bad, function(r)
       return ("%s left %s %d times"):format(r.pipeline_id, r.from_status, n(r.times)) end) end)
 
@@ -196,7 +197,88 @@ local function checks(ctx)
 
   check("after each fault, no transition by a server that had lost the pipeline", late_transitions(ctx),
     function(bad) return list(bad, function(r) return r.what end) end)
+
+  -- Release safety (issue 26): an automatic rollback only after its release
+  -- failed at or after its deploy, made once (its own event after that
+  -- failure), to an artifact that went live.
+  check("each automatic rollback follows one release that failed at or after its deploy", sql([[
+      SELECT r.id, r.rollback_of, f.status, f.trigger_type,
+        (SELECT COUNT(*) FROM pipeline x WHERE x.rollback_of = r.rollback_of) AS made,
+        (SELECT COUNT(*) FROM pipeline_event e WHERE e.pipeline_id = f.id AND e.to_status = 'ERROR'
+           AND e.from_status IN ('DEPLOYING', 'ROLLING_OUT')) AS failed_after_deploy,
+        (SELECT COUNT(*) FROM pipeline l WHERE l.namespace = r.namespace AND l.application = r.application
+           AND l.environment = r.environment AND l.status = 'SUCCEEDED' AND l.artifact <=> r.artifact
+           AND l.created_at < f.created_at) AS live
+      FROM pipeline r LEFT JOIN pipeline f ON f.id = r.rollback_of
+      WHERE r.rollback_of IS NOT NULL HAVING f.status IS NULL OR f.status <> 'ERROR'
+        OR f.trigger_type <> 'release' OR made <> 1 OR failed_after_deploy <> 1 OR live = 0]]),
+    function(bad) return list(bad, function(r)
+      return ("%s rolls back %s (%s, %s; %d made, %d failures after deploy, %d live)"):format(r.id,
+        tostring(r.rollback_of), tostring(r.status), tostring(r.trigger_type), n(r.made),
+        n(r.failed_after_deploy), n(r.live)) end) end)
+
+  local rel = ctx.release or {}
+  if rel.slots then
+    check("never more pipelines DEPLOYING or ROLLING_OUT in an environment than its deploy slots",
+      M.slot_overlaps(sql, rel.slots), function(bad) return list(bad, function(r) return r.what end) end)
+  end
+  if rel.freezes then
+    check("nothing deployed inside a freeze without an override", M.frozen_deploys(sql, rel.freezes),
+      function(bad) return list(bad, function(r) return r.what end) end)
+  end
   return out
+end
+
+local ACTIVE = { DEPLOYING = true, ROLLING_OUT = true }
+
+-- The event history, in the database's order (event ids): each environment
+-- with a bound, how many of its pipelines were DEPLOYING or ROLLING_OUT after
+-- each event; the events that made it more than the bound.
+function M.slot_overlaps(sql, slots)
+  local bad, active, count = {}, {}, {}
+  for _, e in ipairs(sql([[
+      SELECT e.id, e.pipeline_id, e.from_status, e.to_status, p.environment FROM pipeline_event e
+      JOIN pipeline p ON p.id = e.pipeline_id
+      WHERE e.to_status IN ('DEPLOYING', 'ROLLING_OUT') OR e.from_status IN ('DEPLOYING', 'ROLLING_OUT')
+      ORDER BY e.id]])) do
+    local env, was, now = e.environment, ACTIVE[e.from_status or ""], ACTIVE[e.to_status]
+    if slots[env] then
+      active[env] = active[env] or {}
+      if now and not was and not active[env][e.pipeline_id] then
+        active[env][e.pipeline_id] = true
+        count[env] = (count[env] or 0) + 1
+        if count[env] > slots[env] then
+          bad[#bad + 1] = { what = ("%s: %d in %s (bound %d) after event %s"):format(e.pipeline_id,
+            count[env], env, slots[env], tostring(e.id)) }
+        end
+      elseif was and not now and active[env][e.pipeline_id] then
+        active[env][e.pipeline_id] = nil
+        count[env] = count[env] - 1
+      end
+    end
+  end
+  return bad
+end
+
+-- Releases that entered DEPLOYING inside a freeze ({from, to} epochs on the
+-- database's clock, environments = {env = true} or nil for all) without an
+-- override.
+function M.frozen_deploys(sql, freezes)
+  local bad = {}
+  for _, e in ipairs(sql([[
+      SELECT e.pipeline_id, p.environment, UNIX_TIMESTAMP(e.created_at) AS at, p.override_at
+      FROM pipeline_event e JOIN pipeline p ON p.id = e.pipeline_id
+      WHERE e.to_status = 'DEPLOYING' AND p.trigger_type = 'release']])) do
+    local at = tonumber(e.at)
+    for _, f in ipairs(freezes) do
+      if at and at >= f.from and at < f.to and (not f.environments or f.environments[e.environment])
+        and not e.override_at then
+        bad[#bad + 1] = { what = ("%s deployed in %s at %s, inside the freeze %s"):format(e.pipeline_id,
+          e.environment, os.date("!%Y-%m-%d %H:%M:%S", math.floor(at)), tostring(f.name)) }
+      end
+    end
+  end
+  return bad
 end
 
 M.verify = checks

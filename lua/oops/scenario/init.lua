@@ -561,7 +561,8 @@ end
 -- ({desc, ok, diag}...) and the report's lines.
 local function checks(seconds)
   local check = require("oops.scenario.check")
-  local ctx = { sql = sql, faults = run.faults, receivers = run.receivers, began = run.began }
+  local ctx = { sql = sql, faults = run.faults, receivers = run.receivers, began = run.began,
+                release = run.release }
   local deadline = oops.now_ms() + (seconds or 0) * 1000
   local results
   repeat
@@ -648,6 +649,7 @@ local function environment()
     fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl,
     fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
     settle = function(seconds) run.settle = seconds end,
+    release_rules = M.release_rules,
     oops = oops, skip = skip, skewed_clock = skewed_clock,
     -- where this run keeps its files (servers' policies and logs), and the
     -- absolute path of a file next to the scenario
@@ -692,6 +694,10 @@ M.cleanup = function() cleanup() end
 -- without a scenario file: the database it owns (restart_database), the
 -- faults recorded so far, and the namespaces' hub address (nil without).
 function M.use_database(db) run.database = db end
+-- What the end checks hold the release-safety rules to (issue 26):
+-- { slots = { prod = 2 }, freezes = { { name =, from = epoch, to = epoch,
+-- environments = { prod = true } } } }, epochs on the database's clock.
+function M.release_rules(t) run.release = t end
 function M.set_note(fn) note_to = fn end
 function M.faults() return run.faults end
 function M.hub() return netns.hub end
