@@ -11,7 +11,7 @@ local oops = require("oops")
 local log = require("oops.log")
 local msg = require("oops.messages")
 local P = require("oops.pipelines")
-local release = require("oops.release")
+local safety = require("oops.release")
 
 local M = { name = "rollout" }
 local SCAN = "rollout"
@@ -23,7 +23,7 @@ local function t(p, from, to, message) return P.transition(p, from, to, message,
 -- A release failing at or after its deploy: to ERROR, with the automatic
 -- rollback in the same transaction when its policy asks for one.
 local function fail(p, pol, from, message)
-  return P.transition(p, from, "ERROR", message, SCAN, release.failure_extra(pol, p, from, message))
+  return P.transition(p, from, "ERROR", message, SCAN, safety.failure_extra(pol, p, from, message))
 end
 
 -- gone: id → lock name of each held pipeline lock whose pipeline the query
