@@ -30,6 +30,13 @@
 --   limits           the pods' limits, with units: cpu "500m" or "2"
 --                    (cores), memory "512Mi", "4Gi" or "1G". Resource alerts
 --                    fire at a percentage of these; no limit, no alert.
+--   windows          when it may deploy, per environment: { prod = {
+--                    "Mon-Fri 09:00-17:00", "Sat 10:00-12:00" } }: days (Mon
+--                    .. Sun, ranges Mon-Fri, lists Sat,Sun, or daily) and
+--                    [start, end) on the wall clock of deploy.timezone, at
+--                    most 32 per environment. Outside them a pipeline waits,
+--                    saying when the next one opens. Default: none (any time).
+--   rollout          { on_failure = "rollback" }: its own rollout.on_failure.
 --   timeouts         how long each command may run before it is killed.
 --                    Defaults: build as build.timeout, deploy 5m (at most
 --                    deploy.timeout), health 30s, restart 1m; an external

@@ -28,13 +28,25 @@ scan { interval = "5s", max_new = 500, parallel = 128 }
 -- This is what frees a pipeline whose server died mid-deploy, so keep it
 -- above your slowest deploy command (an application's timeouts.deploy may
 -- not exceed it).
+-- `timezone`: the zone the applications' deploy windows (apps.lua) and the
+-- freezes below are read in, the same on every server whatever its host's
+-- TZ: default UTC.
+-- `concurrency`: the most pipelines of one environment deploying at once,
+-- like { prod = 2 } (1 to 100 each): default none (no bound).
 deploy { timeout = "10m" }
+
+-- Freezes: no deploy to their environments (every one when none is listed)
+-- from `from` until `to`, local times in deploy.timezone; `to` is required,
+-- at most 400 days after `from`. Several may be declared, each named once.
+--   freeze "year-end" { from = "2026-12-20 00:00", to = "2027-01-04 08:00", environments = { "prod" } }
 
 -- How long a rollout may stay not-ready before the pipeline is failed.
 -- Default 5m. Raise it for applications whose pods take long to warm up.
 -- `max` bounds the whole rollout however its readiness flaps (ready, then
 -- not, then ready...), on the database's clock from the moment the pipeline
 -- became ROLLING_OUT: default 30m (at least the timeout).
+-- `on_failure`: what a failed rollout does, "fail" or "rollback" (to the
+-- live release); an application may say otherwise (apps.lua): default fail.
 rollout { timeout = "5m", max = "30m" }
 
 -- How often the idle lock session is checked against the database. Default

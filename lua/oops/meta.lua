@@ -328,6 +328,20 @@ oops.store = {}
 ---@field driven_by? string server that made the last transition
 ---@field status_age number seconds in this status, on the database's clock
 ---@field lock_owner? integer with list{lock_owner = true}: connection id holding oops:pipeline:ID, absent when free
+---@field hold? "window"|"freeze"|"slot" why it waits to deploy (meaningful while INITIALIZED or BUILD_SUCCEEDED)
+---@field override_at? string UTC, set by `oopsctl deploy --override`: windows and freezes hold it no more
+---@field rollback_of? string an automatic rollback: the release whose failure made it
+
+---@class oops.TransitionExtra
+---@field slot? {environment: string, count: integer} to DEPLOYING: claim one of count deploy slots first
+---@field rollback? string to ERROR: make the automatic rollback with this message
+
+---@class oops.TransitionDone
+---@field no_slot boolean no slot was free (or others wait ahead): nothing changed
+---@field slots_in_use integer
+---@field slots_ahead integer pipelines waiting ahead of this one
+---@field slot integer the slot claimed (0 none)
+---@field rollback? string the id of the automatic rollback made
 
 ---@class oops.PipelineEvent
 ---@field id integer
@@ -366,15 +380,18 @@ function oops.store.create(opts) end
 --- with a lock session the update is fenced: it also returns false unless
 --- this session holds oops:pipeline:ID right now (the event records the
 --- session). nil, msg, "exists" when `to` would make a second unfinished
---- pipeline.
+--- pipeline. With `extra` (a deploy slot, an automatic rollback) it is made
+--- in one transaction with them, never batched, and a table says what
+--- happened beside it.
 ---@param id string
 ---@param from oops.Status
 ---@param to oops.Status
 ---@param message? string stored on the pipeline and the event
+---@param extra? oops.TransitionExtra
 ---@return boolean|nil made true when this call made the transition
----@return string? msg
+---@return string|oops.TransitionDone|nil msg_or_done
 ---@return oops.ErrorName? name
-function oops.store.transition(id, from, to, message) end
+function oops.store.transition(id, from, to, message, extra) end
 
 --- One pipeline, or false when there is no such id.
 ---@param id string
@@ -523,6 +540,41 @@ function oops.cron.parse(text) end
 ---@return boolean ok
 ---@return string? msg why not, e.g. "unknown time zone (no /usr/share/zoneinfo/Mars/Olympus)"
 function oops.cron.valid_timezone(name) end
+
+--- A local time, as oops.cron.civil gives it (1 = Monday .. 7 = Sunday).
+---@class oops.CivilTime
+---@field year integer
+---@field month integer 1..12
+---@field day integer 1..31
+---@field hour integer 0..23
+---@field min integer 0..59
+---@field sec integer 0..60
+---@field wday integer 1 = Monday .. 7 = Sunday
+---@field isdst boolean daylight saving time in effect
+---@field zone string the zone's abbreviation then, like "CET" ("" when unknown)
+
+--- The wall clock at epoch in time zone tz (nil or "" = the server's), as
+--- localtime_r gives it. An unknown zone counts as UTC, so check it with
+--- oops.cron.valid_timezone first. Raises for an epoch the C library cannot
+--- convert.
+---@param epoch integer seconds since the epoch
+---@param tz? string e.g. "Europe/Paris"
+---@return oops.CivilTime
+function oops.cron.civil(epoch, tz) end
+
+--- The epochs at which the wall-clock minute t ({ year, month, day, hour,
+--- min }) starts in time zone tz (nil or "" = the server's). Normally one:
+--- earliest == latest. In a fall-back overlap the minute occurs twice:
+--- earliest before the clocks go back, latest after. In a spring-forward gap
+--- it never occurs: both are the first instant after the gap (02:30 on a day
+--- whose clocks jump 02:00 -> 03:00 gives 03:00). Raises for a field out of
+--- range or a date that does not exist (2026-02-29); nil, nil when the C
+--- library cannot place it.
+---@param t { year: integer, month: integer, day: integer, hour: integer, min: integer }
+---@param tz? string
+---@return integer|nil earliest
+---@return integer|nil latest
+function oops.cron.epoch(t, tz) end
 
 --- Does the expression fire at this second, in time zone tz? A 5-field
 --- expression fires only at second 0. tz defaults to the server's; an unknown

@@ -13,6 +13,7 @@
 -- to find the line each declaration was written on.
 local duration = require("oops.duration")
 local quantity = require("oops.quantity")
+local windows = require("oops.windows")
 
 local show = duration.show
 local shown_url = require("oops.url").show
@@ -63,7 +64,7 @@ local RESTART_PLACEHOLDERS = { "application", "environment", "namespace" }
 local EXAMPLES = {
   scan = 'scan { interval = "5s" }',
   build = 'build { timeout = "2h" }',
-  deploy = 'deploy { timeout = "10m" }',
+  deploy = 'deploy { timeout = "10m", timezone = "Europe/Paris" }',
   rollout = 'rollout { timeout = "5m" }',
   locks = 'locks { validate_every = "30s" }',
   restarts = 'restarts { timezone = "Europe/Paris", grace = "2m" }',
@@ -72,7 +73,12 @@ local EXAMPLES = {
   notify = 'notify { webhook = "http://127.0.0.1:9000/hook" }',
   gateway = 'gateway "simulated" { build = "2s" }',
   application = 'application "shop/api" { environments = { "prod" } }',
+  freeze = 'freeze "year-end" { from = "2026-12-20 00:00", to = "2027-01-04 08:00" }',
 }
+
+-- A freeze lasts at most this long; windows per application and environment.
+M.MAX_FREEZE_DAYS = 400
+M.MAX_WINDOWS = 32
 
 -------------------------------------------------------------------- defaults
 
@@ -95,11 +101,15 @@ M.DEFAULTS = {
   -- gateway keeps erroring) is failed after this; the original's build jobs
   -- had a 2-hour deadline.
   build = { timeout = "2h" },
-  deploy = { timeout = "10m" },
+  -- timezone: the zone deploy windows and freezes are read in, the same on
+  -- every server; concurrency: the most pipelines per environment deploying
+  -- at once (an environment not listed: no bound).
+  deploy = { timeout = "10m", timezone = "UTC", concurrency = {} },
   -- timeout: how long a rollout may stay not ready; max: how long it may
   -- stay ROLLING_OUT at all (a workload whose readiness flaps), on the
-  -- database's clock.
-  rollout = { timeout = "5m", max = "30m" },
+  -- database's clock; on_failure: what a failed rollout does ("fail", or
+  -- "rollback" to the live release).
+  rollout = { timeout = "5m", max = "30m", on_failure = "fail" },
   locks = { validate_every = "30s" },
   gateway = { simulated = { build = "2s", deploy = "0s", rollout = "1s" } },
   -- Cron is read in this zone on every server, whatever the host's TZ, so a
@@ -170,12 +180,13 @@ function M.defaults()
     scan = { interval_ms = D.scan_interval, max_new = M.DEFAULTS.scan.max_new,
       parallel = M.DEFAULTS.scan.parallel },
     build = { timeout_ms = D.build_timeout },
-    deploy = { timeout_ms = D.deploy_timeout },
-    rollout = { timeout_ms = D.rollout_timeout, max_ms = D.rollout_max },
+    deploy = { timeout_ms = D.deploy_timeout, timezone = M.DEFAULTS.deploy.timezone, concurrency = {} },
+    rollout = { timeout_ms = D.rollout_timeout, max_ms = D.rollout_max, on_failure = M.DEFAULTS.rollout.on_failure },
     locks = { validate_every_ms = D.validate_every },
     gateway = { kind = "simulated", build_ms = D.sim.build, deploy_ms = D.sim.deploy, rollout_ms = D.sim.rollout,
       options = {} },
     applications = {},
+    freezes = {},
     restarts = { timezone = M.DEFAULTS.restarts.timezone, grace_ms = D.grace },
     alert = {
       enabled = false,
@@ -429,14 +440,15 @@ end
 -- where they are written: "alert.cpu" is the table under alert's `cpu`. The
 -- builders below read them from here; M.keys() lists them.
 local APP_KEYS = { "build", "deploy", "env", "environments", "health", "limits", "restart", "restart_command",
-  "timeouts" }
+  "rollout", "timeouts", "windows" }
 local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
 local ALERT_METRIC_KEYS = { "percent", "sustained" }
 local KEYS = {
   scan = { "interval", "max_new", "parallel" },
   build = { "timeout" },
-  deploy = { "timeout" },
-  rollout = { "max", "timeout" },
+  deploy = { "concurrency", "timeout", "timezone" },
+  rollout = { "max", "on_failure", "timeout" },
+  freeze = { "environments", "from", "to" },
   locks = { "session_timeout", "validate_every" },
   restarts = { "grace", "timezone" },
   alert = { "cpu", "enabled", "every", "interval", "memory", "probe" },
@@ -449,6 +461,7 @@ local KEYS = {
   application = APP_KEYS,
   ["application.build"] = { "cancel", "status", "submit" },
   ["application.limits"] = { "cpu", "memory" },
+  ["application.rollout"] = { "on_failure" },
   ["application.timeouts"] = { "build", "cancel", "deploy", "health", "restart", "status", "submit" },
 }
 
@@ -493,14 +506,42 @@ function build.build(d, t)
   return { timeout_ms = d:field(t, "timeout", dur(1), D.build_timeout) }
 end
 
+-- concurrency = { prod = 2 }: environment -> the most of its pipelines
+-- deploying at once.
+local function deploy_concurrency(d, v)
+  local out = {}
+  if v == nil then return out end
+  if type(v) ~= "table" then
+    d:fail("concurrency", "must be a table like { prod = 2 }, not " .. a_type(v))
+    return out
+  end
+  for _, env in ipairs(sorted_keys(v)) do
+    if not is_label(env) then
+      d:fail("concurrency", show(env) .. ': not an environment name (lowercase letters, digits and "-", like "prod")')
+    else
+      out[env] = d:field(v, env, whole(1, 100), nil, "concurrency." .. env)
+    end
+  end
+  return out
+end
+
 function build.deploy(d, t)
   d:only(nil, t, KEYS.deploy)
-  return { timeout_ms = d:field(t, "timeout", dur(1), D.deploy_timeout) }
+  return { timeout_ms = d:field(t, "timeout", dur(1), D.deploy_timeout),
+    timezone = d:field(t, "timezone", timezone, M.DEFAULTS.deploy.timezone),
+    concurrency = deploy_concurrency(d, t.concurrency) }
+end
+
+-- What a failed rollout does: "fail" (the pipeline fails) or "rollback".
+local function on_failure(v)
+  if v ~= "fail" and v ~= "rollback" then return nil, show(v) .. ': must be "fail" or "rollback"' end
+  return v
 end
 
 function build.rollout(d, t)
   d:only(nil, t, KEYS.rollout)
-  local r = { timeout_ms = d:field(t, "timeout", dur(1), D.rollout_timeout) }
+  local r = { timeout_ms = d:field(t, "timeout", dur(1), D.rollout_timeout),
+    on_failure = d:field(t, "on_failure", on_failure, M.DEFAULTS.rollout.on_failure) }
   r.max_ms = d:field(t, "max", dur(1), math.max(D.rollout_max, r.timeout_ms))
   if t.max ~= nil and r.max_ms < r.timeout_ms then
     d:fail("max", show(t.max) .. " is shorter than timeout " .. duration.format(r.timeout_ms) ..
@@ -722,6 +763,46 @@ local function app_restart(d, v, envs, cron_parse)
   return out
 end
 
+-- windows = { prod = { "Mon-Fri 09:00-17:00", ... } } -> { prod = { spec, ... } }
+-- (oops.windows.parse_window), each environment one of its environments.
+local function app_windows(d, v, envs)
+  local out = {}
+  if v == nil then return out end
+  local like = 'must be a table like { prod = { "Mon-Fri 09:00-17:00" } }'
+  if type(v) ~= "table" or #v > 0 then
+    d:fail("windows", like .. (type(v) ~= "table" and (", not " .. a_type(v)) or " (keyed by environment)"))
+    return out
+  end
+  local listed = set_of(envs or {})
+  for _, env in ipairs(sorted_keys(v)) do
+    local list, path = v[env], "windows." .. tostring(env)
+    if envs and not listed[env] then
+      d:fail(path, show(env) .. " is not one of its environments (" .. table.concat(envs, ", ") .. ")")
+    elseif type(list) ~= "table" or not is_list(list) or #list == 0 then
+      d:fail(path, 'must be a non-empty list of windows like { "Mon-Fri 09:00-17:00", "Sat 10:00-12:00" }')
+    elseif #list > M.MAX_WINDOWS then
+      d:fail(path, #list .. " windows: at most " .. M.MAX_WINDOWS)
+    else
+      local specs = {}
+      for i, text in ipairs(list) do
+        local spec, why = windows.parse_window(text)
+        if spec then specs[#specs + 1] = spec else d:fail(path .. "[" .. i .. "]", why) end
+      end
+      if #specs == #list then out[env] = specs end
+    end
+  end
+  return out
+end
+
+-- rollout = { on_failure = "rollback" }: this application's own choice
+-- (nil: rollout.on_failure).
+local function app_rollout(d, t)
+  if t.rollout == nil then return nil end
+  local r = d:sub(t, "rollout", KEYS["application.rollout"])
+  local v = d:field(r, "on_failure", on_failure, nil, "rollout.on_failure")
+  return v and { on_failure = v } or nil
+end
+
 local function app_limits(d, t)
   local l = d:sub(t, "limits", KEYS["application.limits"])
   return {
@@ -778,6 +859,8 @@ function build.application(d, t, name, st)
   a.restart_cmd = d:field(t, "restart_command", argv(RESTART_PLACEHOLDERS), nil)
   a.env = d:field(t, "env", app_env, {})
   a.restart = app_restart(d, t.restart, envs_ok and a.environments or nil, st.cron_parse)
+  a.windows = app_windows(d, t.windows, envs_ok and a.environments or nil)
+  a.rollout = app_rollout(d, t)
   a.limits = app_limits(d, t)
   a.timeout_ms, a.deploy_timeout_set, a.build_timeout_set = app_timeouts(d, t)
   return a
@@ -789,6 +872,26 @@ local function bad_app_name(name)
   if not (ns and is_label(ns) and is_label(app)) then
     return 'name must be "namespace/application", each part lowercase letters, digits and "-" (like "shop/api")'
   end
+end
+
+-- freeze "NAME" { from = "YYYY-MM-DD HH:MM", to = ..., environments = {...} }:
+-- checked here; its epochs come once every file is loaded (resolve_freezes),
+-- since deploy.timezone may be declared in a later file.
+function build.freeze(d, t, name)
+  d:only(nil, t, KEYS.freeze)
+  local f = { name = name, where = d.where }
+  for _, key in ipairs({ "from", "to" }) do
+    if t[key] == nil then
+      d:fail(key, key == "to" and 'required (a freeze that never ends is an error), like to = "2027-01-04 08:00"'
+        or 'required, like from = "2026-12-20 00:00"')
+    end
+    f[key .. "_local"] = d:field(t, key, windows.parse_local, nil)
+    f[key .. "_text"] = f[key .. "_local"] and t[key]
+  end
+  local envs = d:field(t, "environments", environments, nil)
+  f.environments = envs and set_of(envs) or nil
+  if not (f.from_local and f.to_local) then return nil end
+  return f
 end
 
 ------------------------------------------------------------ the load state
@@ -805,6 +908,8 @@ local function store(st, d, kind, name, value)
     p.applications[name] = value
     p.sources.applications[name] = d.where
     st.app_order[#st.app_order + 1] = { name = name, decl = d }
+  elseif kind == "freeze" then
+    st.freeze_order[#st.freeze_order + 1] = { freeze = value, decl = d }
   elseif kind == "notify" then
     p.sources.notify[#p.sources.notify + 1] = d.where
     st.notifies[#st.notifies + 1] = value
@@ -824,7 +929,10 @@ local function declare(st, where, kind, name, body)
     local why = bad_app_name(name)
     if why then return d:fail(nil, why) end
   end
-  local key = SINGLE[kind] and kind or (kind == "application" and d.label)
+  if kind == "freeze" and not is_label(name) then
+    return d:fail(nil, 'name must be lowercase letters, digits and "-" (like "year-end")')
+  end
+  local key = SINGLE[kind] and kind or ((kind == "application" or kind == "freeze") and d.label)
   if key then
     if st.seen[key] then return d:fail(nil, "already declared at " .. st.seen[key]) end
     st.seen[key] = where
@@ -870,7 +978,7 @@ function File:language()
       declare(self.st, self:at(), kind, nil, body)
     end
   end
-  for _, kind in ipairs({ "gateway", "application" }) do
+  for _, kind in ipairs({ "gateway", "application", "freeze" }) do
     lang[kind] = function(name) return self:named(kind, name) end
   end
   return lang
@@ -1099,6 +1207,38 @@ local function check_deploy_timeouts(st)
   end
 end
 
+-- A freeze's local times as epochs in deploy.timezone: from at its earliest
+-- occurrence and to at its latest (an hour that occurs twice is frozen
+-- whole; a time in a spring-forward gap is the gap's end). to must come
+-- after from, at most MAX_FREEZE_DAYS later. pol.freezes sorted by from.
+local function resolve_freezes(st)
+  local tz = st.policy.deploy.timezone
+  local out = {}
+  for _, entry in ipairs(st.freeze_order) do
+    local f, d = entry.freeze, entry.decl
+    local from = windows.epochs(f.from_local, tz)
+    local _, to = windows.epochs(f.to_local, tz)
+    if not (from and to) then
+      d:fail(nil, "cannot place " .. show(f.from_text) .. " or " .. show(f.to_text) .. " in " .. show(tz))
+    elseif to <= from then
+      -- Written in order, yet not after: both in one spring-forward gap.
+      local why = f.to_text > f.from_text and " (in " .. tz .. " the clocks skip from one to the other)" or ""
+      d:fail("to", show(f.to_text) .. " is not after from " .. show(f.from_text) .. why)
+    elseif to - from > M.MAX_FREEZE_DAYS * 86400 then
+      d:fail("to", show(f.to_text) .. " is more than " .. M.MAX_FREEZE_DAYS .. " days after from "
+        .. show(f.from_text))
+    else
+      out[#out + 1] = { name = f.name, from = from, to = to, from_text = f.from_text, to_text = f.to_text,
+        environments = f.environments, where = f.where }
+    end
+  end
+  table.sort(out, function(a, b)
+    if a.from ~= b.from then return a.from < b.from end
+    return a.name < b.name
+  end)
+  st.policy.freezes = out
+end
+
 -- Notify declarations add up; no route named anywhere means log only.
 local function merge_notify(st)
   local n = st.policy.notify
@@ -1207,7 +1347,7 @@ local function load_paths(paths, opts)
   local oops = oops_module()
   local now = oops and oops.now_ms() or 0
   local st = {
-    policy = M.defaults(), errors = {}, seen = {}, app_order = {}, notifies = {},
+    policy = M.defaults(), errors = {}, seen = {}, app_order = {}, notifies = {}, freeze_order = {},
     instruction_limit = limit,
     memory_limit = opts.memory_limit or M.MEMORY_LIMIT,
     time_ms = opts.time_ms or M.LOAD_TIME_MS,
@@ -1227,6 +1367,7 @@ local function load_paths(paths, opts)
   end
   check_exec(st)
   check_deploy_timeouts(st)
+  resolve_freezes(st)
   merge_notify(st)
   if opts.simulate ~= nil then simulate(st, opts.simulate) end
   if #st.errors > 0 then return nil, bounded(st.errors) end

@@ -91,6 +91,10 @@ describe("a pipeline event's message", function()
 
   it("advises the manual release after BUILD_SUCCEEDED and the log after FAILED, nothing otherwise", function()
     assert.are.equal("Manual release: run `oopsctl deploy abc123def456` to deploy it.",
+      notify.pipeline_message(event { event_type = "BUILD_SUCCEEDED", deploy_mode = "manual" }).advice)
+    -- An automatic release waits there only when a window, freeze or slot holds it.
+    assert.are.equal("It deploys when allowed; `oopsctl deploy abc123def456 --override --reason TEXT` " ..
+      "releases it from a window or freeze now.",
       notify.pipeline_message(event { event_type = "BUILD_SUCCEEDED" }).advice)
     assert.are.equal("See what it ran: `oopsctl logs abc123def456`.",
       notify.pipeline_message(event { event_type = "FAILED" }).advice)

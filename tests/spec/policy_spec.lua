@@ -68,7 +68,7 @@ local FAILS = {
   bad_unknown_key = {
     'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval, max_new, parallel)',
     'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" ' ..
-      '(known: build, deploy, env, environments, health, limits, restart, restart_command, timeouts)',
+      '(known: build, deploy, env, environments, health, limits, restart, restart_command, rollout, timeouts, windows)',
     'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
     'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" ' ..
       '(known: build, cancel, deploy, health, restart, status, submit)',
@@ -343,8 +343,9 @@ describe("the shipped policies/", function()
   it("carries the documented defaults", function()
     assert.are.same({ interval_ms = 5000, max_new = policy.DEFAULTS.scan.max_new,
                       parallel = policy.DEFAULTS.scan.parallel }, p.scan)
-    assert.are.same({ timeout_ms = 600000 }, p.deploy)
-    assert.are.same({ timeout_ms = 300000, max_ms = 1800000 }, p.rollout)
+    assert.are.same({ timeout_ms = 600000, timezone = "UTC", concurrency = {} }, p.deploy)
+    assert.are.same({ timeout_ms = 300000, max_ms = 1800000, on_failure = "fail" }, p.rollout)
+    assert.are.same({}, p.freezes)
     assert.are.same({ validate_every_ms = 30000 }, p.locks)
     assert.are.same({ kind = "simulated", build_ms = 2000, deploy_ms = 0, rollout_ms = 1000, options = {} }, p.gateway)
     assert.are.same({ timezone = "UTC", grace_ms = 120000 }, p.restarts)
@@ -391,9 +392,9 @@ describe("a good policy", function()
   it("fills every declaration", function()
     assert.are.same({ interval_ms = 2000, max_new = policy.DEFAULTS.scan.max_new,
                       parallel = policy.DEFAULTS.scan.parallel }, p.scan)
-    assert.are.same({ timeout_ms = 900000 }, p.deploy)
+    assert.are.same({ timeout_ms = 900000, timezone = "UTC", concurrency = {} }, p.deploy)
     -- rollout.max defaults to 30m, or the timeout when that is longer
-    assert.are.same({ timeout_ms = 5400000, max_ms = 5400000 }, p.rollout)
+    assert.are.same({ timeout_ms = 5400000, max_ms = 5400000, on_failure = "fail" }, p.rollout)
     assert.are.same({ validate_every_ms = 10000 }, p.locks)
     assert.are.same({ kind = "simulated", build_ms = 500, deploy_ms = 1000, rollout_ms = 3000, options = {} },
       p.gateway)
@@ -435,10 +436,11 @@ describe("a good policy", function()
       timeout_ms = { build = 1200000, deploy = 600000, health = 10000, restart = 120000,
         submit = 60000, status = 30000, cancel = 60000 },
       env = {},
+      windows = {},
     }, p.applications["shop/api"])
     assert.are.same({
       namespace = "shop", application = "worker", environments = { "prod" }, restart = {},
-      limits = { cpu_millicores = 500 }, env = {},
+      limits = { cpu_millicores = 500 }, env = {}, windows = {},
       -- a one-command build's default: the policy's build.timeout
       timeout_ms = { build = p.build.timeout_ms, deploy = 300000, health = 30000, restart = 60000,
         submit = 60000, status = 30000, cancel = 60000 },
@@ -706,6 +708,12 @@ describe("the defaults, written once", function()
       "to 1024)."):format(D.scan.parallel))
     says(oopsd, "build { timeout", "Default " .. D.build.timeout .. ".")
     says(oopsd, "deploy {", "Default " .. D.deploy.timeout .. ".")
+    says(oopsd, "deploy {", ("`timezone`: the zone the applications' deploy windows (apps.lua) and the freezes " ..
+      "below are read in, the same on every server whatever its host's TZ: default %s."):format(D.deploy.timezone))
+    assert.are.same({}, D.deploy.concurrency)
+    says(oopsd, "deploy {", "like { prod = 2 } (1 to 100 each): default none (no bound).")
+    says(oopsd, "rollout {", ('`on_failure`: what a failed rollout does, "fail" or "rollback" (to the live ' ..
+      "release); an application may say otherwise (apps.lua): default %s."):format(D.rollout.on_failure))
     says(oopsd, "rollout {", "Default " .. D.rollout.timeout .. ".")
     says(oopsd, "locks { validate_every", "Default " .. D.locks.validate_every .. ".")
     local sim = D.gateway.simulated
@@ -772,7 +780,7 @@ end)
 describe("rollout { max }", function()
 
   it("bounds the whole rollout; it may not be shorter than the timeout", function()
-    assert.are.same({ timeout_ms = 60000, max_ms = 600000 },
+    assert.are.same({ timeout_ms = 60000, max_ms = 600000, on_failure = "fail" },
       assert(load_text('rollout { timeout = "1m", max = "10m" }\n')).rollout)
     local p, errs = load_text('rollout { timeout = "5m", max = "1m" }\n')
     assert.is_nil(p)
@@ -820,5 +828,229 @@ describe("retention { ... }", function()
       if k[1] == "retention" then found[#found + 1] = k[2] end
     end
     assert.are.same({ "events", "logs", "outbox", "pipelines", "restarts" }, found)
+  end)
+end)
+
+describe("deploy { timezone, concurrency }", function()
+
+  it("defaults to UTC and no bound", function()
+    local p = assert(load_text(""))
+    assert.are.same({ timeout_ms = 600000, timezone = policy.DEFAULTS.deploy.timezone, concurrency = {} }, p.deploy)
+    assert.are.equal("UTC", p.deploy.timezone)
+  end)
+
+  it("takes a zone name and a whole number from 1 to 100 per environment", function()
+    local p = assert(load_text('deploy { timezone = "Europe/Paris", concurrency = { prod = 2, ["eu-west"] = 100 } }\n'))
+    assert.are.same({ timeout_ms = 600000, timezone = "Europe/Paris", concurrency = { prod = 2, ["eu-west"] = 100 } },
+      p.deploy)
+    assert.are.same({ prod = 1 }, assert(load_text("deploy { concurrency = { prod = 1.0 } }\n")).deploy.concurrency)
+  end)
+
+  it("refuses a bad zone, a bad count, a bad environment name and a non-table, naming each", function()
+    local p, errs = load_text('\ndeploy { timezone = "Europe Paris", concurrency = { prod = 0, qa = 101, dev = 2.5, ' ..
+      'staging = "2", Prod = 1 } }\n')
+    assert.is_nil(p)
+    assert.are.same({
+      path .. ':2: deploy.timezone: "Europe Paris": not a time zone name (like "Europe/Paris" or "UTC")',
+      path .. ':2: deploy.concurrency: "Prod": not an environment name (lowercase letters, digits and "-", ' ..
+        'like "prod")',
+      path .. ":2: deploy.concurrency.dev: 2.5: must be a whole number from 1 to 100",
+      path .. ":2: deploy.concurrency.prod: 0: must be a whole number from 1 to 100",
+      path .. ":2: deploy.concurrency.qa: 101: must be a whole number from 1 to 100",
+      path .. ':2: deploy.concurrency.staging: "2": must be a whole number from 1 to 100',
+    }, errs)
+    p, errs = load_text("deploy { concurrency = 2 }\n")
+    assert.is_nil(p)
+    assert.are.same({ path .. ":1: deploy.concurrency: must be a table like { prod = 2 }, not a number" }, errs)
+    p, errs = load_text('deploy { zone = "UTC" }\n')
+    assert.is_nil(p)
+    assert.are.same({ path .. ':1: deploy: unknown key "zone" (known: concurrency, timeout, timezone)' }, errs)
+  end)
+
+  it("refuses an unknown zone where the system has a zone database", function()
+    local probe = io.open("/usr/share/zoneinfo/UTC")
+    if not probe then return end
+    probe:close()
+    local p, errs = load_text('deploy { timezone = "Mars/Olympus" }\n')
+    assert.is_nil(p)
+    assert.are.same({ path .. ':1: deploy.timezone: "Mars/Olympus": unknown time zone (not in /usr/share/zoneinfo)' },
+      errs)
+  end)
+end)
+
+describe("rollout { on_failure } and an application's rollout", function()
+  local function app(extra)
+    return 'application "shop/api" { environments = { "prod" }' .. (extra and (", " .. extra) or "") .. " }\n"
+  end
+
+  it('defaults to "fail"; takes "fail" or "rollback"', function()
+    assert.are.equal("fail", assert(load_text("")).rollout.on_failure)
+    assert.are.equal(policy.DEFAULTS.rollout.on_failure, assert(load_text("")).rollout.on_failure)
+    assert.are.same({ timeout_ms = 300000, max_ms = 1800000, on_failure = "rollback" },
+      assert(load_text('rollout { on_failure = "rollback" }\n')).rollout)
+    assert.are.equal("fail", assert(load_text('rollout { on_failure = "fail" }\n')).rollout.on_failure)
+  end)
+
+  it("is an application's own choice when it says so, else nil (rollout.on_failure applies)", function()
+    assert.is_nil(assert(load_text(app())).applications["shop/api"].rollout)
+    assert.are.same({ on_failure = "rollback" },
+      assert(load_text(app('rollout = { on_failure = "rollback" }'))).applications["shop/api"].rollout)
+    assert.are.same({ on_failure = "fail" },
+      assert(load_text('rollout { on_failure = "rollback" }\n' .. app('rollout = { on_failure = "fail" }')))
+      .applications["shop/api"].rollout)
+  end)
+
+  it("refuses anything else, naming the key", function()
+    local p, errs = load_text('rollout { on_failure = "retry" }\n')
+    assert.is_nil(p)
+    assert.are.same({ path .. ':1: rollout.on_failure: "retry": must be "fail" or "rollback"' }, errs)
+    p, errs = load_text(app('rollout = { on_failure = true, timeout = "5m" }'))
+    assert.is_nil(p)
+    assert.are.same({
+      path .. ':1: application "shop/api": rollout: unknown key "timeout" (known: on_failure)',
+      path .. ':1: application "shop/api": rollout.on_failure: true: must be "fail" or "rollback"',
+    }, errs)
+    p, errs = load_text(app('rollout = "rollback"'))
+    assert.is_nil(p)
+    assert.are.same({ path .. ':1: application "shop/api": rollout: must be a table with keys on_failure, ' ..
+      "not a string" }, errs)
+  end)
+end)
+
+describe("an application's windows", function()
+  local function app(windows)
+    return '\napplication "shop/api" { environments = { "staging", "prod" }, windows = ' .. windows .. " }\n"
+  end
+
+  it("are {} when absent, else parsed windows per environment", function()
+    assert.are.same({}, assert(load_text(app("nil"))).applications["shop/api"].windows)
+    local a = assert(load_text(app('{ prod = { "Mon-Fri 09:00-17:00", "Sat 10:00-12:00" }, staging = { "daily ' ..
+      '00:00-24:00" } }'))).applications["shop/api"]
+    assert.are.same({
+      prod = {
+        { text = "Mon-Fri 09:00-17:00", days = { true, true, true, true, true }, start = 540, stop = 1020 },
+        { text = "Sat 10:00-12:00", days = { [6] = true }, start = 600, stop = 720 },
+      },
+      staging = { { text = "daily 00:00-24:00", days = { true, true, true, true, true, true, true }, start = 0,
+        stop = 1440 } },
+    }, a.windows)
+    local many = {}
+    for i = 1, policy.MAX_WINDOWS do many[i] = ('"Mon %02d:00-%02d:30"'):format(i % 24, i % 24) end
+    assert.are.equal(32, #assert(load_text(app("{ prod = { " .. table.concat(many, ", ") .. " } }")))
+      .applications["shop/api"].windows.prod)
+  end)
+
+  it("refuses each bad form at the application's line, naming the environment and the window", function()
+    local CASES = {
+      { '"Mon-Fri 09:00-17:00"', 'windows: must be a table like { prod = { "Mon-Fri 09:00-17:00" } }, not a string' },
+      { '{ "Mon-Fri 09:00-17:00" }', 'windows: must be a table like { prod = { "Mon-Fri 09:00-17:00" } } ' ..
+        "(keyed by environment)" },
+      { '{ qa = { "Mon 09:00-10:00" } }', 'windows.qa: "qa" is not one of its environments (staging, prod)' },
+      { '{ prod = "Mon 09:00-10:00" }', 'windows.prod: must be a non-empty list of windows like ' ..
+        '{ "Mon-Fri 09:00-17:00", "Sat 10:00-12:00" }' },
+      { "{ prod = {} }", 'windows.prod: must be a non-empty list of windows like ' ..
+        '{ "Mon-Fri 09:00-17:00", "Sat 10:00-12:00" }' },
+      { '{ prod = { "Mon 09:00-10:00", "Mon 17:00-09:00" } }', 'windows.prod[2]: "Mon 17:00-09:00": a window ' ..
+        'whose end is before its start (a window never crosses midnight: write two, like "Fri 22:00-24:00" and ' ..
+        '"Sat 00:00-02:00")' },
+      { '{ prod = { "Mon-Fry 09:00-10:00" } }', 'windows.prod[1]: "Mon-Fry 09:00-10:00": unknown day "Fry" ' ..
+        "(days are Mon, Tue, Wed, Thu, Fri, Sat, Sun; ranges like Mon-Fri, lists like Sat,Sun, or daily)" },
+      { '{ prod = { "Mon 9:00-10:00" } }', 'windows.prod[1]: "Mon 9:00-10:00": start "9:00" is not HH:MM' },
+      { '{ prod = { "Mon 09:00-24:30" } }', 'windows.prod[1]: "Mon 09:00-24:30": end 24:30 out of range 00:00-24:00' },
+      { "{ prod = { 9 } }", 'windows.prod[1]: must be a string like "Mon-Fri 09:00-17:00", not a number' },
+    }
+    for _, case in ipairs(CASES) do
+      local p, errs = load_text(app(case[1]))
+      assert.is_nil(p)
+      assert.are.same({ path .. ':2: application "shop/api": ' .. case[2] }, errs, case[1])
+    end
+    local many = {}
+    for i = 1, policy.MAX_WINDOWS + 1 do many[i] = '"daily 09:00-10:00"' end
+    local p, errs = load_text(app("{ prod = { " .. table.concat(many, ", ") .. " } }"))
+    assert.is_nil(p)
+    assert.are.same({ path .. ':2: application "shop/api": windows.prod: 33 windows: at most 32' }, errs)
+  end)
+end)
+
+describe('freeze "NAME" { ... }', function()
+  local DAY = 86400
+
+  it("is stored with its epochs (deploy.timezone, default UTC), sorted by from; none by default", function()
+    assert.are.same({}, assert(load_text("")).freezes)
+    local p = assert(load_text('freeze "year-end" { from = "2026-12-20 00:00", to = "2027-01-04 08:00", ' ..
+      'environments = { "prod", "eu-prod" } }\nfreeze "black-friday" { from = "2026-11-27 00:00", ' ..
+      'to = "2026-11-28 00:00" }\n'))
+    assert.are.same({
+      { name = "black-friday", from = 1795737600, to = 1795737600 + DAY, from_text = "2026-11-27 00:00",
+        to_text = "2026-11-28 00:00", where = path .. ":2" },
+      { name = "year-end", from = 1797724800, to = 1799049600, from_text = "2026-12-20 00:00",
+        to_text = "2027-01-04 08:00", environments = { prod = true, ["eu-prod"] = true }, where = path .. ":1" },
+    }, p.freezes)
+    -- 400 days at most: exactly 400 is allowed
+    assert(load_text('freeze "long" { from = "2026-01-01 00:00", to = "2027-02-05 00:00" }\n'))
+  end)
+
+  it("refuses each bad form at the freeze's line", function()
+    local CASES = {
+      { 'freeze "x" { from = "2026-12-20 00:00" }',
+        { 'freeze "x": to: required (a freeze that never ends is an error), like to = "2027-01-04 08:00"' } },
+      { 'freeze "x" { to = "2026-12-20 00:00" }', { 'freeze "x": from: required, like from = "2026-12-20 00:00"' } },
+      { 'freeze "x" { from = "2026-12-20", to = "2026-02-29 00:00" }', {
+        'freeze "x": from: "2026-12-20": not a local time like "2026-12-20 00:00" (YYYY-MM-DD HH:MM)',
+        'freeze "x": to: "2026-02-29 00:00": day 29 out of range 1-28 (2026-02 has 28 days)' } },
+      { 'freeze "x" { from = "2026-12-20 00:00", to = "2026-12-19 00:00" }',
+        { 'freeze "x": to: "2026-12-19 00:00" is not after from "2026-12-20 00:00"' } },
+      { 'freeze "x" { from = "2026-12-20 00:00", to = "2026-12-20 00:00" }',
+        { 'freeze "x": to: "2026-12-20 00:00" is not after from "2026-12-20 00:00"' } },
+      { 'freeze "x" { from = "2026-01-01 00:00", to = "2027-02-05 00:01" }',
+        { 'freeze "x": to: "2027-02-05 00:01" is more than 400 days after from "2026-01-01 00:00"' } },
+      { 'freeze "x" { from = "2026-12-20 00:00", to = "2027-01-04 08:00", environments = { "Prod" } }',
+        { 'freeze "x": environments: "Prod": must be lowercase letters, digits and "-" (like "prod")' } },
+      { 'freeze "x" { from = "2026-12-20 00:00", to = "2027-01-04 08:00", environments = "prod" }',
+        { 'freeze "x": environments: must be a list of environment names like {"staging", "prod"}' } },
+      { 'freeze "x" { from = "2026-12-20 00:00", to = "2027-01-04 08:00", env = { "prod" } }',
+        { 'freeze "x": unknown key "env" (known: environments, from, to)' } },
+      { 'freeze "Year End" { from = "2026-12-20 00:00", to = "2027-01-04 08:00" }',
+        { 'freeze "Year End": name must be lowercase letters, digits and "-" (like "year-end")' } },
+      { 'freeze "x" "y"', { 'freeze "x": expects a table, like freeze "year-end" { from = "2026-12-20 00:00", ' ..
+        'to = "2027-01-04 08:00" }' } },
+      { 'freeze { from = "2026-12-20 00:00" }', { 'freeze: expects a name and a table, like freeze "year-end" ' ..
+        '{ from = "2026-12-20 00:00", to = "2027-01-04 08:00" }' } },
+      { 'local _ = freeze "x"', { 'freeze "x": missing { ... } after the name' } },
+    }
+    for _, case in ipairs(CASES) do
+      local p, errs = load_text("\n" .. case[1] .. "\n")
+      assert.is_nil(p)
+      local want = {}
+      for i, msg in ipairs(case[2]) do want[i] = path .. ":2: " .. msg end
+      assert.are.same(want, errs, case[1])
+    end
+  end)
+
+  it("may be declared several times, each name once", function()
+    local p, errs = load_text('freeze "a" { from = "2026-12-20 00:00", to = "2026-12-21 00:00" }\n' ..
+      'freeze "a" { from = "2026-12-22 00:00", to = "2026-12-23 00:00" }\n')
+    assert.is_nil(p)
+    assert.are.same({ path .. ':2: freeze "a": already declared at ' .. path .. ":1" }, errs)
+  end)
+
+  it("reports an error found once every file is loaded at the freeze's own line", function()
+    -- The epochs (and so this check) wait for deploy.timezone, declared below.
+    local p, errs = load_text('\n\nfreeze "x" { from = "2026-12-20 00:00", to = "2026-12-20 00:00" }\n' ..
+      'deploy { timezone = "Europe/Paris" }\n')
+    assert.is_nil(p)
+    assert.are.same({ path .. ':3: freeze "x": to: "2026-12-20 00:00" is not after from "2026-12-20 00:00"' }, errs)
+  end)
+end)
+
+describe("the keys of issue 26 (windows, freezes, timezone, concurrency, on_failure)", function()
+  it("are listed by policy.keys() (so oopsd.policy(5) must document them)", function()
+    local found = {}
+    for _, k in ipairs(policy.keys()) do found[k[1] .. " " .. k[2]] = true end
+    for _, k in ipairs({ "deploy timezone", "deploy concurrency", "deploy timeout", "rollout on_failure",
+      "application windows", "application rollout", "application rollout.on_failure", "freeze from", "freeze to",
+      "freeze environments" }) do
+      assert.is_true(found[k], k)
+    end
   end)
 end)

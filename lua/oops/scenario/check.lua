@@ -73,6 +73,39 @@ local function late_transitions(ctx)
   return late
 end
 
+-- Release safety (issue 26), into `check` (checks' reporter).
+local function release_checks(ctx, check)
+  local sql = ctx.sql
+  -- Release safety (issue 26): an automatic rollback only after its release
+  -- failed at or after its deploy, made once (its own event after that
+  -- failure), to an artifact that went live.
+  check("each automatic rollback follows one release that failed at or after its deploy", sql([[
+      SELECT r.id, r.rollback_of, f.status, f.trigger_type,
+        (SELECT COUNT(*) FROM pipeline x WHERE x.rollback_of = r.rollback_of) AS made,
+        (SELECT COUNT(*) FROM pipeline_event e WHERE e.pipeline_id = f.id AND e.to_status = 'ERROR'
+           AND e.from_status IN ('DEPLOYING', 'ROLLING_OUT')) AS failed_after_deploy,
+        (SELECT COUNT(*) FROM pipeline l WHERE l.namespace = r.namespace AND l.application = r.application
+           AND l.environment = r.environment AND l.status = 'SUCCEEDED' AND l.artifact <=> r.artifact
+           AND l.created_at < f.created_at) AS live
+      FROM pipeline r LEFT JOIN pipeline f ON f.id = r.rollback_of
+      WHERE r.rollback_of IS NOT NULL HAVING f.status IS NULL OR f.status <> 'ERROR'
+        OR f.trigger_type <> 'release' OR made <> 1 OR failed_after_deploy <> 1 OR live = 0]]),
+    function(bad) return list(bad, function(r)
+      return ("%s rolls back %s (%s, %s; %d made, %d failures after deploy, %d live)"):format(r.id,
+        tostring(r.rollback_of), tostring(r.status), tostring(r.trigger_type), n(r.made),
+        n(r.failed_after_deploy), n(r.live)) end) end)
+
+  local rel = ctx.release or {}
+  if rel.slots then
+    check("never more pipelines DEPLOYING or ROLLING_OUT in an environment than its deploy slots",
+      M.slot_overlaps(sql, rel.slots), function(bad) return list(bad, function(r) return r.what end) end)
+  end
+  if rel.freezes then
+    check("nothing deployed inside a freeze without an override", M.frozen_deploys(sql, rel.freezes),
+      function(bad) return list(bad, function(r) return r.what end) end)
+  end
+end
+
 local function checks(ctx)
   local sql, out = ctx.sql, {}
   local function check(desc, bad, diag)
@@ -198,34 +231,7 @@ local function checks(ctx)
   check("after each fault, no transition by a server that had lost the pipeline", late_transitions(ctx),
     function(bad) return list(bad, function(r) return r.what end) end)
 
-  -- Release safety (issue 26): an automatic rollback only after its release
-  -- failed at or after its deploy, made once (its own event after that
-  -- failure), to an artifact that went live.
-  check("each automatic rollback follows one release that failed at or after its deploy", sql([[
-      SELECT r.id, r.rollback_of, f.status, f.trigger_type,
-        (SELECT COUNT(*) FROM pipeline x WHERE x.rollback_of = r.rollback_of) AS made,
-        (SELECT COUNT(*) FROM pipeline_event e WHERE e.pipeline_id = f.id AND e.to_status = 'ERROR'
-           AND e.from_status IN ('DEPLOYING', 'ROLLING_OUT')) AS failed_after_deploy,
-        (SELECT COUNT(*) FROM pipeline l WHERE l.namespace = r.namespace AND l.application = r.application
-           AND l.environment = r.environment AND l.status = 'SUCCEEDED' AND l.artifact <=> r.artifact
-           AND l.created_at < f.created_at) AS live
-      FROM pipeline r LEFT JOIN pipeline f ON f.id = r.rollback_of
-      WHERE r.rollback_of IS NOT NULL HAVING f.status IS NULL OR f.status <> 'ERROR'
-        OR f.trigger_type <> 'release' OR made <> 1 OR failed_after_deploy <> 1 OR live = 0]]),
-    function(bad) return list(bad, function(r)
-      return ("%s rolls back %s (%s, %s; %d made, %d failures after deploy, %d live)"):format(r.id,
-        tostring(r.rollback_of), tostring(r.status), tostring(r.trigger_type), n(r.made),
-        n(r.failed_after_deploy), n(r.live)) end) end)
-
-  local rel = ctx.release or {}
-  if rel.slots then
-    check("never more pipelines DEPLOYING or ROLLING_OUT in an environment than its deploy slots",
-      M.slot_overlaps(sql, rel.slots), function(bad) return list(bad, function(r) return r.what end) end)
-  end
-  if rel.freezes then
-    check("nothing deployed inside a freeze without an override", M.frozen_deploys(sql, rel.freezes),
-      function(bad) return list(bad, function(r) return r.what end) end)
-  end
+  release_checks(ctx, check)
   return out
 end
 
