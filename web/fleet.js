@@ -90,7 +90,8 @@
     h("td", null, h("strong", null, p.application), " ", p.environment,
       h("div", { class: "muted" }, p.namespace + (p.mode === "manual" ? " · manual" : "") +
         (p.trigger === "rollback" ? " · rollback" : ""))),
-    h("td", null, stepBar(p), h("div", { class: "status" }, p.status)),
+    h("td", null, stepBar(p), h("div", { class: "status" }, p.status,
+      p.hold ? h("span", { class: "badge warn", "data-hold": p.hold, title: p.message || "" }, " held: " + p.hold) : null)),
     h("td", { class: "wide" }, p.driver || h("span", { class: "muted" }, "—")),
     timer(p),
     h("td", { class: "wide msg" }, p.message || "")

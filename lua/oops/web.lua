@@ -81,7 +81,7 @@ local function num(v) return v ~= nil and tonumber(v) or nil end
 
 local PIPELINE_COLUMNS = "id, namespace, application, environment, status, deploy_mode, trigger_type,"
   .. " LEFT(artifact, 200) AS artifact, LEFT(message, 300) AS message, driven_by,"
-  .. " created_at, status_changed_at,"
+  .. " created_at, status_changed_at, hold,"
   .. " TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) AS age_us,"
   .. " IS_USED_LOCK(CONCAT(?, id)) AS owner,"
   -- where a finished pipeline stopped (its last event's from): which step failed
@@ -148,6 +148,8 @@ local function pipeline_row(r, by_conn, limits)
     age_s = (num(r.age_us) or 0) / 1e6, timeout_s = limits[r.status],
     driver = owner and (by_conn[owner] or M.unknown_driver(owner)) or nil,
     driven_by = r.driven_by, last_from = r.last_from,
+    -- why it waits to deploy (issue 26: a window, freeze or slot; its message says more)
+    hold = (r.status == "INITIALIZED" or r.status == "BUILD_SUCCEEDED") and r.hold or nil,
   }
 end
 
