@@ -66,6 +66,32 @@ ctl stop "$id2" >/dev/null
 out=$(ctl deploy "$id2" 2>&1); is "$?" 3 "a stale deploy request exits 3"
 is "$(sql "SELECT status FROM pipeline WHERE id = '$id2'")" "STOPPED" "... with nothing changed"
 
+# deploy --override --reason (issue 26): a held release, deployed now, the
+# reason and the actor kept; every bad reason refused with nothing changed.
+hid=$(ctl create --app shop/held --env prod --artifact v1)
+out=$(ctl deploy "$hid" --override --reason "too early" 2>&1); is "$?" 1 "an override before the build succeeded exits 1"
+like "$out" "the build has not succeeded yet \(INITIALIZED\); nothing changed" "... saying why"
+sql "UPDATE pipeline SET status = 'BUILD_SUCCEEDED', hold = 'freeze', message = 'Waiting for the freeze f to end: 2027-01-04 08:00 UTC.' WHERE id = '$hid'"
+out=$(ctl deploy "$hid" 2>&1); is "$?" 1 "a plain deploy of a held automatic release exits 1"
+like "$out" "--override --reason TEXT releases it" "... pointing at --override"
+out=$(ctl deploy "$hid" --override 2>&1); is "$?" 1 "--override without --reason exits 1"
+like "$out" "--override needs --reason" "... saying so"
+out=$(ctl deploy "$hid" --reason why 2>&1); is "$?" 1 "--reason without --override exits 1"
+out=$(ctl deploy "$hid" --override --reason "" 2>&1); is "$?" 1 "an empty reason exits 1"
+out=$(ctl deploy "$hid" --override --reason "$(printf 'a\tb')" 2>&1); is "$?" 1 "a reason with a control character exits 1"
+like "$out" "control character \(byte 2\)" "... naming where"
+out=$(ctl deploy "$hid" --override --reason "$(printf '%0501d' 0)" 2>&1); is "$?" 1 "a reason over 500 bytes exits 1"
+is "$(sql "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = '$hid' AND event_type = 'OVERRIDE'")|$(sql "SELECT override_at IS NULL FROM pipeline WHERE id = '$hid'")" "0|1" "... nothing changed by any of them"
+out=$(ctl show "$hid"); like "$out" "held        freeze" "show prints why a pipeline is held"
+out=$(ctl deploy "$hid" --override --reason "security fix"); is "$?" 0 "deploy --override --reason exits 0"
+like "$out" "override recorded" "... saying so"
+is "$(sql "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = '$hid' AND event_type = 'OVERRIDE' AND message LIKE 'Deploy override by %: security fix'")" 1 "... one OVERRIDE event with the reason"
+out=$(ctl deploy "$hid" --override --reason again); is "$?" 0 "a second override is a no-op"
+like "$out" "already overridden" "... saying so"
+out=$(ctl show "$hid" --json); like "$out" '"hold":"freeze","override_at":"[0-9-]+ [0-9:.]+","rollback_of":null' "show --json has hold, override_at and rollback_of"
+ctl stop "$hid" >/dev/null
+out=$(ctl deploy "$hid" --override --reason late 2>&1); is "$?" 3 "an override of a stopped pipeline exits 3"
+
 # --- names: the policy's rule, lowercase DNS labels (issue 10) ---------------
 rule='must be a lowercase DNS label \(a-z, 0-9 and "-", not at either end, at most 63 characters\)'
 rows_before=$(sql "SELECT COUNT(*) FROM pipeline")
