@@ -630,3 +630,109 @@ describe("chaos history: explain", function()
     assert.are.equal("  event +24.00s RUNNING -> STOPPED by oopsctl@host", lines[4])
   end)
 end)
+
+---------------------------------------------------------------- release safety (issue 26)
+
+local T3 = "chaos/a3/prod"
+
+-- The clean history and, in T3, a live release L, a release F failing in
+-- its rollout and F's automatic rollback R; prod has one deploy slot and T3
+-- rolls failures back.
+local function released()
+  local h = clean()
+  h.now, h.slots, h.rolls_back = 70, { prod = 1 }, { [T3] = true }
+  life(h, "L", T3, { { "INITIALIZED", "s1", 2, 50 }, { "RUNNING", "s1", 2, 51 }, { "DEPLOYING", "s1", 2, 52 },
+    { "ROLLING_OUT", "s1", 2, 53 }, { "SUCCEEDED", "s1", 2, 54 } })
+  life(h, "F", T3, { { "INITIALIZED", "s2", 4, 55 }, { "RUNNING", "s2", 4, 56 }, { "DEPLOYING", "s2", 4, 57 },
+    { "ROLLING_OUT", "s2", 4, 58 }, { "ERROR", "s3", 7, 59 } })
+  life(h, "R", T3, { { "INITIALIZED", "s3", 7, 59 }, { "DEPLOYING", "s3", 7, 60 }, { "ROLLING_OUT", "s3", 7, 61 },
+    { "SUCCEEDED", "s3", 7, 62 } })
+  pipeline(h, "L", T3, "SUCCEEDED", true)
+  pipeline(h, "F", T3, "ERROR", true)
+  pipeline(h, "R", T3, "SUCCEEDED", true)
+  h.pipelines.L.trigger, h.pipelines.L.artifact = "release", "v1"
+  h.pipelines.F.trigger, h.pipelines.F.artifact = "release", "v2"
+  h.pipelines.R.trigger, h.pipelines.R.artifact, h.pipelines.R.rollback_of = "rollback", "v1", "F"
+  for _, id in ipairs({ "L", "F" }) do call(h, id, T3, "build_submit", "s1") end
+  for _, id in ipairs({ "L", "F", "R" }) do call(h, id, T3, "deploy", "s1") end
+  return h
+end
+
+describe("chaos history: release safety", function()
+  it("a failed release rolled back once, one deploy at a time: no violation", function()
+    assert.are.same({}, history.check(released()))
+  end)
+
+  it("slot_overlap: two prod pipelines deploying at once with one slot", function()
+    local h = released()
+    -- p5 (T2) deploys while F does: its build failed in clean(); rewrite it.
+    h.events = {}
+    local keep = released().events
+    for _, e in ipairs(keep) do if e.pipeline ~= "p5" then h.events[#h.events + 1] = e end end
+    life(h, "p5", T2, { { "INITIALIZED", "s3", 7, 40 }, { "RUNNING", "s3", 7, 41 }, { "DEPLOYING", "s3", 7, 57.5 },
+      { "ERROR", "s3", 7, 57.8 } })
+    assert.are.same({ "slot_overlap p5" }, reported(h))
+  end)
+
+  it("slot_overlap is not reported without a bound", function()
+    local h = released()
+    h.slots = nil
+    life(h, "X", "chaos/a4/prod", { { "INITIALIZED", "s1", 2, 57.1 }, { "DEPLOYING", "s1", 2, 57.2 },
+      { "ERROR", "s1", 2, 57.3 } })
+    pipeline(h, "X", "chaos/a4/prod", "ERROR", true)
+    h.pipelines.X.trigger = "rollback"
+    assert.are.same({}, history.check(h))
+  end)
+
+  it("rollback_missing: a failure after the deploy with a live release, and no rollback (at the end)", function()
+    local h = released()
+    h.pipelines.R.rollback_of = nil
+    assert.are.same({ "rollback_missing F" }, reported(h))
+    assert.are.same({}, history.check(not_final(h)))
+  end)
+
+  it("no rollback is missing where the policy fails, or nothing was live", function()
+    local h = released()
+    h.pipelines.R.rollback_of = nil
+    h.rolls_back = {}
+    assert.are.same({}, history.check(h))
+    h = released()
+    h.pipelines.R.rollback_of = nil
+    h.pipelines.L.artifact = nil
+    assert.are.same({}, history.check(h))
+  end)
+
+  it("rollback_twice: two rollbacks of one failure", function()
+    local h = released()
+    life(h, "R2", T3, { { "INITIALIZED", "s1", 2, 63 }, { "DEPLOYING", "s1", 2, 63.5 }, { "ERROR", "s1", 2, 64 } })
+    pipeline(h, "R2", T3, "ERROR", true)
+    h.pipelines.R2.trigger, h.pipelines.R2.rollback_of = "rollback", "F"
+    call(h, "R2", T3, "deploy", "s1")
+    assert.are.same({ "rollback_twice F" }, reported(h))
+  end)
+
+  it("rollback_unexpected: of a build failure, and made before the failure", function()
+    local h = released()
+    h.pipelines.R.rollback_of = "p5" -- p5 failed its build (RUNNING -> ERROR)
+    assert.are.same({ "rollback_missing F", "rollback_unexpected R" }, reported(h))
+    h = released()
+    for _, e in ipairs(h.events) do
+      if e.pipeline == "R" and e.to == "INITIALIZED" then e.at, e.seq = 58.5, 0 end
+    end
+    renumber(h)
+    -- (made while F was unfinished: two unfinished at once, too)
+    assert.are.same({ "one_unfinished R", "rollback_unexpected R" }, reported(h))
+  end)
+
+  it("one_unfinished: an automatic release held in BUILD_SUCCEEDED is unfinished", function()
+    local h = released()
+    life(h, "H", T3, { { "INITIALIZED", "s1", 2, 63 }, { "RUNNING", "s1", 2, 64 }, { "BUILD_SUCCEEDED", "s1", 2, 65 } })
+    life(h, "N", T3, { { "INITIALIZED", "s2", 4, 66 }, { "RUNNING", "s2", 4, 67 }, { "ERROR", "s2", 4, 68 } })
+    pipeline(h, "H", T3, "BUILD_SUCCEEDED", false) -- manual: waits, finished for the rule
+    pipeline(h, "N", T3, "ERROR", true)
+    h.pipelines.N.trigger, h.pipelines.H.trigger = "release", "release"
+    assert.are.same({}, history.check(not_final(h)))
+    h.pipelines.H.auto = true -- held: unfinished
+    assert.are.same({ "one_unfinished N" }, reported(not_final(h)))
+  end)
+end)

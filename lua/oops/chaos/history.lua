@@ -9,7 +9,9 @@
 --              settled: the rules about reaching an end apply too
 --   events     { { id, pipeline, target, from, to, server, session, at } } by id
 --              (from nil: the pipeline's creation)
---   pipelines  { [id] = { id, target, status, auto, requested } }
+--   pipelines  { [id] = { id, target, status, auto, requested, trigger, artifact, rollback_of } }
+--   slots      { [environment] = N }  the policy's deploy slots (deploy.concurrency)
+--   rolls_back { [target] = true }  targets whose policy rolls a failed release back
 --   calls      { { pipeline, target, action, server } }  (sim_call)
 --   jobs       { { pipeline, running } }  build jobs of the simulated cluster
 --   restarts   { { target, occurrence, missed, finished, age } }
@@ -127,13 +129,17 @@ end
 -- order: a create that waited for the previous pipeline's commit (the
 -- unique index) may carry an earlier NOW(6) than that pipeline's last
 -- event, but never a smaller id.
-function rules.one_unfinished(_, out, ev)
+function rules.one_unfinished(h, out, ev)
   local spans = {}
   for id, list in pairs(ev) do
     local start, start_at
+    -- (an automatic release waiting in BUILD_SUCCEEDED, held, is unfinished too)
+    local p = h.pipelines and h.pipelines[id]
+    local held_open = p and p.auto
+    local function open(st) return UNFINISHED[st] or (held_open and st == "BUILD_SUCCEEDED") end
     for _, e in ipairs(list) do
-      if UNFINISHED[e.to] and not start then start, start_at = e.id, e.at end
-      if not UNFINISHED[e.to] and start then
+      if open(e.to) and not start then start, start_at = e.id, e.at end
+      if not open(e.to) and start then
         spans[#spans + 1] = { target = e.target, id = id, from = start, to = e.id, at = start_at }
         start = nil
       end
@@ -153,6 +159,74 @@ function rules.one_unfinished(_, out, ev)
       add(out, "one_unfinished", s.id, ("unfinished beside %s in %s from %.3f"):format(l.id, s.target, s.at), s.at)
     end
     if not l or s.to > l.to then last[s.target] = s end
+  end
+end
+
+-- Deploy slots (issue 26): after every event, in the database's order, at
+-- most N pipelines of an environment with N slots DEPLOYING or ROLLING_OUT.
+local DEPLOYS = { DEPLOYING = true, ROLLING_OUT = true }
+function rules.slots(h, out)
+  if not h.slots or next(h.slots) == nil then return end
+  local active, count = {}, {}
+  for _, e in ipairs(h.events or {}) do
+    local env = e.target and e.target:match("([^/]+)$")
+    local n = env and h.slots[env]
+    if n then
+      active[env] = active[env] or {}
+      local was, now = DEPLOYS[e.from or ""], DEPLOYS[e.to]
+      if now and not was and not active[env][e.pipeline] then
+        active[env][e.pipeline] = true
+        count[env] = (count[env] or 0) + 1
+        if count[env] > n then
+          add(out, "slot_overlap", e.pipeline,
+            ("%d deploying at once in %s, which has %d slots"):format(count[env], env, n), e.at)
+        end
+      elseif was and not now and active[env][e.pipeline] then
+        active[env][e.pipeline] = nil
+        count[env] = count[env] - 1
+      end
+    end
+  end
+end
+
+-- Automatic rollbacks (issue 26): each follows a release that failed at or
+-- after its deploy (and is made after that failure); at the end, every such
+-- failure of a target whose policy rolls back, with a live release before
+-- it, has exactly one.
+function rules.rollbacks(h, out, ev)
+  local failed_at, made = {}, {}
+  for _, e in ipairs(h.events or {}) do
+    if e.to == "ERROR" and DEPLOYS[e.from or ""] then failed_at[e.pipeline] = e end
+  end
+  for id, p in pairs(h.pipelines or {}) do
+    if p.rollback_of then
+      made[p.rollback_of] = (made[p.rollback_of] or 0) + 1
+      local f, r = failed_at[p.rollback_of], (ev[id] or {})[1]
+      local fp = h.pipelines[p.rollback_of]
+      if not f or not fp or fp.trigger ~= "release" or (r and r.id < f.id) then
+        add(out, "rollback_unexpected", id, "an automatic rollback of " .. p.rollback_of ..
+          ", which did not fail at or after its deploy before it", r and r.at)
+      end
+    end
+  end
+  for id, n in pairs(made) do
+    if n > 1 then add(out, "rollback_twice", id, n .. " automatic rollbacks of one failure", h.now) end
+  end
+  if not h.final or not h.rolls_back then return end
+  for id, f in pairs(failed_at) do
+    local p = h.pipelines[id]
+    if p and p.trigger == "release" and h.rolls_back[p.target] and not made[id] then
+      local live = false
+      for _, e in ipairs(h.events) do
+        if e.id < f.id and e.to == "SUCCEEDED" and e.target == p.target then
+          local l = h.pipelines[e.pipeline]
+          live = live or (l and (l.artifact or "") ~= "")
+        end
+      end
+      if live then
+        add(out, "rollback_missing", id, "failed after its deploy with a live release before it, and no rollback", f.at)
+      end
+    end
   end
 end
 
@@ -268,7 +342,7 @@ function rules.ends(h, out)
 end
 
 M.RULES = { "statuses", "side_effects", "lost_locks", "one_unfinished", "restarts", "alerts",
-  "notifications", "stops", "ends" }
+  "notifications", "stops", "ends", "slots", "rollbacks" }
 
 function M.check(h)
   local out, ev = {}, by_pipeline(h)
@@ -310,10 +384,13 @@ function M.load(sql, o)
   local json = require("oops.json")
   local h = { now = tonumber(sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t), final = o.final,
     faults = o.faults, stops = o.stops, deliveries = o.deliveries, pipelines = {} }
+  h.slots, h.rolls_back = o.slots, o.rolls_back
   for _, r in ipairs(sql("SELECT id, CONCAT(namespace, '/', application, '/', environment) AS target, status, " ..
-      "deploy_mode, deploy_requested_at IS NOT NULL AS requested FROM pipeline")) do
+      "deploy_mode, deploy_requested_at IS NOT NULL AS requested, trigger_type, artifact, rollback_of " ..
+      "FROM pipeline")) do
     h.pipelines[r.id] = { id = r.id, target = r.target, status = r.status, auto = r.deploy_mode == "auto",
-      requested = tonumber(r.requested) == 1 }
+      requested = tonumber(r.requested) == 1, trigger = r.trigger_type, artifact = r.artifact,
+      rollback_of = r.rollback_of }
   end
   h.events = {}
   for _, r in ipairs(sql("SELECT e.id, e.pipeline_id, e.from_status, e.to_status, e.server, e.lock_session, " ..

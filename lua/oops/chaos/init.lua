@@ -31,13 +31,13 @@ M.POLICY = [[
 scan     { interval = "500ms" }
 locks    { validate_every = "1s" }
 build    { timeout = "2m" }
-deploy   { timeout = "20s" }
-rollout  { timeout = "15s", max = "30s" }
+deploy   { timeout = "20s", concurrency = { prod = 2 } }
+rollout  { timeout = "15s", max = "30s", on_failure = "rollback" }
 restarts { timezone = "UTC", grace = "10s" }
 alert    { interval = "1s", cpu = { percent = 50, sustained = "0s" }, memory = { percent = 50, sustained = "0s" },
            every = "5s", probe = "simulated" }
 notify   { webhook = "RECEIVER", retry = { initial = "500ms", max = "3s" } }
-gateway "simulated" { build = "3s", deploy = "0s", rollout = "1s" }
+gateway "simulated" { build = "3s", deploy = "1s", rollout = "4s" }
 application "chaos/api" { environments = { "prod", "staging" }, limits = { cpu = "1", memory = "1Gi" },
   restart = { prod = "* * * * *" } }
 application "chaos/web" { environments = { "prod", "staging" }, limits = { cpu = "1", memory = "1Gi" },
@@ -323,9 +323,23 @@ local function deliveries()
   return out
 end
 
+-- What the policy asks of releases (issue 26): its deploy slots, and the
+-- targets whose failed releases it rolls back.
+local function release_rules()
+  local p, rolls = C.policy, {}
+  for name, a in pairs(p.applications or {}) do
+    local ns, app = name:match("^(.-)/(.*)$")
+    if require("oops.release").on_failure(p, { namespace = ns, application = app }) == "rollback" then
+      for _, env in ipairs(a.environments or {}) do rolls[name .. "/" .. env] = true end
+    end
+  end
+  return p.deploy and p.deploy.concurrency or {}, rolls
+end
+
 local function load(final)
+  local slots, rolls = release_rules()
   return history.load(scenario.sql, { final = final, faults = scenario.faults(), stops = C.stops,
-    deliveries = deliveries() })
+    deliveries = deliveries(), slots = slots, rolls_back = rolls })
 end
 
 -- Check now; print the violations not printed before. Returns the history
@@ -537,8 +551,13 @@ function M.run(o)
   local deadline = oops.now_ms() + bound * 1000
   while not settled() and oops.now_ms() < deadline do sleep(0.5) end
   local h, vs = check(true)
-  local n = 0
-  for _ in pairs(h.pipelines) do n = n + 1 end
+  local n, rollbacks = 0, 0
+  for _, p in pairs(h.pipelines) do
+    n = n + 1
+    if p.rollback_of then rollbacks = rollbacks + 1 end
+  end
+  local waited = scenario.sql("SELECT COUNT(DISTINCT e.pipeline_id) AS n FROM pipeline_event e " ..
+    "JOIN pipeline p ON p.id = e.pipeline_id WHERE p.deploy_mode = 'auto' AND e.to_status = 'BUILD_SUCCEEDED'")
   local k = kinds(C.done)
   local counts = {}
   for _, kind in ipairs(k) do
@@ -547,8 +566,9 @@ function M.run(o)
     counts[#counts + 1] = kind .. " " .. c
   end
   say(("faults by kind: %s; %d planned faults skipped; actions: %d made, %d creates refused beside an " ..
-    "unfinished pipeline, %d skipped"):format(#counts > 0 and table.concat(counts, ", ") or "none", #C.skipped,
-    #plan.work - C.work_skipped, C.refused, C.work_skipped))
+    "unfinished pipeline, %d skipped; %d automatic rollbacks, %d releases held before their deploy"):format(
+    #counts > 0 and table.concat(counts, ", ") or "none", #C.skipped, #plan.work - C.work_skipped, C.refused,
+    C.work_skipped, rollbacks, tonumber(waited and waited[1] and waited[1].n) or 0))
   local summary = ("chaos: seed %d, %d faults (kinds: %s), %d pipelines, %d violations"):format(o.seed, #C.done,
     #k > 0 and table.concat(k, ", ") or "none", n, #vs)
   log("%s", summary)
