@@ -117,6 +117,13 @@ end
 -- the engine must not act for; no gateway call is made for it.
 local function refuse(p, why, scan)
   log.warn("refused: " .. why, { scan = scan, pipeline = p.id })
+  if p.status == "BUILD_SUCCEEDED" and not p.manual then
+    -- An automatic release held before its deploy (issue 26) has no request
+    -- to clear: it would be refused again every tick. It ends (the seed's
+    -- table has no BUILD_SUCCEEDED -> ERROR): STOPPED, saying why.
+    M.transition(p, "BUILD_SUCCEEDED", "STOPPED", msg.refused .. why, scan)
+    return
+  end
   if p.status == "BUILD_SUCCEEDED" then
     oops.db.exec("UPDATE pipeline SET deploy_requested_at = NULL, message = ? " ..
       "WHERE id = ? AND status = 'BUILD_SUCCEEDED'", msg.refused .. why, p.id)

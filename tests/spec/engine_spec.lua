@@ -32,6 +32,7 @@ local function new_pipeline(status)
   local id = assert(oops.store.create { namespace = "spec", application = app, environment = "prod",
                                          artifact = "spec/" .. app .. ":1" })
   local path = { RUNNING = { "RUNNING" }, DEPLOYING = { "RUNNING", "DEPLOYING" },
+    BUILD_SUCCEEDED = { "RUNNING", "BUILD_SUCCEEDED" },
     SUCCEEDED = { "RUNNING", "DEPLOYING", "ROLLING_OUT", "SUCCEEDED" }, STOPPED = { "STOPPED" } }
   local from = "INITIALIZED"
   -- Our transitions are fenced by our lock session: hold the lock to walk it.
@@ -288,6 +289,70 @@ describe("fail closed (needs OOPS_TEST_DB)", function()
     os.remove(script)
     assert.are.equal("ROLLING_OUT", status_of(p.id))
     oops.locks.release(P.lock_name(p.id))
+  end)
+end)
+
+describe("release safety in the build scan (needs OOPS_TEST_DB)", function()
+  before_each(need_db)
+  local build = require("oops.scans.build")
+
+  local function frozen_policy()
+    local now = assert(oops.db.now())
+    local pol = {}
+    for k, v in pairs(policy) do pol[k] = v end
+    pol.deploy = { timeout_ms = 600000, timezone = "UTC", concurrency = {} }
+    pol.freezes = { { name = "spec", from = now - 60, to = now + 3600, from_text = "-", to_text = "-" } }
+    return pol
+  end
+
+  it("a freeze holds a release after its build, once recorded, until an override", function()
+    local p = new_pipeline("RUNNING")
+    assert.is_true(oops.locks.acquire(P.lock_name(p.id)))
+    local pol, gw = frozen_policy(), recorder { deploy = function() return true end }
+    oops.wait(function() build.deploy(p, "RUNNING", gw, pol) end)
+    assert.are.same({}, gw.calls)
+    local row = assert(oops.store.get(p.id))
+    assert.are.equal("BUILD_SUCCEEDED", row.status)
+    assert.are.equal("freeze", row.hold)
+    assert.truthy(row.message:find("^Waiting for the freeze spec to end: "), row.message)
+    -- The next tick finds the same hold: nothing is written (the row's
+    -- message edited behind its back stays).
+    local seen = assert(oops.store.get(p.id))
+    assert(oops.db.exec("UPDATE pipeline SET message = 'kept' WHERE id = ?", p.id))
+    oops.wait(function() build.deploy(seen, "BUILD_SUCCEEDED", gw, pol) end)
+    assert.are.equal("kept", assert(oops.store.get(p.id)).message)
+    assert.are.same({}, gw.calls)
+    -- Overridden (oopsctl deploy --override): it deploys, and the hold is over.
+    assert(oops.db.exec("UPDATE pipeline SET override_at = NOW(6) WHERE id = ?", p.id))
+    local now = assert(oops.store.get(p.id))
+    oops.wait(function() build.deploy(now, "BUILD_SUCCEEDED", gw, pol) end)
+    assert.are.same({ "deploy " .. p.id }, gw.calls)
+    row = assert(oops.store.get(p.id))
+    assert.are.equal("ROLLING_OUT", row.status)
+    assert.is_nil(row.hold)
+    oops.locks.release(P.lock_name(p.id))
+  end)
+
+  it("a rollback is not held by a freeze", function()
+    local p = new_pipeline("INITIALIZED")
+    assert(oops.db.exec("UPDATE pipeline SET trigger_type = 'rollback' WHERE id = ?", p.id))
+    p = assert(oops.store.get(p.id))
+    assert.is_true(oops.locks.acquire(P.lock_name(p.id)))
+    local gw = recorder { deploy = function() return true end }
+    oops.wait(function() build.deploy(p, "INITIALIZED", gw, frozen_policy()) end)
+    assert.are.same({ "deploy " .. p.id }, gw.calls)
+    oops.locks.release(P.lock_name(p.id))
+  end)
+
+  it("a held automatic release its policy refuses is stopped, not refused again every tick", function()
+    local p = new_pipeline("BUILD_SUCCEEDED")
+    local pol = frozen_policy()
+    pol.applications = { ["spec/other"] = { environments = { "prod" } } }
+    oops.wait(function() build.run(pol, recorder()) end)
+    local row = assert(oops.store.get(p.id))
+    assert.are.equal("STOPPED", row.status)
+    assert.truthy(row.message:find("is not declared by the running policy", 1, true), row.message)
+    oops.locks.release_all()
   end)
 end)
 
