@@ -409,7 +409,8 @@ function oops.store.list(opts) end
 
 --- Ids of the oldest pipelines in these statuses whose lock no session holds,
 --- oldest first, at most opts.limit (1..65535); one statement that stops
---- there. deploy_requested: BUILD_SUCCEEDED ones only with a deploy request.
+--- there. deploy_requested: BUILD_SUCCEEDED ones only with a deploy request, or automatic
+--- (held by a window, freeze or slot).
 --- Raises on an unknown or missing status or a bad limit.
 ---@param opts {statuses: oops.Status[], limit: integer, deploy_requested?: boolean}
 ---@return string[]|nil ids

@@ -849,7 +849,8 @@ static int free_push(lua_State *L, db_call *b)
 
 /* oops.store.free{statuses = {...}, limit = n, deploy_requested = bool} -> ids of the oldest
  * pipelines in those statuses whose lock nobody holds, oldest first, at most n (1..65535);
- * deploy_requested: BUILD_SUCCEEDED ones only with a deploy request. */
+ * deploy_requested: BUILD_SUCCEEDED ones only with a deploy request, or automatic (held by a
+ * window, freeze or slot). */
 static int l_free(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);

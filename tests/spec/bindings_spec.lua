@@ -636,8 +636,9 @@ describe("oops.store (needs OOPS_TEST_DB)", function()
     assert.are.equal(#all - 1, #assert(oops.store.free { statuses = { "INITIALIZED" }, limit = 65535 }))
     oops.locks.release("oops:pipeline:" .. b)
     -- Several statuses: merged, oldest first; BUILD_SUCCEEDED only with a
-    -- deploy request when deploy_requested says so.
-    assert(oops.db.exec("UPDATE pipeline SET status = 'BUILD_SUCCEEDED' WHERE id = ?", b))
+    -- deploy request when deploy_requested says so (a manual one), or
+    -- automatic (one a window, freeze or slot holds: issue 26).
+    assert(oops.db.exec("UPDATE pipeline SET status = 'BUILD_SUCCEEDED', deploy_mode = 'manual' WHERE id = ?", b))
     local _, p3 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535 }
     assert.is_true(p3[a] < p3[b] and p3[b] < p3[c])
     local _, p4 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535, deploy_requested = true }
@@ -645,6 +646,9 @@ describe("oops.store (needs OOPS_TEST_DB)", function()
     assert(oops.db.exec("UPDATE pipeline SET deploy_requested_at = NOW(6) WHERE id = ?", b))
     local _, p5 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535, deploy_requested = true }
     assert.is_true(p5[a] < p5[b] and p5[b] < p5[c])
+    assert(oops.db.exec("UPDATE pipeline SET deploy_requested_at = NULL, deploy_mode = 'auto' WHERE id = ?", b))
+    local _, p6 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535, deploy_requested = true }
+    assert.is_true(p6[a] < p6[b] and p6[b] < p6[c])
     raises("limit must be 1 to 65535", oops.store.free, { statuses = { "INITIALIZED" }, limit = 0 })
     raises("statuses is empty", oops.store.free, { statuses = {}, limit = 1 })
     raises('unknown status "NOPE"', oops.store.free, { statuses = { "NOPE" }, limit = 1 })
