@@ -33,13 +33,24 @@ for _, p in ipairs(ps) do expect(p:wait("RUNNING", 20), p.app .. " runs") end
 
 -- Cut while edge drives builds (6 s each, so they are still running).
 local mine
+-- (On a loaded machine the two others may take all nine before edge's first
+-- tick: then three more, up to three times, until edge drives one.)
+local more = 0
 wait_until("edge drives some of the builds", function()
   mine = {}
   for _, p in ipairs(ps) do
     if p:driver() == "edge" and p:status() == "RUNNING" then mine[#mine + 1] = p end
   end
+  if #mine == 0 and more < 3 then
+    local all_taken = true
+    for _, p in ipairs(ps) do if p:status() ~= "RUNNING" or not p:driver() then all_taken = false end end
+    if all_taken then
+      more = more + 1
+      for _ = 1, 3 do ps[#ps + 1] = create { app = "shop/p" .. (#ps + 1), env = "prod" } end
+    end
+  end
   return #mine > 0
-end, 20)
+end, 30)
 local function db_now() return tonumber(sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t) end
 local session_before = sql("SELECT IS_USED_LOCK(?) AS c", names.server_prefix .. "edge")[1].c
 local cut_at = db_now()
