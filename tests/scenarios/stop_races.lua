@@ -74,9 +74,14 @@ for _, p in ipairs(all) do
     local s = ev[#ev]
     from[s.from_status] = (from[s.from_status] or 0) + 1
     expect(last.to_status == "STOPPED", p.app .. ": nothing happened after its stop")
-    local after = sql("SELECT COUNT(*) AS n FROM sim_call WHERE pipeline_id = ? AND action = 'deploy' " ..
-      "AND created_at > ?", p.id, s.created_at)[1].n
-    expect(after == 0, p.app .. ": no deploy after its stop", after .. " deploy calls")
+    -- Stopped before its deploy was claimed: never deployed. Stopped while
+    -- DEPLOYING: the deploy the claim began, once (its call row is written
+    -- through a batch, so its time may follow the stop's on a busy machine).
+    local calls = tonumber(sql("SELECT COUNT(*) AS n FROM sim_call WHERE pipeline_id = ? AND action = 'deploy'",
+      p.id)[1].n)
+    local claimed = s.from_status == "DEPLOYING" or s.from_status == "ROLLING_OUT"
+    expect(calls == 0 or (claimed and calls == 1), p.app .. ": no deploy after its stop",
+      ("%d deploy calls, stopped from %s"):format(calls, tostring(s.from_status)))
     local rolled = sql("SELECT COUNT(*) AS n FROM pipeline_event WHERE pipeline_id = ? AND to_status = 'ROLLING_OUT'",
       p.id)[1].n
     expect(rolled == 0 or s.from_status == "ROLLING_OUT", p.app .. ": never announced as rolling out once stopped")
