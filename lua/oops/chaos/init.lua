@@ -225,7 +225,11 @@ local function ctl(...) return C.env.oopsctl(...) end
 
 -- A create beside an unfinished pipeline is refused (exit 3): the rule at work.
 local function create(a, manual)
-  local fine, err = pcall(C.env.create, { app = a.target.app, env = a.target.env, manual = manual })
+  -- An artifact (from the plan alone), so that rollbacks, the operator's and
+  -- the automatic ones, have something to redeploy.
+  local artifact = ("registry/%s:%d"):format((a.target.app:gsub("/", "-")), math.floor(a.at * 1000))
+  local fine, err = pcall(C.env.create, { app = a.target.app, env = a.target.env, manual = manual,
+    artifact = artifact })
   if not fine and not tostring(err):find("unfinished pipeline already exists", 1, true) then error(err, 0) end
   if not fine then C.refused = C.refused + 1 end
 end
