@@ -238,6 +238,17 @@ static bool call_refused;
 
 bool pipeline_store_transition_calls(void) { return !call_refused; }
 
+/* Whether from -> to is in the table; if not, err says "illegal transition A -> B". */
+static bool transition_legal(pipeline_status from, pipeline_status to, char *err, size_t errlen)
+{
+    if (pipeline_transition_allowed(from, to))
+        return true;
+    snprintf(err, errlen, "illegal transition %s -> %s",
+             pipeline_status_name(from) ? pipeline_status_name(from) : "?",
+             pipeline_status_name(to) ? pipeline_status_name(to) : "?");
+    return false;
+}
+
 /* The deploy slot of x->slot_env for pipeline id, inside the caller's
  * transaction (slot_env's rows exist: ensure_slots). The environment's slot
  * rows are locked first, so claims of one environment take turns; a slot is
@@ -456,12 +467,8 @@ int pipeline_store_transition_ex(db_conn *c, const char *id, pipeline_status fro
                                  const char *actor, uint64_t lock_session,
                                  pipeline_transition_extra *x, char *err, size_t errlen)
 {
-    if (!pipeline_transition_allowed(from, to)) {
-        snprintf(err, errlen, "illegal transition %s -> %s",
-                 pipeline_status_name(from) ? pipeline_status_name(from) : "?",
-                 pipeline_status_name(to) ? pipeline_status_name(to) : "?");
+    if (!transition_legal(from, to, err, errlen))
         return PSTORE_ILLEGAL;
-    }
     if (x && x->slot_env &&
         (x->slot_count < 1 || x->slot_count > DEPLOY_SLOTS_MAX || to != PS_DEPLOYING ||
          !pipeline_label_valid(x->slot_env))) {
@@ -482,12 +489,8 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
                               const char *message, const char *driver, const char *actor,
                               uint64_t lock_session, char *err, size_t errlen)
 {
-    if (!pipeline_transition_allowed(from, to)) {
-        snprintf(err, errlen, "illegal transition %s -> %s",
-                 pipeline_status_name(from) ? pipeline_status_name(from) : "?",
-                 pipeline_status_name(to) ? pipeline_status_name(to) : "?");
+    if (!transition_legal(from, to, err, errlen))
         return PSTORE_ILLEGAL;
-    }
     if (call_refused)
         return transition_tx(c, id, from, to, message, driver, actor, lock_session, NULL, err,
                              errlen);

@@ -88,16 +88,9 @@ local function time_parts(s)
     s = tonumber(sec), frac = frac }
 end
 
--- Days since 1970-01-01 of a civil date (H. Hinnant's algorithm): UTC
--- arithmetic without os.time, which reads the server's time zone.
-local function days_from_civil(y, m, d)
-  y = m <= 2 and y - 1 or y
-  local era = (y >= 0 and y or y - 399) // 400
-  local yoe = y - era * 400
-  local doy = (153 * (m + (m > 2 and -3 or 9)) + 2) // 5 + d - 1
-  local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-  return era * 146097 + doe - 719468
-end
+-- Days since 1970-01-01 of a civil date, in UTC (without os.time, which
+-- reads the server's time zone).
+local days_from_civil = require("oops.windows").days_from_civil
 
 -- Epoch seconds (a float with the fraction) of a UTC time string, or nil.
 function M.epoch(s)

@@ -52,7 +52,9 @@ local function days_in_month(y, m)
   return MONTH_DAYS[m]
 end
 
--- Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+-- Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+-- days_from_civil): UTC arithmetic without os.time, which reads the server's
+-- time zone. Also the notifier's (notification.lua, epoch_of).
 local function days_from_civil(y, m, d)
   if m <= 2 then y = y - 1 end
   local era = (y >= 0 and y or y - 399) // 400
@@ -326,5 +328,7 @@ function M.epochs(t, tz)
   end
   return nil, nil
 end
+
+M.days_from_civil = days_from_civil
 
 return M
