@@ -92,15 +92,22 @@ wait_until("an older release waits for a slot", function() return held(older) en
 local back = assert(rollback { app = "shop/a2", env = "prod", to = wave[2].id })
 wait_until("a rollback waits for a slot", function() return held(back) end, 30)
 expect(back:status() == "INITIALIZED", "... in INITIALIZED", back:status())
-for _, p in ipairs(holders) do
-  sql("UPDATE sim_job SET ready_at = NOW(6) WHERE pipeline_id = ? AND kind = 'rollout'", p.id)
-  expect(p:wait("SUCCEEDED", 30), p.app .. " went live")
+-- One slot frees: the rollback takes it and the older release still waits.
+-- (Both freed at once would let both go, in whichever order the ticks fall.)
+sql("UPDATE sim_job SET ready_at = NOW(6) WHERE pipeline_id = ? AND kind = 'rollout'", holders[1].id)
+expect(holders[1]:wait("SUCCEEDED", 30), holders[1].app .. " went live")
+local function deploying_or_later(p)
+  return #sql("SELECT id FROM pipeline_event WHERE pipeline_id = ? AND to_status = 'DEPLOYING'", p.id) > 0
 end
+wait_until("a waiting one takes the freed slot", function()
+  return deploying_or_later(back) or deploying_or_later(older)
+end, 30)
+expect(deploying_or_later(back) and not deploying_or_later(older),
+  "the rollback, created later, takes the freed slot first",
+  ("rollback %s, release %s (%s)"):format(back:status(), older:status(), older:message()))
+expect(held(older), "... and the older release still waits for a slot", older:message())
+sql("UPDATE sim_job SET ready_at = NOW(6) WHERE pipeline_id = ? AND kind = 'rollout'", holders[2].id)
+expect(holders[2]:wait("SUCCEEDED", 30), holders[2].app .. " went live")
 wait_until("both waiting ones go live", function()
   return older:status() == "SUCCEEDED" and back:status() == "SUCCEEDED"
 end, 60)
-local function deployed_at(p)
-  return tonumber(sql("SELECT id FROM pipeline_event WHERE pipeline_id = ? AND to_status = 'DEPLOYING'", p.id)[1].id)
-end
-expect(deployed_at(back) < deployed_at(older), "the rollback, created later, deployed first",
-  ("rollback event %d, release event %d"):format(deployed_at(back), deployed_at(older)))
