@@ -21,6 +21,21 @@
  * notification (http_conn). We close one by shutdown() on its socket: the
  * fd stays MHD's (no fd number is freed under its feet), MHD sees the
  * hang-up on its next run, closes the connection and tells us.
+ *
+ * Deferred answers (http_defer) suspend the connection in the access
+ * handler (MHD_ALLOW_SUSPEND_RESUME). A suspended connection is out of
+ * MHD's epoll set and its timeout list: MHD neither reads, writes, times
+ * out nor closes it, so shutting it down would do nothing until it is
+ * resumed. Hence a deferred connection is skipped by the cap and by our
+ * deadlines (http_conn.deferred) and bound instead by its request's own
+ * deadline (504). Answering stores the answer in the request (req_state),
+ * resumes the connection and runs MHD at once (timer at 0 ms): MHD calls
+ * the access handler again for that request, which then queues the
+ * stored answer. MHD 0.9.75 must not be stopped with a connection still
+ * suspended (it panics): teardown answers every waiting request 503 first
+ * and runs MHD a few times so that those answers go out. The request stays
+ * in s->deferred until MHD reports it ended (on_completed), whatever the
+ * path (answered, the client gone, MHD stopping), and is freed only there.
  */
 #include "http_server.h"
 
@@ -43,6 +58,9 @@
  * connections over the cap are accepted and closed, not left queued. */
 #define HTTP_BACKLOG 128
 #define HTTP_DEFAULT_CONTENT_TYPE "text/plain; charset=utf-8"
+/* MHD runs at teardown for the 503s of requests still deferred: resuming
+ * takes one, queueing the answer and sending it one or two more. */
+#define HTTP_SETTLE_RUNS 8
 
 /* One open connection, from MHD's "started" to its "closed" notification;
  * kept in accept order. Times are ms on the monotonic clock. */
@@ -51,9 +69,12 @@ typedef struct http_conn {
     int fd;                 /* MHD's socket: only ever shutdown(), never closed */
     bool waiting;           /* waiting for a request's headers: may be evicted */
     bool shut;              /* shut down by us; no longer counted */
+    bool deferred;          /* its request waits for http_server_answer: no deadline */
     uint64_t waiting_since; /* accepted, or its previous response sent */
     uint64_t deadline;      /* headers (waiting) or the request done by then */
 } http_conn;
+
+typedef struct req_state req_state;
 
 struct http_server {
     uv_poll_t poll;   /* watches MHD's epoll fd */
@@ -73,8 +94,21 @@ struct http_server {
     http_conn *conns, *conns_tail; /* open connections, oldest first */
     unsigned int nconns;           /* of those, not shut down by us */
     http_server_stats stats;
-    bool rerun; /* a connection closed: run MHD once more, now */
+    bool rerun;                /* a connection closed: run MHD once more, now */
+    req_state *deferred;       /* deferred requests, from http_defer to on_completed */
+    unsigned int ndeferred;    /* of those, not yet handed to MHD (HTTP_DEFER_MAX) */
+    uint64_t last_ticket;      /* tickets are 1, 2, ...: never reused */
+    uint64_t defer_timeout_ms; /* HTTP_DEFER_TIMEOUT_S, or a test's */
 };
+
+/* The request whose handler is running, for http_defer's check: set on
+ * the loop thread around each handler call. */
+typedef struct handler_call {
+    const http_incoming *in;
+    http_server *s;
+    req_state *rs;
+} handler_call;
+static _Thread_local handler_call calling;
 
 static void set_err(char *err, size_t errlen, const char *where, const char *why)
 {
@@ -342,6 +376,8 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
 
     (void)addr;
     (void)addrlen;
+    if (s->closing) /* teardown's last runs */
+        return MHD_NO;
     if (s->nconns < HTTP_MAX_CONNECTIONS)
         return MHD_YES;
     for (c = s->conns; c; c = c->next)
@@ -356,14 +392,17 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     return MHD_YES;
 }
 
-/* Shuts down the connections past their deadline. Returns the earliest
- * deadline among the others, or 0 when there is none. */
+static uint64_t expire_deferred(http_server *s, uint64_t now);
+
+/* Shuts down the connections past their deadline (not those of deferred
+ * requests, which answers 504 at theirs). Returns the earliest deadline
+ * among the others, or 0 when there is none. */
 static uint64_t reap(http_server *s, uint64_t now)
 {
-    uint64_t next = 0;
+    uint64_t next = expire_deferred(s, now);
 
     for (http_conn *c = s->conns; c; c = c->next) {
-        if (c->shut)
+        if (c->shut || c->deferred)
             continue;
         if (c->deadline <= now) {
             shut_conn(s, c);
@@ -387,10 +426,19 @@ static void free_conns(http_server *s)
 /* ---- requests ---------------------------------------------------------- */
 
 /* What we keep per request between MHD's calls; freed by on_completed. */
-typedef struct req_state {
+struct req_state {
     buf body;
     bool too_large; /* the body passed max_body: dropped, answered 413 */
-} req_state;
+    /* deferred (http_defer), ticket != 0: in s->deferred until freed */
+    uint64_t ticket;
+    struct req_state *dprev, *dnext;
+    struct MHD_Connection *conn;
+    uint64_t deadline;    /* ms: answered 504 by then */
+    bool suspended;       /* MHD_suspend_connection'd, not resumed yet */
+    bool answered;        /* `answer` holds the answer (the caller's or ours) */
+    bool delivered;       /* `answer` was handed to MHD */
+    http_response answer; /* its body is ours until delivered */
+};
 
 /* Content-Length above max? (Unparsable: MHD itself refuses the request.) */
 static int declared_too_large(struct MHD_Connection *conn, size_t max)
@@ -422,6 +470,172 @@ static int take_chunk(http_server *s, req_state *rs, const char *data, size_t le
     return rs->body.oom ? -1 : 0;
 }
 
+/* ---- deferred answers -------------------------------------------------- */
+
+static void on_timer(uv_timer_t *t);
+
+static void unlink_deferred(http_server *s, req_state *rs)
+{
+    if (rs->dprev)
+        rs->dprev->dnext = rs->dnext;
+    else
+        s->deferred = rs->dnext;
+    if (rs->dnext)
+        rs->dnext->dprev = rs->dprev;
+    rs->dprev = rs->dnext = NULL;
+    if (!rs->delivered)
+        s->ndeferred--;
+}
+
+/* Takes r over as rs's answer and wakes its connection: MHD calls
+ * on_request for it again in its next run, which is made to come at once
+ * (MHD's ITC would wake its epoll fd too). */
+static void set_answer(http_server *s, req_state *rs, http_response *r)
+{
+    http_conn *c = conn_of(rs->conn);
+
+    rs->answer = *r;
+    r->body = NULL;
+    rs->answered = true;
+    if (c) { /* from now on an answer to send like any other */
+        c->deferred = false;
+        c->deadline = now_ms() + (uint64_t)HTTP_IDLE_TIMEOUT_S * 1000u;
+    }
+    if (!rs->suspended)
+        return; /* still in the handler that deferred it: sent when it returns */
+    rs->suspended = false;
+    MHD_resume_connection(rs->conn);
+    s->rerun = true;
+    if (!s->in_run) /* else run_mhd arms the timer at 0 ms (rerun) */
+        uv_timer_start(&s->timer, on_timer, 0, 0);
+}
+
+/* The server's own answer to a deferred request (504, 503): a short text. */
+static void answer_self(http_server *s, req_state *rs, unsigned int status, const char *text)
+{
+    http_response r = {.status = (int)status, .body = strdup(text)};
+
+    r.len = r.body ? strlen(r.body) : 0;
+    set_answer(s, rs, &r);
+}
+
+/* Answers 504 the deferred requests waiting past their deadline. Returns
+ * the earliest deadline among those still waiting, or 0 when none is. */
+static uint64_t expire_deferred(http_server *s, uint64_t now)
+{
+    uint64_t next = 0;
+
+    for (req_state *rs = s->deferred; rs; rs = rs->dnext) {
+        if (rs->answered)
+            continue;
+        if (rs->deadline <= now)
+            answer_self(s, rs, MHD_HTTP_GATEWAY_TIMEOUT, "no answer in time\n");
+        else if (next == 0 || rs->deadline < next)
+            next = rs->deadline;
+    }
+    return next;
+}
+
+/* Before MHD_stop_daemon: every request still deferred is answered 503,
+ * and MHD runs until the deferred answers are out or HTTP_SETTLE_RUNS
+ * runs are over (a client that does not read: MHD_stop_daemon closes it).
+ * Either way none is suspended any more. */
+static void settle_deferred(http_server *s)
+{
+    s->in_run = true;
+    for (req_state *rs = s->deferred; rs; rs = rs->dnext)
+        if (!rs->answered)
+            answer_self(s, rs, MHD_HTTP_SERVICE_UNAVAILABLE, "server closing\n");
+    for (int i = 0; i < HTTP_SETTLE_RUNS && s->deferred; i++)
+        MHD_run(s->mhd);
+    s->in_run = false;
+}
+
+static enum MHD_Result park(http_server *s, struct MHD_Connection *conn, req_state *rs);
+
+/* MHD calls on_request again for a resumed request: its answer. */
+static enum MHD_Result deliver(http_server *s, struct MHD_Connection *conn, req_state *rs)
+{
+    if (!rs->answered) /* not resumed by us (cannot happen): wait again */
+        return park(s, conn, rs);
+    rs->delivered = true;
+    s->ndeferred--;
+    return send_response(s, conn, &rs->answer);
+}
+
+/* Its handler deferred rs: its connection waits, suspended, for the
+ * answer. Unless the answer is there already (from the handler itself) or
+ * the handler closed the server: then it goes out now. */
+static enum MHD_Result park(http_server *s, struct MHD_Connection *conn, req_state *rs)
+{
+    if (!rs->answered && !s->closing) {
+        rs->suspended = true;
+        MHD_suspend_connection(conn);
+        return MHD_YES;
+    }
+    if (!rs->answered)
+        answer_self(s, rs, MHD_HTTP_SERVICE_UNAVAILABLE, "server closing\n");
+    return deliver(s, conn, rs);
+}
+
+uint64_t http_defer(const http_incoming *in)
+{
+    http_server *s = calling.s;
+    req_state *rs = calling.rs;
+    http_conn *c;
+
+    if (!in || in != calling.in || !s || !rs)
+        return 0;
+    if (rs->ticket != 0)
+        return rs->ticket;
+    c = conn_of(in->conn);
+    if (s->get_only || s->closing || s->ndeferred >= HTTP_DEFER_MAX || (c && c->shut))
+        return 0; /* shut: past its deadline, MHD would not see it while suspended */
+    rs->ticket = ++s->last_ticket;
+    rs->conn = in->conn;
+    rs->deadline = now_ms() + s->defer_timeout_ms;
+    rs->dnext = s->deferred;
+    if (s->deferred)
+        s->deferred->dprev = rs;
+    s->deferred = rs;
+    s->ndeferred++;
+    if (c)
+        c->deferred = true;
+    return rs->ticket;
+}
+
+static req_state *find_waiting(http_server *s, uint64_t ticket)
+{
+    for (req_state *rs = s->deferred; rs; rs = rs->dnext)
+        if (rs->ticket == ticket)
+            return rs->answered ? NULL : rs;
+    return NULL;
+}
+
+int http_server_answer(http_server *s, uint64_t ticket, http_response *r)
+{
+    req_state *rs;
+
+    if (!r)
+        return -1;
+    rs = s && !s->closing && ticket != 0 ? find_waiting(s, ticket) : NULL;
+    if (!rs) {
+        free(r->body);
+        r->body = NULL;
+        return -1;
+    }
+    set_answer(s, rs, r);
+    return 0;
+}
+
+void http_server_set_defer_timeout_ms(http_server *s, unsigned int ms)
+{
+    if (s)
+        s->defer_timeout_ms = ms;
+}
+
+/* ---- the access handler ------------------------------------------------ */
+
 static void get_trampoline(void *ud, const http_incoming *in, http_response *out)
 {
     http_server *s = ud;
@@ -443,6 +657,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req_state *rs = *req_ptr;
     http_response out = {0};
     http_incoming in;
+    handler_call saved = calling;
 
     if (!rs) { /* headers seen */
         http_conn *c = conn_of(conn);
@@ -465,6 +680,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return take_chunk(s, rs, upload_data, n) == 0 ? MHD_YES : MHD_NO;
     }
+    if (rs->ticket != 0) /* deferred, resumed by its answer */
+        return deliver(s, conn, rs);
     if (s->closing) /* closed from a handler earlier in this MHD_run */
         return send_empty(s, conn, MHD_HTTP_SERVICE_UNAVAILABLE, NULL);
     if (s->get_only && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
@@ -477,7 +694,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     in.body = rs->body.p ? rs->body.p : "";
     in.body_len = rs->body.len;
     in.conn = conn;
+    calling = (handler_call){&in, s, rs};
     s->handler(s->ud, &in, &out);
+    calling = saved;
+    if (rs->ticket != 0) { /* deferred: what the handler put in out is ignored */
+        free(out.body);
+        return park(s, conn, rs);
+    }
     return send_response(s, conn, &out);
 }
 
@@ -485,13 +708,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_ptr,
                          enum MHD_RequestTerminationCode toe)
 {
+    http_server *s = cls;
     req_state *rs = *req_ptr;
     http_conn *c = conn_of(conn);
 
-    (void)cls;
+    if (c)
+        c->deferred = false;
     if (c && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         wait_for_headers(c, now_ms(), HTTP_IDLE_TIMEOUT_S); /* keep-alive */
     if (rs) {
+        if (rs->ticket != 0) /* its ticket is unknown from now on */
+            unlink_deferred(s, rs);
+        free(rs->answer.body); /* not delivered: the client went away */
         buf_free(&rs->body);
         free(rs);
         *req_ptr = NULL;
@@ -576,7 +804,6 @@ int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud)
 
 /* ---- loop integration -------------------------------------------------- */
 
-static void on_timer(uv_timer_t *t);
 static void teardown(http_server *s);
 
 /* MHD must run again: at once after a connection closed (so it takes its
@@ -636,6 +863,7 @@ static void on_handle_closed(uv_handle_t *h)
  * close it (a reused fd number would otherwise confuse libuv). */
 static void teardown(http_server *s)
 {
+    settle_deferred(s); /* before MHD_stop_daemon: none left suspended */
     uv_close((uv_handle_t *)&s->poll, on_handle_closed);
     uv_close((uv_handle_t *)&s->timer, on_handle_closed);
     MHD_stop_daemon(s->mhd); /* also closes the listening socket */
@@ -649,7 +877,12 @@ static struct MHD_Daemon *start_mhd(http_server *s, int listen_fd)
      * MHD_run(), i.e. on the loop thread. */
     /* MHD's own limit sits above our cap (on_accept) by the connections
      * we shut down that MHD has not reaped yet; it is only a backstop. */
-    return MHD_start_daemon(MHD_USE_EPOLL, 0, on_accept, s, on_request, s, MHD_OPTION_LISTEN_SOCKET,
+    /* Suspend/resume (http_defer) costs an eventfd of MHD's (its ITC, in
+     * its epoll set): only for http_server_serve servers. */
+    unsigned int flags =
+        MHD_USE_EPOLL | (s->get_only ? 0u : (unsigned int)MHD_ALLOW_SUSPEND_RESUME);
+
+    return MHD_start_daemon(flags, 0, on_accept, s, on_request, s, MHD_OPTION_LISTEN_SOCKET,
                             (MHD_socket)listen_fd, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned int)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned int)(HTTP_MAX_CONNECTIONS + HTTP_CLOSING_SLACK),
@@ -696,6 +929,7 @@ static http_server *start_listening(http_server *s, uv_loop_t *loop, const char 
         free(s);
         return NULL;
     }
+    s->defer_timeout_ms = (uint64_t)HTTP_DEFER_TIMEOUT_S * 1000u;
     fd = open_listener(&ss, sslen, &s->port);
     if (fd < 0) {
         set_err(err, errlen, where, strerror(-fd));

@@ -41,10 +41,35 @@
  *   - no per-IP limit: the default listener is loopback, where every
  *     client (probe, scraper, a local flood) has the same address, so it
  *     would only be a lower global cap; eviction is what protects probes.
+ *   - at most HTTP_DEFER_MAX (32) deferred requests at once (see below):
+ *     http_defer returns 0 for more, and the handler answers at once. A
+ *     deferred request is a request in progress: never evicted at the cap,
+ *     and not bound by the header, idle and request deadlines above while
+ *     it waits (libmicrohttpd does not time a suspended connection out
+ *     either) but by its own, HTTP_DEFER_TIMEOUT_S (30 s) from
+ *     http_defer: then the server answers it 504 itself. Once answered,
+ *     the answer must go out within HTTP_IDLE_TIMEOUT_S.
  * A server thus holds at most HTTP_MAX_CONNECTIONS + HTTP_CLOSING_SLACK
  * (160) sockets (connections closed by the cap but not yet reaped by
- * libmicrohttpd's next run), plus its listening socket and epoll fd, and
+ * libmicrohttpd's next run), plus its listening socket and epoll fd (and
+ * for http_server_serve the eventfd libmicrohttpd resumes through), and
  * at most 160 x 32 KiB = 5 MiB of connection buffers.
+ *
+ * Deferred answers (http_server_serve servers only). A handler whose answer
+ * needs work on the loop (a database call) must not wait for it: it calls
+ * http_defer(in), keeps the ticket, returns, and the request waits
+ * (libmicrohttpd suspends the connection) until http_server_answer(s,
+ * ticket, r) from any later loop callback. A ticket is never 0 and never
+ * reused within a server's life; answering a ticket that is no longer
+ * waiting (answered, timed out 504, the client gone and the request ended)
+ * is harmless: -1. The server's headers (http_serve_options.headers) go on
+ * deferred answers too. http_server_close answers 503 every request still
+ * waiting (sent while it closes, as far as the socket takes it at once);
+ * the server must not be used afterwards, so a caller that closes it
+ * forgets its tickets. A client that goes away while its request waits is
+ * not noticed (libmicrohttpd does not watch a suspended connection): its
+ * answer is accepted (0) and written to the dead socket, then the
+ * connection closes as usual.
  */
 #ifndef OOPS_HTTP_SERVER_H
 #define OOPS_HTTP_SERVER_H
@@ -58,6 +83,8 @@
 #define HTTP_IDLE_TIMEOUT_S 30u
 #define HTTP_CONNECTION_MEMORY ((size_t)32 << 10) /* 32 KiB */
 #define HTTP_CLOSING_SLACK 32u
+#define HTTP_DEFER_MAX 32u
+#define HTTP_DEFER_TIMEOUT_S 30u
 
 /* What a handler answers. The server pre-fills it with status 0, a NULL
  * content_type, a NULL body and len 0 before calling the handler. */
@@ -110,11 +137,38 @@ int http_incoming_headers(const http_incoming *in, http_header_fn fn, void *ud);
 int http_incoming_peer_addr(const http_incoming *in, char *out, size_t len);
 int http_incoming_local_addr(const http_incoming *in, char *out, size_t len);
 
-/* Called on the loop thread for every complete request; fill *out (same
+/* Called on the loop thread for every complete request; fill *out, or
+ * defer the answer (http_defer) when it needs more work (same
  * contract as http_handler: must not block, may close its own server;
  * out->content_type must stay valid until the handler returns and the
  * response is queued, i.e. must not be freed by the handler). */
 typedef void (*http_serve_handler)(void *ud, const http_incoming *in, http_response *out);
+
+/* In a http_serve_handler: answer this request later, from the loop
+ * thread, with http_server_answer(). Returns a ticket (never 0; the same
+ * one when called again for the same request), or 0 when the request
+ * cannot be deferred (HTTP_DEFER_MAX requests of this server are already
+ * waiting, the server is closing, or `in` is not the request whose handler
+ * is running now): then the handler fills *out now as usual. After a
+ * non-zero ticket, whatever the handler puts in *out is ignored (a body
+ * there is freed). */
+uint64_t http_defer(const http_incoming *in);
+
+/* The answer to a deferred request, as a handler would have filled it
+ * (the same defaults: status 0, NULL content_type, ...). The server takes
+ * r->body over whatever happens (malloc'd; r->body is NULL on return);
+ * r->content_type and r->headers are kept as pointers until the answer is
+ * sent, so they must be static. Returns 0, or -1 when `ticket` is not
+ * waiting for an answer (unknown, already answered, answered 504 at
+ * HTTP_DEFER_TIMEOUT_S, its request ended, the server closing): then the
+ * body is freed. Safe from any loop callback, a handler of the same server
+ * included (even the deferring handler itself: its answer is then sent
+ * when it returns), and after the client went away. */
+int http_server_answer(http_server *s, uint64_t ticket, http_response *r);
+
+/* For tests only: the deferred-answer timeout of `s` in ms instead of
+ * HTTP_DEFER_TIMEOUT_S, for requests deferred from now on. */
+void http_server_set_defer_timeout_ms(http_server *s, unsigned int ms);
 
 /* The request body limit when http_serve_options.max_body is 0. */
 #define HTTP_DEFAULT_MAX_BODY ((size_t)1 << 20) /* 1 MiB */
@@ -177,8 +231,8 @@ http_server_stats http_server_get_stats(const http_server *s);
 /* The port actually bound (useful after asking for port 0). */
 int http_server_port(const http_server *s);
 
-/* Stops accepting, drops open connections, closes the listening socket
- * and the uv handles. The struct is freed once the handles' close
+/* Stops accepting, answers 503 the deferred requests still waiting, drops
+ * open connections, closes the listening socket and the uv handles. The struct is freed once the handles' close
  * callbacks have run, so keep running the loop (uv_run) afterwards.
  * After this call `s` must not be used again, and the handler is not
  * called any more. Safe with NULL. */

@@ -40,6 +40,7 @@ typedef struct reply {
     char content_type[128];
     char allow[32];
     char always[32]; /* X-Always: http_serve_options.headers */
+    char answer[32]; /* X-Answer: a deferred answer's own header */
 } reply;
 
 typedef struct fixture fixture;
@@ -77,6 +78,20 @@ struct fixture {
     int opened;             /* raw connections the client got connected */
     int server_closed_them; /* ... of which the server closed (EOF/reset) */
     int continued;          /* ... that got "100 Continue" */
+
+    /* deferred answers (setup_defer): the handler is defer_handler */
+    int defer_handles; /* later and kick are open */
+    uv_timer_t later;  /* answers "/defer-timer" */
+    uv_async_t kick;   /* client -> loop: answer every ticket, last first */
+    uint64_t tickets[HTTP_DEFER_MAX + 4];
+    int ntickets;                      /* deferred so far */
+    int not_deferred;                  /* http_defer returned 0 */
+    int answer_rc[HTTP_DEFER_MAX + 4]; /* http_server_answer for tickets[i] */
+    int again_rc, unknown_rc, zero_rc; /* answered twice, unknown ticket, ticket 0 */
+    atomic_int deferred;               /* = ntickets, for the client thread */
+    atomic_int answered;               /* kick ran */
+    int waits_failed;                  /* the client gave up waiting for one of those */
+    int distinct_answers;              /* 200 "answer I" read, each I once */
 };
 
 /* ---- the handler under test ------------------------------------------- */
@@ -182,27 +197,29 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud)
     return len;
 }
 
+/* The value of header line `line` into dst when it is header `name:`. */
+static void header_value(const char *line, size_t len, const char *name, char *dst, size_t dstlen)
+{
+    size_t start = strlen(name), end = len;
+
+    if (len <= start || strncasecmp(line, name, start) != 0)
+        return;
+    while (start < end && line[start] == ' ')
+        start++;
+    while (end > start && (line[end - 1] == '\r' || line[end - 1] == '\n'))
+        end--;
+    snprintf(dst, dstlen, "%.*s", (int)(end - start), line + start);
+}
+
 static size_t on_header(char *line, size_t size, size_t n, void *ud)
 {
     reply *r = ud;
     size_t len = size * n;
 
-    if (len > 6 && strncasecmp(line, "Allow:", 6) == 0) {
-        size_t start = 6, end = len;
-        while (start < end && line[start] == ' ')
-            start++;
-        while (end > start && (line[end - 1] == '\r' || line[end - 1] == '\n'))
-            end--;
-        snprintf(r->allow, sizeof r->allow, "%.*s", (int)(end - start), line + start);
-    }
-    if (len > 9 && strncasecmp(line, "X-Always:", 9) == 0) {
-        size_t start = 9, end = len;
-        while (start < end && line[start] == ' ')
-            start++;
-        while (end > start && (line[end - 1] == '\r' || line[end - 1] == '\n'))
-            end--;
-        snprintf(r->always, sizeof r->always, "%.*s", (int)(end - start), line + start);
-    }
+    header_value(line, len, "Allow:", r->allow, sizeof r->allow);
+    header_value(line, len, "X-Always:", r->always, sizeof r->always);
+    header_value(line, len, "X-Answer:", r->answer, sizeof r->answer);
+    header_value(line, len, "Content-Type:", r->content_type, sizeof r->content_type);
     return len;
 }
 
@@ -315,6 +332,11 @@ static void on_done(uv_async_t *a)
 {
     fixture *f = a->data;
 
+    if (f->defer_handles) {
+        uv_close((uv_handle_t *)&f->later, NULL);
+        uv_close((uv_handle_t *)&f->kick, NULL);
+        f->defer_handles = 0;
+    }
     http_server_close(f->srv);
     f->srv = NULL;
     atomic_store(&f->server_closed, 1);
@@ -1108,6 +1130,446 @@ static void test_header_block_over_the_limit_is_431(void **state)
     assert_int_equal(f->calls, 1);
 }
 
+/* ---- deferred answers (http_defer, http_server_answer) ----------------- */
+
+#define HOLD_REQUEST "GET /defer-hold HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+
+static const char *const answer_headers[] = {"X-Answer", "later", NULL};
+
+/* Answers ticket with status and a copy of body, as JSON with X-Answer. */
+static int answer(fixture *f, uint64_t ticket, int status, const char *body)
+{
+    http_response r = {
+        .status = status, .content_type = "application/json", .headers = answer_headers};
+
+    r.body = dup_str(body, &r.len);
+    return http_server_answer(f->srv, ticket, &r);
+}
+
+/* "/defer-timer" is answered by this, 20 ms later; then it tries the same
+ * ticket again, one never given and 0. */
+static void on_later(uv_timer_t *t)
+{
+    fixture *f = t->data;
+
+    f->answer_rc[0] = answer(f, f->tickets[0], 202, "{\"done\":1}");
+    f->again_rc = answer(f, f->tickets[0], 200, "again");
+    f->unknown_rc = answer(f, f->tickets[0] + 1000, 200, "unknown");
+    f->zero_rc = answer(f, 0, 200, "zero");
+}
+
+/* Every ticket so far, the last one first: "answer I" for tickets[I]. */
+static void answer_all(fixture *f)
+{
+    for (int i = f->ntickets - 1; i >= 0; i--) {
+        char body[32];
+        snprintf(body, sizeof body, "answer %d", i);
+        f->answer_rc[i] = answer(f, f->tickets[i], 200, body);
+    }
+    atomic_store(&f->answered, 1);
+}
+
+static void on_kick(uv_async_t *a) { answer_all(a->data); }
+
+/* Defers every request but "/plain" (204 at once) and "/release" (answers
+ * every ticket, then 204): "/defer-timer" is answered by on_later,
+ * "/defer-now" by the handler itself, "/defer-quit" is followed by closing
+ * the server, "/defer-hold" only by a kick or "/release" (or the server:
+ * 504, 503). Not deferred: 429. */
+static void defer_handler(void *ud, const http_incoming *in, http_response *out)
+{
+    fixture *f = ud;
+    uint64_t t;
+
+    f->calls++;
+    if (strcmp(in->path, "/plain") == 0 || strcmp(in->path, "/release") == 0) {
+        if (strcmp(in->path, "/release") == 0)
+            answer_all(f);
+        out->status = 204;
+        return;
+    }
+    t = http_defer(in);
+    if (t == 0) {
+        f->not_deferred++;
+        out->status = 429;
+        out->body = dup_str("not deferred\n", &out->len);
+        return;
+    }
+    assert_true(http_defer(in) == t); /* the same request: the same ticket */
+    f->tickets[f->ntickets++] = t;
+    out->status = 500; /* ignored after a ticket, its body freed */
+    out->body = dup_str("ignored", &out->len);
+    if (strcmp(in->path, "/defer-now") == 0)
+        f->answer_rc[f->ntickets - 1] = answer(f, t, 200, "now");
+    else if (strcmp(in->path, "/defer-timer") == 0)
+        uv_timer_start(&f->later, on_later, 20, 0);
+    else if (strcmp(in->path, "/defer-quit") == 0) {
+        http_server_close(f->srv);
+        f->srv = NULL;
+        atomic_store(&f->server_closed, 1);
+    }
+    atomic_store(&f->deferred, f->ntickets);
+}
+
+static int setup_defer_with(void **state, unsigned int timeout_ms)
+{
+    static const char *const always[] = {"X-Always", "yes", NULL};
+    http_serve_options o = {.headers = always};
+    char err[256] = "";
+    fixture *f = calloc(1, sizeof *f);
+
+    if (!f || uv_loop_init(&f->loop) != 0)
+        return -1;
+    snprintf(f->host, sizeof f->host, "127.0.0.1");
+    uv_async_init(&f->loop, &f->done, on_done);
+    f->done.data = f;
+    uv_timer_init(&f->loop, &f->later);
+    f->later.data = f;
+    uv_async_init(&f->loop, &f->kick, on_kick);
+    f->kick.data = f;
+    f->defer_handles = 1;
+    o.handler = defer_handler;
+    o.ud = f;
+    f->srv = http_server_serve(&f->loop, "127.0.0.1:0", &o, err, sizeof err);
+    if (!f->srv) {
+        fprintf(stderr, "setup: %s\n", err);
+        return -1;
+    }
+    if (timeout_ms != 0)
+        http_server_set_defer_timeout_ms(f->srv, timeout_ms);
+    f->port = http_server_port(f->srv);
+    *state = f;
+    return 0;
+}
+
+static int setup_defer(void **state) { return setup_defer_with(state, 0); }
+#define SHORT_DEFER_MS 200
+static int setup_defer_short(void **state) { return setup_defer_with(state, SHORT_DEFER_MS); }
+
+/* Waits (bounded) until *v >= n; counts a wait given up in f. */
+static void wait_for(fixture *f, atomic_int *v, int n)
+{
+    long long end = mono_ms() + CONNECT_BOUND_MS;
+
+    while (atomic_load(v) < n && mono_ms() < end)
+        sleep_ms(5);
+    f->waits_failed += atomic_load(v) < n;
+}
+
+/* One raw connection with `payload` sent, or -1. */
+static int raw_request(fixture *f, const char *payload)
+{
+    int fd;
+
+    return open_many(f, &fd, 1, payload) == 1 ? fd : -1;
+}
+
+/* Reads an answer on a raw connection until the server closes it (the
+ * requests say Connection: close), within a bound: r->status, body and
+ * headers as on_header takes them; r->rc CURLE_OK when a status line came. */
+static void read_reply(int fd, reply *r)
+{
+    char buf[2048];
+    size_t used = 0;
+    long long end = mono_ms() + CONNECT_BOUND_MS;
+    char *line, *head_end;
+
+    memset(r, 0, sizeof *r);
+    r->rc = CURLE_RECV_ERROR;
+    while (fd >= 0 && used < sizeof buf - 1) {
+        struct pollfd p = {fd, POLLIN, 0};
+        long long left = end - mono_ms();
+        ssize_t n;
+
+        if (left <= 0 || poll(&p, 1, (int)left) != 1)
+            break;
+        n = recv(fd, buf + used, sizeof buf - 1 - used, 0);
+        if (n <= 0)
+            break;
+        used += (size_t)n;
+    }
+    buf[used] = '\0';
+    head_end = strstr(buf, "\r\n\r\n");
+    if (sscanf(buf, "HTTP/1.%*d %ld", &r->status) != 1 || !head_end)
+        return;
+    r->rc = CURLE_OK;
+    for (line = strstr(buf, "\r\n") + 2; line < head_end; line = strstr(line, "\r\n") + 2)
+        on_header(line, 1, (size_t)(strstr(line, "\r\n") + 2 - line), r);
+    snprintf(r->body, sizeof r->body, "%s", head_end + 4);
+    r->body_len = strlen(r->body);
+}
+
+/* A deferred answer, then the next request on the same connection. */
+static void client_defer_timer(fixture *f)
+{
+    CURL *c = client_new();
+
+    perform(f, c, "/defer-timer", &f->replies[f->nreplies++]);
+    perform(f, c, "/plain", &f->replies[f->nreplies++]);
+    curl_easy_cleanup(c);
+}
+
+static void test_defer_answered_later_from_a_timer(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_defer_timer);
+    assert_int_equal(f->ntickets, 1);
+    assert_true(f->tickets[0] != 0);
+    assert_int_equal(f->answer_rc[0], 0);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 202);
+    assert_string_equal(f->replies[0].body, "{\"done\":1}");
+    assert_string_equal(f->replies[0].content_type, "application/json");
+    assert_string_equal(f->replies[0].answer, "later");
+    assert_string_equal(f->replies[0].always, "yes"); /* the server's headers too */
+    /* the connection is kept alive and serves the next request */
+    assert_int_equal(f->replies[1].rc, CURLE_OK);
+    assert_int_equal(f->replies[1].status, 204);
+    assert_int_equal(f->replies[1].new_connections, 0);
+    assert_int_equal(f->calls, 2);
+}
+
+static void test_defer_answer_of_unknown_ticket_is_refused(void **state)
+{
+    fixture *f = *state;
+    http_response r = {.status = 200};
+    http_incoming fake = {0};
+
+    /* outside any handler: nothing to defer; no server: -1, body freed */
+    assert_true(http_defer(NULL) == 0);
+    assert_true(http_defer(&fake) == 0);
+    r.body = dup_str("freed", &r.len);
+    assert_int_equal(http_server_answer(NULL, 1, &r), -1);
+    assert_null(r.body);
+    assert_int_equal(http_server_answer(f->srv, 1, NULL), -1);
+    r.body = dup_str("freed", &r.len);
+    assert_int_equal(http_server_answer(f->srv, 1, &r), -1); /* not given yet */
+    assert_null(r.body);
+
+    run_client(f, client_defer_timer);
+    assert_int_equal(f->answer_rc[0], 0);
+    assert_int_equal(f->again_rc, -1);   /* already answered */
+    assert_int_equal(f->unknown_rc, -1); /* never given */
+    assert_int_equal(f->zero_rc, -1);
+    assert_int_equal(f->replies[0].status, 202);
+    /* bodies of refused answers: LeakSanitizer checks they were freed */
+}
+
+static void client_defer_now(fixture *f) { get_one(f, "/defer-now"); }
+
+static void test_defer_answered_inside_its_handler(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_defer_now);
+    assert_int_equal(f->answer_rc[0], 0);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 200);
+    assert_string_equal(f->replies[0].body, "now");
+    assert_string_equal(f->replies[0].always, "yes");
+}
+
+/* Two requests waiting at once, answered the other way round. */
+static void client_two_deferred(fixture *f)
+{
+    int a = raw_request(f, HOLD_REQUEST), b;
+
+    wait_for(f, &f->deferred, 1);
+    b = raw_request(f, HOLD_REQUEST);
+    wait_for(f, &f->deferred, 2);
+    uv_async_send(&f->kick); /* answers b, then a */
+    read_reply(a, &f->replies[f->nreplies++]);
+    read_reply(b, &f->replies[f->nreplies++]);
+    close(a);
+    close(b);
+}
+
+static void test_two_deferred_answered_in_the_other_order(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_two_deferred);
+    assert_int_equal(f->waits_failed, 0);
+    assert_int_equal(f->ntickets, 2);
+    assert_true(f->tickets[0] != f->tickets[1]);
+    assert_int_equal(f->answer_rc[1], 0);
+    assert_int_equal(f->answer_rc[0], 0);
+    assert_int_equal(f->replies[0].status, 200);
+    assert_string_equal(f->replies[0].body, "answer 0");
+    assert_int_equal(f->replies[1].status, 200);
+    assert_string_equal(f->replies[1].body, "answer 1");
+    assert_string_equal(f->replies[1].answer, "later");
+    assert_string_equal(f->replies[1].always, "yes");
+}
+
+/* A request waiting, answered by the handler of another one. */
+static void client_release(fixture *f)
+{
+    int fd = raw_request(f, HOLD_REQUEST);
+
+    wait_for(f, &f->deferred, 1);
+    get_one(f, "/release");
+    read_reply(fd, &f->replies[f->nreplies++]);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void test_defer_answered_from_another_handler(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_release);
+    assert_int_equal(f->waits_failed, 0);
+    assert_int_equal(f->answer_rc[0], 0);
+    assert_int_equal(f->replies[0].status, 204);
+    assert_int_equal(f->replies[1].rc, CURLE_OK);
+    assert_int_equal(f->replies[1].status, 200);
+    assert_string_equal(f->replies[1].body, "answer 0");
+}
+
+/* HTTP_DEFER_MAX requests waiting: the next one is not deferred (the
+ * handler answers it at once); once they are answered, deferring works
+ * again. */
+static void client_defer_max(fixture *f)
+{
+    int fds[HTTP_DEFER_MAX];
+    int seen[HTTP_DEFER_MAX] = {0};
+
+    f->opened = open_many(f, fds, HTTP_DEFER_MAX, HOLD_REQUEST);
+    wait_for(f, &f->deferred, HTTP_DEFER_MAX);
+    get_one(f, "/defer-hold"); /* the one too many */
+    uv_async_send(&f->kick);
+    for (int i = 0; i < (int)HTTP_DEFER_MAX; i++) {
+        reply r;
+        int k;
+
+        read_reply(fds[i], &r);
+        if (r.status == 200 && sscanf(r.body, "answer %d", &k) == 1 && k >= 0 &&
+            k < (int)HTTP_DEFER_MAX && !seen[k]++)
+            f->distinct_answers++;
+    }
+    close_many(fds, HTTP_DEFER_MAX);
+    wait_for(f, &f->answered, 1);
+    get_one(f, "/defer-now");
+}
+
+static void test_defer_max_then_not_deferred(void **state)
+{
+    fixture *f = *state;
+
+    assert_int_equal(HTTP_DEFER_MAX, 32);
+    run_client(f, client_defer_max);
+    assert_int_equal(f->waits_failed, 0);
+    assert_int_equal(f->opened, HTTP_DEFER_MAX);
+    assert_int_equal(f->not_deferred, 1);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 429);
+    assert_string_equal(f->replies[0].body, "not deferred\n");
+    assert_int_equal(f->distinct_answers, HTTP_DEFER_MAX); /* each its own answer */
+    for (int i = 0; i < (int)HTTP_DEFER_MAX; i++)
+        assert_int_equal(f->answer_rc[i], 0);
+    /* answered, they no longer count: the next one is deferred */
+    assert_int_equal(f->ntickets, HTTP_DEFER_MAX + 1);
+    assert_int_equal(f->replies[1].status, 200);
+    assert_string_equal(f->replies[1].body, "now");
+}
+
+/* Never answered: the server answers 504 at the (shortened) timeout; the
+ * answer that comes after is refused. */
+static void client_defer_timeout(fixture *f)
+{
+    get_one(f, "/defer-hold");
+    uv_async_send(&f->kick);
+    wait_for(f, &f->answered, 1);
+}
+
+static void test_defer_not_answered_in_time_is_504(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_defer_timeout);
+    assert_int_equal(f->waits_failed, 0);
+    assert_int_equal(f->ntickets, 1);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 504);
+    assert_string_equal(f->replies[0].body, "no answer in time\n");
+    assert_string_equal(f->replies[0].always, "yes");
+    assert_int_equal(f->answer_rc[0], -1); /* too late */
+}
+
+/* The server closes while a request waits: that one is answered 503. */
+static void client_close_while_deferred(fixture *f)
+{
+    int fd = raw_request(f, HOLD_REQUEST);
+
+    wait_for(f, &f->deferred, 1);
+    uv_async_send(&f->done); /* the loop closes the server now */
+    read_reply(fd, &f->replies[f->nreplies++]);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void test_close_with_a_deferred_request_answers_503(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_close_while_deferred);
+    assert_int_equal(f->waits_failed, 0);
+    assert_int_equal(f->ntickets, 1);
+    assert_null(f->srv);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 503);
+    assert_string_equal(f->replies[0].body, "server closing\n");
+    assert_string_equal(f->replies[0].always, "yes");
+}
+
+/* The handler defers, then closes its server: that request is answered
+ * 503 and nothing stays suspended. */
+static void client_defer_quit(fixture *f) { get_one(f, "/defer-quit"); }
+
+static void test_close_from_handler_after_defer_answers_503(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_defer_quit);
+    assert_int_equal(f->ntickets, 1);
+    assert_null(f->srv);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 503);
+    assert_string_equal(f->replies[0].body, "server closing\n");
+}
+
+/* Clients that go away while their request waits: one is answered after
+ * (0 or -1, as the server may or may not have noticed), the other is still
+ * waiting when the server closes. The server goes on serving meanwhile. */
+static void client_gone_while_deferred(fixture *f)
+{
+    int fd = raw_request(f, HOLD_REQUEST);
+
+    wait_for(f, &f->deferred, 1);
+    close(fd);
+    uv_async_send(&f->kick);
+    wait_for(f, &f->answered, 1);
+    fd = raw_request(f, HOLD_REQUEST);
+    wait_for(f, &f->deferred, 2);
+    close(fd);
+    get_one(f, "/plain");
+}
+
+static void test_client_gone_while_deferred(void **state)
+{
+    fixture *f = *state;
+
+    run_client(f, client_gone_while_deferred);
+    assert_int_equal(f->waits_failed, 0);
+    assert_int_equal(f->ntickets, 2);
+    assert_true(f->answer_rc[0] == 0 || f->answer_rc[0] == -1);
+    assert_int_equal(f->replies[0].rc, CURLE_OK);
+    assert_int_equal(f->replies[0].status, 204);
+    /* nothing crashed, leaked or stayed suspended: ASan/LSan, uv_loop_close */
+}
+
 /* ---- IPv6 ------------------------------------------------------------- */
 
 static int have_ipv6_loopback(void)
@@ -1194,6 +1656,24 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cap_full_of_requests_closes_new_connections_at_once,
                                         setup_serve, teardown),
         cmocka_unit_test_setup_teardown(test_header_block_over_the_limit_is_431, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_defer_answered_later_from_a_timer, setup_defer,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_defer_answer_of_unknown_ticket_is_refused, setup_defer,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_defer_answered_inside_its_handler, setup_defer,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_two_deferred_answered_in_the_other_order, setup_defer,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_defer_answered_from_another_handler, setup_defer,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_defer_max_then_not_deferred, setup_defer, teardown),
+        cmocka_unit_test_setup_teardown(test_defer_not_answered_in_time_is_504, setup_defer_short,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_close_with_a_deferred_request_answers_503, setup_defer,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_close_from_handler_after_defer_answers_503,
+                                        setup_defer, teardown),
+        cmocka_unit_test_setup_teardown(test_client_gone_while_deferred, setup_defer, teardown),
         /* the IPv6 ones last: left out without an IPv6 loopback */
         cmocka_unit_test_setup_teardown(test_listen_on_ipv6_loopback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_listen_on_ipv6_any, setup, teardown),
