@@ -43,47 +43,116 @@ size_t web_assets_bytes(void)
     return n;
 }
 
-int web_token_read(const char *path, char **out, char *err, size_t errlen)
+/* ---- secrets: files, wiping, comparing --------------------------------- */
+
+/* Zeroes n bytes at p with writes the compiler may not drop (a secret's
+ * last use is this wipe). */
+static void wipe(void *p, size_t n)
 {
-    *out = NULL;
+    volatile unsigned char *v = p;
+    for (size_t i = 0; i < n; i++)
+        v[i] = 0;
+}
+
+/* A token's characters: printable ASCII without space (what fits in an
+ * Authorization header as it is). */
+static bool token_chars_ok(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c >= 0x7f)
+            return false;
+    }
+    return true;
+}
+
+/* Opens `path`, given with `flag`, for reading a secret: a regular file
+ * (checked on the opened fd, opened O_NONBLOCK so a FIFO cannot hang the
+ * start) that others may not read (secret_file_private). Its fd, or -1
+ * with a one-line message in err naming the flag and the file. */
+static int secret_open(const char *flag, const char *path, char *err, size_t errlen)
+{
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, errlen, "--http-token-file %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s %s: %s", flag, path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "--http-token-file %s: not a regular file", path);
+        snprintf(err, errlen, "%s %s: not a regular file", flag, path);
         close(fd);
         return -1;
     }
     char why[300];
     if (secret_file_private(fd, &st, why, sizeof why) != 0) {
-        snprintf(err, errlen, "--http-token-file %s: refused, it is %s", path, why);
+        snprintf(err, errlen, "%s %s: refused, it is %s", flag, path, why);
         close(fd);
         return -1;
     }
+    return fd;
+}
+
+/* Reads fd into b (max + 1 bytes) until its end, or until more than max
+ * bytes came: the count (max + 1: the file is longer), or -1 (errno). */
+static ssize_t read_upto(int fd, char *b, size_t max)
+{
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, b + n, max + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0 || (n += (size_t)r) > max)
+            return (ssize_t)n;
+    }
+}
+
+/* The token an Authorization header value (may be NULL) carries as
+ * "Bearer TOKEN" (the scheme in any case, as RFC 7235 says), or NULL. */
+static const char *bearer_given(const char *header)
+{
+    if (!header || strncasecmp(header, "Bearer ", 7) != 0)
+        return NULL;
+    const char *given = header + 7;
+    while (*given == ' ')
+        given++;
+    return given;
+}
+
+/* 0 when given[0..gl) is token[0..tl). Every byte of the token is compared
+ * whatever the input: the time depends on the lengths only. */
+static unsigned char ct_diff(const char *given, size_t gl, const char *token, size_t tl)
+{
+    unsigned char diff = gl != tl;
+    for (size_t i = 0; i < tl; i++)
+        diff |= (unsigned char)(token[i] ^ (i < gl ? given[i] : 0));
+    return diff;
+}
+
+/* ---- the token file ----------------------------------------------------- */
+
+int web_token_read(const char *path, char **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    int fd = secret_open("--http-token-file", path, err, errlen);
+    if (fd < 0)
+        return -1;
     char *b = malloc(TOKEN_BUF);
     if (!b) {
         snprintf(err, errlen, "--http-token-file %s: out of memory", path);
         close(fd);
         return -1;
     }
-    size_t n = 0;
-    for (;;) {
-        ssize_t r = read(fd, b + n, WEB_TOKEN_MAX + 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            snprintf(err, errlen, "--http-token-file %s: %s", path, strerror(errno));
-            close(fd);
-            web_token_free(b);
-            return -1;
-        }
-        if (r == 0 || (n += (size_t)r) > WEB_TOKEN_MAX)
-            break;
+    ssize_t r = read_upto(fd, b, WEB_TOKEN_MAX);
+    if (r < 0) {
+        snprintf(err, errlen, "--http-token-file %s: %s", path, strerror(errno));
+        close(fd);
+        web_token_free(b);
+        return -1;
     }
     close(fd);
+    size_t n = (size_t)r;
     if (n > WEB_TOKEN_MAX) {
         snprintf(err, errlen, "--http-token-file %s: longer than %d bytes", path, WEB_TOKEN_MAX);
         web_token_free(b);
@@ -94,16 +163,13 @@ int web_token_read(const char *path, char **out, char *err, size_t errlen)
     if (n > 0 && b[n - 1] == '\r')
         n--;
     b[n] = '\0';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)b[i];
-        if (c <= ' ' || c >= 0x7f) {
-            snprintf(err, errlen,
-                     "--http-token-file %s: the token must be one line of printable ASCII "
-                     "without spaces",
-                     path);
-            web_token_free(b);
-            return -1;
-        }
+    if (!token_chars_ok(b, n)) {
+        snprintf(err, errlen,
+                 "--http-token-file %s: the token must be one line of printable ASCII "
+                 "without spaces",
+                 path);
+        web_token_free(b);
+        return -1;
     }
     if (n < WEB_TOKEN_MIN) {
         snprintf(err, errlen,
@@ -121,28 +187,296 @@ void web_token_free(char *token)
 {
     if (!token)
         return;
-    volatile char *p = token;
-    for (size_t i = 0; i < TOKEN_BUF; i++)
-        p[i] = '\0';
+    wipe(token, TOKEN_BUF);
     free(token);
 }
 
 bool web_bearer_ok(const char *header, const char *token)
 {
-    if (!header || !token)
+    const char *given = bearer_given(header);
+    if (!given || !token)
         return false;
-    if (strncasecmp(header, "Bearer ", 7) != 0)
+    return ct_diff(given, strlen(given), token, strlen(token)) == 0;
+}
+
+/* ---- users: --http-users ------------------------------------------------ */
+
+#define USERS_FLAG "--http-users"
+
+typedef struct user_entry {
+    web_user user;
+    size_t line;       /* in its file (0: web_users_single) */
+    const char *token; /* len bytes (+ a NUL in a set) */
+    size_t len;
+} user_entry;
+
+/* One block, wiped whole by web_users_free: this header, the entries, then
+ * their tokens (each NUL-terminated), which the entries point into. */
+struct web_users {
+    size_t n;
+    size_t size; /* bytes of the block */
+    user_entry e[];
+};
+
+/* A set holding copies of e[0..n) and of their tokens, or NULL. */
+static web_users *users_copy(const user_entry *e, size_t n)
+{
+    size_t bytes = sizeof(web_users) + n * sizeof(user_entry);
+    for (size_t i = 0; i < n; i++)
+        bytes += e[i].len + 1;
+    web_users *u = calloc(1, bytes);
+    if (!u)
+        return NULL;
+    u->size = bytes;
+    char *arena = (char *)&u->e[n];
+    for (size_t i = 0; i < n; i++) {
+        u->e[i] = e[i];
+        memcpy(arena, e[i].token, e[i].len);
+        arena[e[i].len] = '\0';
+        u->e[i].token = arena;
+        arena += e[i].len + 1;
+    }
+    u->n = n;
+    return u;
+}
+
+typedef struct field {
+    const char *s;
+    size_t len;
+} field;
+
+/* Splits s[0..len) at runs of spaces and tabs into fields: their number,
+ * 4 meaning 4 or more (f[0..3) filled). */
+static size_t split_fields(const char *s, size_t len, field f[4])
+{
+    size_t nf = 0, i = 0;
+    while (nf < 4) {
+        while (i < len && (s[i] == ' ' || s[i] == '\t'))
+            i++;
+        if (i == len)
+            break;
+        size_t start = i;
+        while (i < len && s[i] != ' ' && s[i] != '\t')
+            i++;
+        f[nf].s = s + start;
+        f[nf].len = i - start;
+        nf++;
+    }
+    return nf;
+}
+
+static bool user_name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > WEB_USER_NAME_MAX)
         return false;
-    const char *given = header + 7;
-    while (*given == ' ')
-        given++;
-    size_t gl = strlen(given), tl = strlen(token);
-    /* Every byte of the token is compared whatever the input: the time
-     * depends on the lengths only. */
-    unsigned char diff = gl != tl;
-    for (size_t i = 0; i < tl; i++)
-        diff |= (unsigned char)(token[i] ^ (i < gl ? given[i] : 0));
-    return diff == 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
+            return false;
+    }
+    return true;
+}
+
+/* Checks a line's three fields into *e; what is wrong goes to why (never a
+ * field's content: -1). */
+static int user_fields(const field f[3], user_entry *e, char *why, size_t whylen)
+{
+    if (!user_name_ok(f[0].s, f[0].len)) {
+        snprintf(why, whylen,
+                 "the name must be 1 to %d characters of a-z 0-9 . _ -, the first a letter or "
+                 "a digit",
+                 WEB_USER_NAME_MAX);
+        return -1;
+    }
+    if (f[1].len == 6 && memcmp(f[1].s, "viewer", 6) == 0)
+        e->user.role = WEB_ROLE_VIEWER;
+    else if (f[1].len == 8 && memcmp(f[1].s, "operator", 8) == 0)
+        e->user.role = WEB_ROLE_OPERATOR;
+    else {
+        snprintf(why, whylen, "the role must be viewer or operator");
+        return -1;
+    }
+    if (!token_chars_ok(f[2].s, f[2].len)) {
+        snprintf(why, whylen, "the token must be printable ASCII without spaces");
+        return -1;
+    }
+    if (f[2].len < WEB_TOKEN_MIN || f[2].len > WEB_TOKEN_MAX) {
+        snprintf(why, whylen, "the token is %s than %d characters%s",
+                 f[2].len < WEB_TOKEN_MIN ? "shorter" : "longer",
+                 f[2].len < WEB_TOKEN_MIN ? WEB_TOKEN_MIN : WEB_TOKEN_MAX,
+                 f[2].len < WEB_TOKEN_MIN ? " (e.g. `openssl rand -hex 32`)" : "");
+        return -1;
+    }
+    memcpy(e->user.name, f[0].s, f[0].len);
+    e->user.name[f[0].len] = '\0';
+    e->token = f[2].s;
+    e->len = f[2].len;
+    return 0;
+}
+
+/* Line `line` of a users file, s[0..len) without its LF, read into e[n]
+ * when it holds a user (e[0..n) are the users before it): 1; 0 for a blank
+ * or comment line; -1 with what is wrong in why. */
+static int users_line(const char *s, size_t len, size_t line, user_entry *e, size_t n, char *why,
+                      size_t whylen)
+{
+    if (len > WEB_USERS_LINE_MAX) {
+        snprintf(why, whylen, "longer than %d bytes", WEB_USERS_LINE_MAX);
+        return -1;
+    }
+    if (len > 0 && s[len - 1] == '\r')
+        len--;
+    field f[4];
+    size_t nf = split_fields(s, len, f);
+    if (nf == 0 || f[0].s[0] == '#')
+        return 0;
+    if (nf < 3) {
+        snprintf(why, whylen, "%zu of 3 fields (NAME ROLE TOKEN)", nf);
+        return -1;
+    }
+    if (nf > 3) {
+        snprintf(why, whylen,
+                 "more than 3 fields (NAME ROLE TOKEN: a token holds no space, a comment has a "
+                 "line of its own)");
+        return -1;
+    }
+    if (n == WEB_USERS_MAX) {
+        snprintf(why, whylen, "more than %d users", WEB_USERS_MAX);
+        return -1;
+    }
+    if (user_fields(f, &e[n], why, whylen) != 0)
+        return -1;
+    e[n].line = line;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(e[i].user.name, e[n].user.name) == 0) {
+            snprintf(why, whylen, "the name is already on line %zu", e[i].line);
+            return -1;
+        }
+        if (e[i].len == e[n].len && memcmp(e[i].token, e[n].token, e[n].len) == 0) {
+            snprintf(why, whylen, "the token is already on line %zu (a token names one user)",
+                     e[i].line);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+int web_users_parse(const char *text, size_t len, const char *path, web_users **out, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    if (len > WEB_USERS_FILE_MAX) {
+        snprintf(err, errlen, USERS_FLAG " %s: longer than %d bytes", path, WEB_USERS_FILE_MAX);
+        return -1;
+    }
+    user_entry *e = calloc(WEB_USERS_MAX, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, USERS_FLAG " %s: out of memory", path);
+        return -1;
+    }
+    char why[200] = "";
+    size_t n = 0, line = 0;
+    for (const char *p = text, *end = text + len; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        int r = users_line(p, (size_t)((nl ? nl : end) - p), ++line, e, n, why, sizeof why);
+        if (r < 0)
+            break;
+        n += (size_t)r;
+        p = nl ? nl + 1 : end;
+    }
+    if (why[0])
+        snprintf(err, errlen, USERS_FLAG " %s: line %zu: %s", path, line, why);
+    else if (n == 0)
+        snprintf(err, errlen, USERS_FLAG " %s: no user in it (one a line: NAME ROLE TOKEN)", path);
+    else if (!(*out = users_copy(e, n)))
+        snprintf(err, errlen, USERS_FLAG " %s: out of memory", path);
+    wipe(e, WEB_USERS_MAX * sizeof *e);
+    free(e);
+    return *out ? 0 : -1;
+}
+
+int web_users_read(const char *path, web_users **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    int fd = secret_open(USERS_FLAG, path, err, errlen);
+    if (fd < 0)
+        return -1;
+    char *b = malloc(WEB_USERS_FILE_MAX + 1);
+    if (!b) {
+        snprintf(err, errlen, USERS_FLAG " %s: out of memory", path);
+        close(fd);
+        return -1;
+    }
+    ssize_t r = read_upto(fd, b, WEB_USERS_FILE_MAX);
+    int read_errno = errno;
+    close(fd);
+    int rc = -1;
+    if (r < 0)
+        snprintf(err, errlen, USERS_FLAG " %s: %s", path, strerror(read_errno));
+    else if ((size_t)r > WEB_USERS_FILE_MAX)
+        snprintf(err, errlen, USERS_FLAG " %s: longer than %d bytes", path, WEB_USERS_FILE_MAX);
+    else
+        rc = web_users_parse(b, (size_t)r, path, out, err, errlen);
+    wipe(b, WEB_USERS_FILE_MAX + 1);
+    free(b);
+    return rc;
+}
+
+int web_users_single(const char *token, web_users **out)
+{
+    *out = NULL;
+    size_t len = token ? strnlen(token, WEB_TOKEN_MAX + 1) : 0;
+    if (len < WEB_TOKEN_MIN || len > WEB_TOKEN_MAX || !token_chars_ok(token, len)) {
+        errno = EINVAL;
+        return -1;
+    }
+    user_entry e = {.user = {.name = "token", .role = WEB_ROLE_VIEWER}, .token = token, .len = len};
+    *out = users_copy(&e, 1);
+    return *out ? 0 : -1;
+}
+
+bool web_users_check(const web_users *u, const char *authorization, web_user *who)
+{
+    if (who)
+        memset(who, 0, sizeof *who);
+    const char *given = bearer_given(authorization);
+    if (!u || !given)
+        return false;
+    size_t gl = strlen(given), found = 0, at = 0;
+    /* No early exit: every token is compared whole, and the match is picked
+     * with masks, not branches (tokens are unique: one matches at most). */
+    for (size_t i = 0; i < u->n; i++) {
+        unsigned char d = ct_diff(given, gl, u->e[i].token, u->e[i].len);
+        size_t hit = (((unsigned)d - 1) >> 8) & 1; /* 1 when d is 0 */
+        size_t mask = (size_t)0 - hit;
+        found |= hit;
+        at = (at & ~mask) | (i & mask);
+    }
+    if (!found)
+        return false;
+    if (who)
+        *who = u->e[at].user;
+    return true;
+}
+
+size_t web_users_count(const web_users *u) { return u ? u->n : 0; }
+
+const char *web_role_name(web_role r)
+{
+    switch (r) {
+    case WEB_ROLE_VIEWER: return "viewer";
+    case WEB_ROLE_OPERATOR: return "operator";
+    }
+    return "unknown";
+}
+
+void web_users_free(web_users *u)
+{
+    if (!u)
+        return;
+    wipe(u, u->size);
+    free(u);
 }
 
 bool web_listen_is_loopback(const char *listen)

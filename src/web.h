@@ -5,6 +5,8 @@
  *     nothing to find on disk, and never anything from elsewhere (no CDN);
  *   - the bearer token: read once at start from --http-token-file, compared
  *     in constant time with a request's Authorization header;
+ *   - the users file (--http-users): named users, each with a role and a
+ *     token, the one a request's token belongs to found in constant time;
  *   - whether a --listen address is loopback (the token is required when it
  *     is not).
  * The data the page shows comes from the Lua engine (lua/oops/web.lua);
@@ -53,6 +55,71 @@ void web_token_free(char *token);
  * whatever bytes differ (it depends on the lengths only). The scheme is
  * matched case-insensitively, as RFC 7235 says. */
 bool web_bearer_ok(const char *header, const char *token);
+
+/* ---- users: --http-users FILE ------------------------------------------
+ *
+ * One user a line, `NAME ROLE TOKEN`, the fields separated by spaces or
+ * tabs (one or more); blank lines and lines whose first non-blank character
+ * is '#' are ignored; LF or CR LF line endings. NAME: 1 to WEB_USER_NAME_MAX
+ * characters of [a-z0-9._-], the first a letter or a digit (the actor
+ * `NAME@page` of the pipeline history). ROLE: `viewer` or `operator`.
+ * TOKEN: what a --http-token-file holds (WEB_TOKEN_MIN to WEB_TOKEN_MAX
+ * characters of printable ASCII without space). Two users never share a
+ * name or a token. The file is checked as a token file is (regular, opened
+ * O_NONBLOCK, kept from other users: secret_file_private), and bounded. */
+#define WEB_USERS_MAX 256              /* users in a file, at most */
+#define WEB_USERS_FILE_MAX (64 * 1024) /* bytes of a file, at most */
+#define WEB_USERS_LINE_MAX 8192        /* bytes of a line (without its LF), at most */
+#define WEB_USER_NAME_MAX 32
+
+typedef enum web_role { WEB_ROLE_VIEWER = 1, WEB_ROLE_OPERATOR = 2 } web_role;
+
+/* What a caller may keep of a user: never its token. */
+typedef struct web_user {
+    char name[WEB_USER_NAME_MAX + 1];
+    web_role role;
+} web_user;
+
+/* The users and their tokens (opaque); web_users_free wipes the tokens. */
+typedef struct web_users web_users;
+
+/* Reads the users file `path` into *out (free it with web_users_free).
+ * 0, or -1 (*out NULL) with a one-line message in err naming the file,
+ * and the line (`line N:`) when one is wrong, and what is wrong with it:
+ * never a field's content (a token written in the name's place must not
+ * reach a log either). A file with no user is refused. */
+int web_users_read(const char *path, web_users **out, char *err, size_t errlen);
+
+/* The same on the text of a users file already read (len bytes, not
+ * NUL-terminated; at most WEB_USERS_FILE_MAX), `path` only naming it in
+ * messages. What web_users_read calls; the fuzz harness's entry. */
+int web_users_parse(const char *text, size_t len, const char *path, web_users **out, char *err,
+                    size_t errlen);
+
+/* A set of one user, a viewer named "token", whose token is `token` (what
+ * --http-token-file gives: it keeps meaning "one viewer"). 0, or -1 (*out
+ * NULL) when the token breaks the token rules (NULL, too short or long,
+ * a character that is not printable ASCII or is a space) or memory runs
+ * out. */
+int web_users_single(const char *token, web_users **out);
+
+/* Whose token does the Authorization header value `authorization` (may be
+ * NULL) carry, as "Bearer TOKEN" (the scheme in any case, as
+ * web_bearer_ok)? true and the user copied into *who (who may be NULL);
+ * false (*who zeroed) for no header, another scheme, or a token nobody
+ * has. Every user's token is compared with the whole of it, whatever
+ * matched or differed before: the time depends on the number of users and
+ * the lengths only, never on the tokens' bytes. */
+bool web_users_check(const web_users *u, const char *authorization, web_user *who);
+
+/* The number of users (0 for NULL). */
+size_t web_users_count(const web_users *u);
+
+/* "viewer" / "operator" ("unknown" for anything else). */
+const char *web_role_name(web_role r);
+
+/* Wipes every token (and the names), then frees. NULL is fine. */
+void web_users_free(web_users *u);
 
 /* Is `listen` (a --listen value) a loopback address: "localhost:PORT",
  * 127.0.0.0/8 or [::1]? "off" is loopback too (nothing listens). */
