@@ -14,11 +14,13 @@
  * goes through ctl_escape: whatever a row holds (an artifact, a message, a
  * command's output) cannot rewrite the operator's terminal; --json is exact.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pwd.h>
 #include <unistd.h>
 #include <mysql.h>
 #include <uv.h>
@@ -30,6 +32,7 @@
 #include "lock_names.h"
 #include "metrics.h"
 #include "oops_version.h"
+#include "operator.h"
 #include "pipeline_store.h"
 #include "runtime.h"
 #include "schema.h"
@@ -44,7 +47,8 @@ typedef struct ctl {
     char *db_url_copy;
     bool json;
     db_conn *db;
-    char actor[80];
+    char actor[80];                      /* the process: oopsctl@HOST (the events' server) */
+    char person[PIPELINE_ACTOR_MAX + 1]; /* who runs it: alice@HOST (issue 27) */
     ctl_flag globals[NGLOBAL];
 } ctl;
 
@@ -112,10 +116,11 @@ static void usage(FILE *f)
         "commands:\n"
         "  migrate                              apply the schema migrations\n"
         "  create --app NS/APP --env ENV [--manual] [--artifact REF] [--source JSON]\n"
-        "         [--rollback] [--policies DIR] create a pipeline (INITIALIZED); with --policies\n"
+        "         [--rollback] [--policies DIR] [--reason TEXT]\n"
+        "                                       create a pipeline (INITIALIZED); with --policies\n"
         "                                       or $OOPS_POLICIES the application and environment\n"
         "                                       must be declared there\n"
-        "  rollback --app NS/APP --env ENV [--to ID] [--policies DIR]\n"
+        "  rollback --app NS/APP --env ENV [--to ID] [--policies DIR] [--reason TEXT]\n"
         "                                       create a pipeline (trigger rollback) redeploying\n"
         "                                       the artifact of an earlier SUCCEEDED pipeline of\n"
         "                                       that app and env: ID, else the last one before\n"
@@ -131,10 +136,15 @@ static void usage(FILE *f)
         "                                       first (default 20), the live one marked, after\n"
         "                                       the one in progress\n"
         "  show ID                              a pipeline and its event history\n"
-        "  stop ID [--expect STATUS]            stop a pipeline from the status read\n"
-        "  deploy ID [--override --reason TEXT] request the deploy of a manual pipeline; with\n"
-        "                                       --override, release one a deploy window or\n"
-        "                                       freeze holds (the reason is kept)\n"
+        "  stop ID [--expect STATUS] [--reason TEXT]\n"
+        "                                       stop a pipeline from the status read\n"
+        "  deploy ID [--override] [--reason TEXT]\n"
+        "                                       request the deploy of a manual pipeline; with\n"
+        "                                       --override (and a reason), release one a deploy\n"
+        "                                       window or freeze holds\n"
+        "  audit [--since DURATION] [--actor NAME@HOST] [--app NS/APP] [--env ENV] [--limit N]\n"
+        "                                       operator actions, newest first (default 100):\n"
+        "                                       who, what, why, and what came of it\n"
         "  locks                                which server holds which lock\n"
         "  chaos --seed N --duration D [--servers K] [--policies DIR] [--keep DIR]\n"
         "                                       a seeded random fault campaign on a throwaway\n"
@@ -148,6 +158,8 @@ static void usage(FILE *f)
         "Names (NS, APP, ENV) are lowercase DNS labels: a-z, 0-9 and \"-\", not at either end,\n"
         "at most 63 characters. Status names are read in any case (running = RUNNING).\n"
         "Each flag may be given once; --name=value and --name value are the same.\n"
+        "Operator actions record who ran them (SUDO_USER, else USER or LOGNAME, else the\n"
+        "uid's name, at this host) and --reason (at most 500 bytes, no control characters).\n"
         "The database URL is mysql://user[:password]@host[:port]/database[?socket=PATH],\n"
         "from --db or $OOPS_DB; the password may also come from the systemd credential\n"
         "db-password, the file $OOPS_DB_PASSWORD_FILE names, or $OOPS_DB_PASSWORD.\n"
@@ -286,6 +298,7 @@ static void json_pipeline(buf *b, const pipeline *p)
     json_kv_str(b, "hold", pipeline_held(p) ? p->hold : NULL, &first);
     json_kv_str(b, "override_at", p->override_at, &first);
     json_kv_str(b, "rollback_of", p->rollback_of, &first);
+    json_kv_str(b, "actor", p->actor, &first); /* list: its latest operator event's person */
     buf_puts(b, "}");
 }
 
@@ -449,9 +462,37 @@ static int check_artifact(const char *s, char *err, size_t errlen)
     return 0;
 }
 
+/* An operator's --reason (pipeline_reason_check: bounded, UTF-8, no
+ * control character: it reaches the history, logs and notifications). */
+static int check_reason(const char *cmd, const ctl_flag *reason)
+{
+    char err[256];
+    if (reason->given && pipeline_reason_check("--reason", reason->value, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "%s: %s", cmd, err);
+    return EXIT_OK;
+}
+
+/* Who acts, as the audit log and the events record it. */
+static op_who who_of(const ctl *c, const ctl_flag *reason)
+{
+    return (op_who){.op = {.actor = c->person, .reason = reason->given ? reason->value : NULL},
+                    .via = c->actor};
+}
+
+/* An op_* answer: EXIT_OK, or its message with oopsctl's exit code. */
+static int op_exit(ctl *c, const char *cmd, const op_result *r)
+{
+    switch (r->code) {
+    case OP_OK: return EXIT_OK;
+    case OP_DB: return db_fail(c, cmd, r->error);
+    case OP_STALE: return fail(EXIT_STALE, "%s", r->error);
+    default: return fail(EXIT_INPUT, "%s", r->error);
+    }
+}
+
 static int cmd_create(ctl *c, int argc, char **argv)
 {
-    enum { F_APP, F_ENV, F_MANUAL, F_ARTIFACT, F_SOURCE, F_ROLLBACK, F_POLICIES };
+    enum { F_APP, F_ENV, F_MANUAL, F_ARTIFACT, F_SOURCE, F_ROLLBACK, F_POLICIES, F_REASON };
     ctl_flag f[] = {
         [F_APP] = {"--app", true, false, NULL},
         [F_ENV] = {"--env", true, false, NULL},
@@ -460,6 +501,7 @@ static int cmd_create(ctl *c, int argc, char **argv)
         [F_SOURCE] = {"--source", true, false, NULL},
         [F_ROLLBACK] = {"--rollback", false, false, NULL},
         [F_POLICIES] = {"--policies", true, false, NULL},
+        [F_REASON] = {"--reason", true, false, NULL},
     };
     size_t npos = 0;
     PARSE(c, argc, argv, f, NULL, 0, &npos);
@@ -474,18 +516,21 @@ static int cmd_create(ctl *c, int argc, char **argv)
         return fail(EXIT_INPUT, "create: %s", err);
     if (f[F_ARTIFACT].given && check_artifact(f[F_ARTIFACT].value, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "create: %s", err);
+    int rc = check_reason("create", &f[F_REASON]);
+    if (rc != EXIT_OK)
+        return rc;
     /* The policy, when we are told where it is: the application must be
      * declared and the environment one of its environments. */
     const char *dir = f[F_POLICIES].given ? f[F_POLICIES].value : getenv("OOPS_POLICIES");
     bool checked = dir && *dir;
     char app[2 * PIPELINE_LABEL_MAX + 2];
     snprintf(app, sizeof app, "%s/%s", ns, name);
-    int rc;
     if (checked && (rc = check_policy("create", dir, app, f[F_ENV].value, f[F_ARTIFACT].value,
                                       f[F_SOURCE].value)) != EXIT_OK)
         return rc;
     if ((rc = open_db(c)) != EXIT_OK)
         return rc;
+    op_who who = who_of(c, &f[F_REASON]);
     pipeline_new n = {
         .namespace = ns,
         .application = name,
@@ -495,6 +540,7 @@ static int cmd_create(ctl *c, int argc, char **argv)
         .source = f[F_SOURCE].value,
         .trigger = f[F_ROLLBACK].given ? "rollback" : NULL,
         .actor = c->actor,
+        .op = &who.op,
     };
     char id[25];
     rc = pipeline_store_create(c->db, &n, id, err, sizeof err);
@@ -512,65 +558,6 @@ static int cmd_create(ctl *c, int argc, char **argv)
     return EXIT_OK;
 }
 
-/* rollback's new pipeline, to target t, its id into id: EXIT_OK, or the exit
- * code with the reason said (beside an unfinished pipeline, which one). */
-static int rollback_create(ctl *c, const char *ns, const char *name, const char *env,
-                           const pipeline *t, char id[25])
-{
-    /* The new pipeline says what it rolls back to (its CREATED event too). */
-    char msg[128], err[1024];
-    snprintf(msg, sizeof msg, "Rollback to %s.", t->id);
-    pipeline_new n = {
-        .namespace = ns,
-        .application = name,
-        .environment = env,
-        .artifact = t->artifact,
-        .source = t->source,
-        .trigger = "rollback",
-        .actor = c->actor,
-        .message = msg,
-    };
-    int rc = pipeline_store_create(c->db, &n, id, err, sizeof err);
-    if (rc == PSTORE_EXISTS) {
-        /* Name the one in the way, when it is still there. */
-        pipeline u;
-        char which[80] = "";
-        if (pipeline_store_unfinished(c->db, ns, name, env, &u, err, sizeof err) == 1) {
-            snprintf(which, sizeof which, " (%s, %s)", u.id, pipeline_status_name(u.status));
-            pipeline_clear(&u);
-        }
-        return fail(EXIT_STALE,
-                    "rollback: an unfinished pipeline already exists for %s/%s in %s%s; "
-                    "nothing changed",
-                    ns, name, env, which);
-    }
-    if (rc == PSTORE_BAD)
-        return fail(EXIT_INPUT, "rollback: %s", err);
-    if (rc != 0)
-        return db_fail(c, "rollback", err);
-    return EXIT_OK;
-}
-
-/* The new id on stdout (--json: the pipeline and its target). */
-static void rollback_print(const ctl *c, const char *id, const pipeline *t)
-{
-    if (!c->json) {
-        printf("%s\n", id);
-        return;
-    }
-    buf b = {0};
-    bool first = true;
-    buf_puts(&b, "{");
-    json_kv_str(&b, "id", id, &first);
-    json_kv_str(&b, "status", "INITIALIZED", &first);
-    json_kv_str(&b, "trigger", "rollback", &first);
-    json_kv_str(&b, "rollback_to", t->id, &first);
-    json_kv_str(&b, "artifact", t->artifact, &first);
-    buf_puts(&b, "}\n");
-    fputs(b.p, stdout);
-    buf_free(&b);
-}
-
 /*
  * rollback: a new pipeline (trigger rollback, INITIALIZED) carrying the
  * artifact and source of an earlier SUCCEEDED pipeline of the same
@@ -578,16 +565,18 @@ static void rollback_print(const ctl *c, const char *id, const pipeline *t)
  * (REFERENCE.md 9). The target: --to ID, else the last SUCCEEDED release
  * before the current one that shipped another artifact
  * (pipeline_store_rollback_target). Beside an unfinished pipeline the
- * create hits the unique unfinished_key: exit 3, nothing changed.
+ * create hits the unique unfinished_key: exit 3, nothing changed
+ * (operator.c, op_rollback).
  */
 static int cmd_rollback(ctl *c, int argc, char **argv)
 {
-    enum { F_APP, F_ENV, F_TO, F_POLICIES };
+    enum { F_APP, F_ENV, F_TO, F_POLICIES, F_REASON };
     ctl_flag f[] = {
         [F_APP] = {"--app", true, false, NULL},
         [F_ENV] = {"--env", true, false, NULL},
         [F_TO] = {"--to", true, false, NULL},
         [F_POLICIES] = {"--policies", true, false, NULL},
+        [F_REASON] = {"--reason", true, false, NULL},
     };
     size_t npos = 0;
     PARSE(c, argc, argv, f, NULL, 0, &npos);
@@ -603,33 +592,31 @@ static int cmd_rollback(ctl *c, int argc, char **argv)
         return fail(EXIT_INPUT, "rollback: %s", err);
     if (f[F_TO].given && ctl_check_id(to, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "rollback: --to: %s", err);
+    int rc = check_reason("rollback", &f[F_REASON]);
+    if (rc != EXIT_OK)
+        return rc;
     const char *dir = f[F_POLICIES].given ? f[F_POLICIES].value : getenv("OOPS_POLICIES");
     bool checked = dir && *dir;
     char app[2 * PIPELINE_LABEL_MAX + 2];
     snprintf(app, sizeof app, "%s/%s", ns, name);
-    int rc;
     if (checked && (rc = check_policy("rollback", dir, app, env, NULL, NULL)) != EXIT_OK)
         return rc;
     if ((rc = open_db(c)) != EXIT_OK)
         return rc;
-    pipeline t;
-    rc = pipeline_store_rollback_target(c->db, ns, name, env, to, &t, err, sizeof err);
-    if (rc == PSTORE_BAD)
-        return fail(EXIT_INPUT, "rollback: %s", err);
-    if (rc != 0)
-        return db_fail(c, "rollback", err);
-    char id[25];
-    rc = rollback_create(c, ns, name, env, &t, id);
-    if (rc != EXIT_OK) {
-        pipeline_clear(&t);
-        return rc;
+    op_who who = who_of(c, &f[F_REASON]);
+    op_result r;
+    if (op_rollback(c->db, ns, name, env, to, &who, &r) != OP_OK)
+        return op_exit(c, "rollback", &r);
+    if (c->json) {
+        buf b = {0};
+        op_result_json(&b, "rollback", &r);
+        printf("%s\n", b.p);
+        buf_free(&b);
+    } else {
+        printf("%s\n", r.id);
     }
-    rollback_print(c, id, &t);
     /* Which release was chosen, for the operator (stdout stays the id alone). */
-    char q[300];
-    pipeline_quote(q, sizeof q, t.artifact, 80);
-    fail(EXIT_OK, "rollback: %s rolls %s %s back to %s (artifact %s)", id, app, env, t.id, q);
-    pipeline_clear(&t);
+    fail(EXIT_OK, "%s", r.note);
     if (!checked)
         fail(EXIT_OK,
              "rollback: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
@@ -691,6 +678,7 @@ static int cmd_list(ctl *c, int argc, char **argv)
     if (!f[F_ALL].given && !f[F_STATUS].given && !f[F_SINCE].given)
         q.recent = LIST_RECENT;
     q.limit = (size_t)limit + 1; /* one more tells that the listing was cut */
+    q.actors = c->json;
     if ((rc = open_db(c)) != EXIT_OK)
         return rc;
     pipeline *v = NULL;
@@ -853,6 +841,8 @@ static int cmd_show(ctl *c, int argc, char **argv)
             json_kv_str(&b, "to", ev[i].to_status, &first);
             json_kv_str(&b, "message", ev[i].message, &first);
             json_kv_str(&b, "server", ev[i].server, &first);
+            json_kv_str(&b, "actor", ev[i].actor, &first);
+            json_kv_str(&b, "reason", ev[i].reason, &first);
             json_kv_str(&b, "created_at", ev[i].created_at, &first);
             buf_puts(&b, "}");
         }
@@ -889,9 +879,13 @@ static int cmd_show(ctl *c, int argc, char **argv)
             snprintf(from_to, sizeof from_to, "%s -> %s",
                      ev[i].from_status ? ev[i].from_status : "",
                      ev[i].to_status ? ev[i].to_status : "");
+            /* an operator's event: who, at the process's place (the server) */
             printf("  %.23s  %-15s  %-30s  %-14s  %s\n", tty_or(ev[i].created_at, "-"),
-                   tty_or(ev[i].event_type, "-"), tty(from_to), tty_or(ev[i].server, "-"),
+                   tty_or(ev[i].event_type, "-"), tty(from_to),
+                   tty_or(ev[i].actor ? ev[i].actor : ev[i].server, "-"),
                    tty_or(ev[i].message, ""));
+            if (ev[i].reason)
+                printf("  %23s  reason: %s\n", "", tty(ev[i].reason));
         }
     }
     pipeline_events_free(ev, nev);
@@ -901,7 +895,9 @@ static int cmd_show(ctl *c, int argc, char **argv)
 
 static int cmd_stop(ctl *c, int argc, char **argv)
 {
-    ctl_flag f[] = {{"--expect", true, false, NULL}};
+    enum { F_EXPECT, F_REASON };
+    ctl_flag f[] = {
+        [F_EXPECT] = {"--expect", true, false, NULL}, [F_REASON] = {"--reason", true, false, NULL}};
     const char *pos[1], *id = NULL;
     size_t npos = 0;
     PARSE(c, argc, argv, f, pos, 1, &npos);
@@ -910,87 +906,116 @@ static int cmd_stop(ctl *c, int argc, char **argv)
         return rc;
     pipeline_status from = PS_INITIALIZED;
     char err[1024];
-    if (f[0].given && ctl_parse_status("--expect", f[0].value, &from, err, sizeof err) != 0)
+    if (f[F_EXPECT].given &&
+        ctl_parse_status("--expect", f[F_EXPECT].value, &from, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "stop: %s", err);
+    if ((rc = check_reason("stop", &f[F_REASON])) != EXIT_OK || (rc = open_db(c)) != EXIT_OK)
+        return rc;
+    op_who who = who_of(c, &f[F_REASON]);
+    op_result r;
+    if (op_stop(c->db, id, f[F_EXPECT].given ? &from : NULL, &who, &r) != OP_OK)
+        return op_exit(c, "stop", &r);
+    if (c->json) {
+        buf b = {0};
+        op_result_json(&b, "stop", &r);
+        printf("%s\n", b.p);
+        buf_free(&b);
+    } else {
+        printf("stopped %s (was %s)\n", id, pipeline_status_name(r.from));
+    }
+    return EXIT_OK;
+}
+
+enum { AUDIT_LIMIT = 100 };
+
+/* audit: the operator actions of the audit log (operator_action), newest
+ * first: what was asked, by whom, why, and what came of it. */
+static int cmd_audit(ctl *c, int argc, char **argv)
+{
+    enum { F_SINCE, F_ACTOR, F_APP, F_ENV, F_LIMIT };
+    ctl_flag f[] = {
+        [F_SINCE] = {"--since", true, false, NULL}, [F_ACTOR] = {"--actor", true, false, NULL},
+        [F_APP] = {"--app", true, false, NULL},     [F_ENV] = {"--env", true, false, NULL},
+        [F_LIMIT] = {"--limit", true, false, NULL},
+    };
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, NULL, 0, &npos);
+    pipeline_audit_query q = {.limit = AUDIT_LIMIT};
+    char err[1024], ns[PIPELINE_LABEL_MAX + 2], name[PIPELINE_LABEL_MAX + 2];
+    unsigned long long limit = AUDIT_LIMIT;
+    if (f[F_SINCE].given && ctl_parse_duration("--since", f[F_SINCE].value, CTL_SINCE_MAX_MS,
+                                               &q.since_ms, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "audit: %s", err);
+    if (f[F_LIMIT].given && ctl_parse_number("--limit", f[F_LIMIT].value, 1, CTL_LIMIT_MAX, NULL,
+                                             &limit, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "audit: %s", err);
+    if (f[F_ACTOR].given) {
+        size_t n = strlen(f[F_ACTOR].value);
+        if (n == 0 || n > PIPELINE_ACTOR_MAX)
+            return fail(EXIT_INPUT, "audit: --actor must be 1 to %d bytes (NAME@HOST, NAME@page)",
+                        PIPELINE_ACTOR_MAX);
+        q.actor = f[F_ACTOR].value;
+    }
+    int rc = app_env("audit", &f[F_APP], &f[F_ENV], false, ns, name);
+    if (rc != EXIT_OK)
+        return rc;
+    if (f[F_APP].given)
+        q.namespace = ns, q.application = name;
+    if (f[F_ENV].given)
+        q.environment = f[F_ENV].value;
+    q.limit = (size_t)limit + 1; /* one more tells that the listing was cut */
     if ((rc = open_db(c)) != EXIT_OK)
         return rc;
-    pipeline p;
-    if ((rc = load(c, "stop", id, &p)) != EXIT_OK)
-        return rc;
-    pipeline_status now = p.status;
-    pipeline_clear(&p);
-    if (!f[0].given)
-        from = now;
-    if (from != now)
-        return fail(EXIT_STALE,
-                    "stop %s: state changed concurrently: it is %s, not %s; nothing changed", id,
-                    pipeline_status_name(now), pipeline_status_name(from));
-    if (pipeline_status_terminal(from))
-        return fail(EXIT_INPUT, "stop %s: the pipeline already finished (%s)", id,
-                    pipeline_status_name(from));
-    rc = pipeline_store_transition(c->db, id, from, PS_STOPPED, "Stopped by the operator.", NULL,
-                                   c->actor, 0, err, sizeof err);
-    if (rc == PSTORE_ILLEGAL)
-        return fail(EXIT_INPUT, "stop %s: %s (a rollout cannot be stopped)", id, err);
-    if (rc < 0)
-        return db_fail(c, "stop", err);
-    if (rc == 0)
-        return fail(EXIT_STALE,
-                    "stop %s: state changed concurrently: it is no longer %s; nothing changed", id,
-                    pipeline_status_name(from));
-    if (c->json)
-        printf("{\"id\":\"%s\",\"from\":\"%s\",\"status\":\"STOPPED\"}\n", id,
-               pipeline_status_name(from));
-    else
-        printf("stopped %s (was %s)\n", id, pipeline_status_name(from));
-    return EXIT_OK;
-}
-
-/* An operator's reason: 1 to REASON_MAX bytes, no control character (it
- * reaches the pipeline's history, logs and notifications as written). */
-enum { REASON_MAX = 500 };
-static int check_reason(const char *cmd, const char *reason)
-{
-    size_t n = strlen(reason);
-    if (n == 0 || n > REASON_MAX)
-        return fail(EXIT_INPUT, "%s: --reason must be 1 to %d bytes, not %zu", cmd, REASON_MAX, n);
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)reason[i] < 0x20 || reason[i] == 0x7f)
-            return fail(EXIT_INPUT, "%s: --reason holds a control character (byte %zu)", cmd,
-                        i + 1);
-    return EXIT_OK;
-}
-
-/* deploy ID --override --reason TEXT: a held release (deploy window,
- * freeze) deploys now; p is the pipeline as read. */
-static int deploy_override(ctl *c, const char *id, const pipeline *p, const char *reason)
-{
-    if (p->status == PS_INITIALIZED || p->status == PS_RUNNING)
-        return fail(EXIT_INPUT, "deploy %s: the build has not succeeded yet (%s); nothing changed",
-                    id, pipeline_status_name(p->status));
-    if (p->status != PS_BUILD_SUCCEEDED)
-        return fail(
-            EXIT_STALE,
-            "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; nothing changed",
-            id, pipeline_status_name(p->status));
-    if (p->override_at) {
-        printf(c->json ? "{\"id\":\"%s\",\"override\":true}\n"
-                       : "deploy of %s already overridden\n",
-               id);
-        return EXIT_OK;
+    pipeline_audit_row *v = NULL;
+    size_t n = 0;
+    if (pipeline_store_audit(c->db, &q, &v, &n, err, sizeof err) != 0)
+        return db_fail(c, "audit", err);
+    bool cut = n > limit;
+    size_t shown = cut ? (size_t)limit : n;
+    if (c->json) {
+        buf b = {0};
+        buf_puts(&b, "[");
+        for (size_t i = 0; i < shown; i++) {
+            bool first = true;
+            buf_puts(&b, i ? ",{" : "{");
+            json_kv_int(&b, "id", v[i].id, &first);
+            json_kv_str(&b, "at", v[i].created_at, &first);
+            json_kv_str(&b, "actor", v[i].actor, &first);
+            json_kv_str(&b, "action", v[i].action, &first);
+            json_kv_str(&b, "pipeline", v[i].pipeline_id, &first);
+            json_kv_str(&b, "namespace", v[i].namespace, &first);
+            json_kv_str(&b, "application", v[i].application, &first);
+            json_kv_str(&b, "environment", v[i].environment, &first);
+            json_kv_str(&b, "reason", v[i].reason, &first);
+            json_kv_str(&b, "outcome", v[i].outcome, &first);
+            json_kv_str(&b, "detail", v[i].detail, &first);
+            json_kv_str(&b, "via", v[i].via, &first);
+            buf_puts(&b, "}");
+        }
+        buf_puts(&b, "]\n");
+        fputs(b.p, stdout);
+        buf_free(&b);
+    } else {
+        printf("%-19s  %-24s  %-8s  %-12s  %-24s  %-7s  %s\n", "TIME (UTC)", "ACTOR", "ACTION",
+               "PIPELINE", "APP ENV", "OUTCOME", "REASON");
+        for (size_t i = 0; i < shown; i++) {
+            char t[32], target[300] = "-";
+            if (v[i].namespace)
+                snprintf(target, sizeof target, "%s/%s %s", v[i].namespace,
+                         v[i].application ? v[i].application : "-",
+                         v[i].environment ? v[i].environment : "-");
+            printf("%-19s  %-24s  %-8s  %-12s  %-24s  %-7s  %s\n",
+                   tty(secs(v[i].created_at, t, sizeof t)), tty(v[i].actor), tty(v[i].action),
+                   tty_or(v[i].pipeline_id, "-"), tty(target), tty(v[i].outcome),
+                   tty_or(v[i].reason, "-"));
+            if (v[i].detail)
+                printf("%-19s  %s\n", "", tty(v[i].detail));
+        }
     }
-    char err[512];
-    int rc = pipeline_store_override(c->db, id, c->actor, reason, err, sizeof err);
-    if (rc < 0)
-        return db_fail(c, "deploy", err);
-    if (rc == 0)
-        return fail(EXIT_STALE,
-                    "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED "
-                    "(or was overridden meanwhile); nothing changed",
-                    id);
-    printf(c->json ? "{\"id\":\"%s\",\"override\":true}\n"
-                   : "deploy of %s: override recorded; it deploys at the next tick\n",
-           id);
+    if (cut)
+        fail(EXIT_OK, "audit: showing the newest %llu; more match (--limit N, up to %llu)", limit,
+             CTL_LIMIT_MAX);
+    pipeline_audit_free(v, n);
     return EXIT_OK;
 }
 
@@ -1008,53 +1033,24 @@ static int cmd_deploy(ctl *c, int argc, char **argv)
     if (f[F_OVERRIDE].given && !f[F_REASON].given)
         return fail(EXIT_INPUT, "deploy: --override needs --reason TEXT (it is kept in the "
                                 "pipeline's history)");
-    if (f[F_REASON].given && !f[F_OVERRIDE].given)
-        return fail(EXIT_INPUT, "deploy: --reason goes with --override");
-    if (f[F_REASON].given && (rc = check_reason("deploy", f[F_REASON].value)) != EXIT_OK)
+    if ((rc = check_reason("deploy", &f[F_REASON])) != EXIT_OK || (rc = open_db(c)) != EXIT_OK)
         return rc;
-    if ((rc = open_db(c)) != EXIT_OK)
-        return rc;
-    pipeline p;
-    if ((rc = load(c, "deploy", id, &p)) != EXIT_OK)
-        return rc;
-    if (f[F_OVERRIDE].given) {
-        rc = deploy_override(c, id, &p, f[F_REASON].value);
-        pipeline_clear(&p);
-        return rc;
-    }
-    pipeline_status st = p.status;
-    bool manual = p.manual, requested = p.deploy_requested_at != NULL;
-    pipeline_clear(&p);
-    if (!manual)
-        return fail(EXIT_INPUT, "deploy %s: the pipeline deploys automatically (mode auto)%s", id,
-                    st == PS_BUILD_SUCCEEDED
-                        ? "; it waits for a deploy window, freeze or slot: --override --reason "
-                          "TEXT releases it from a window or freeze"
-                        : "");
-    if (st == PS_INITIALIZED || st == PS_RUNNING)
-        return fail(EXIT_INPUT, "deploy %s: the build has not succeeded yet (%s)", id,
-                    pipeline_status_name(st));
-    if (st != PS_BUILD_SUCCEEDED)
-        return fail(
-            EXIT_STALE,
-            "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; nothing changed",
-            id, pipeline_status_name(st));
-    if (requested) {
-        printf(c->json ? "{\"id\":\"%s\",\"requested\":true}\n"
-                       : "deploy of %s already requested\n",
+    op_who who = who_of(c, &f[F_REASON]);
+    op_result r;
+    if (op_deploy(c->db, id, f[F_OVERRIDE].given, &who, &r) != OP_OK)
+        return op_exit(c, "deploy", &r);
+    if (c->json) {
+        buf b = {0};
+        op_result_json(&b, "deploy", &r);
+        printf("%s\n", b.p);
+        buf_free(&b);
+    } else if (r.override) {
+        printf(r.already ? "deploy of %s already overridden\n"
+                         : "deploy of %s: override recorded; it deploys at the next tick\n",
                id);
-        return EXIT_OK;
+    } else {
+        printf(r.already ? "deploy of %s already requested\n" : "deploy of %s requested\n", id);
     }
-    char err[512];
-    rc = pipeline_store_request_deploy(c->db, id, err, sizeof err);
-    if (rc < 0)
-        return db_fail(c, "deploy", err);
-    if (rc == 0)
-        return fail(EXIT_STALE,
-                    "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED; "
-                    "nothing changed",
-                    id);
-    printf(c->json ? "{\"id\":\"%s\",\"requested\":true}\n" : "deploy of %s requested\n", id);
     return EXIT_OK;
 }
 
@@ -1303,6 +1299,7 @@ static const command commands[] = {
     {"list", cmd_list},       {"show", cmd_show},         {"stop", cmd_stop},
     {"deploy", cmd_deploy},   {"locks", cmd_locks},       {"logs", cmd_logs},
     {"history", cmd_history}, {"scenario", run_scenario}, {"chaos", run_chaos},
+    {"audit", cmd_audit},
 };
 
 /* Global flags before the command, the command, then its own words (where
@@ -1349,12 +1346,51 @@ static int run_command(ctl *c, int argc, char **argv)
     return rc == EXIT_HELP ? EXIT_OK : rc;
 }
 
+/* A login name as the environment or the password database gives it: 1 to
+ * 64 characters of letters, digits, ".", "_", "-" and a final "$" (what
+ * useradd and most directories allow); anything else is not taken. */
+static bool login_name_ok(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 64 || s[0] == '-')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (!(ch < 0x80 && (isalnum(ch) || ch == '.' || ch == '_' || ch == '-')) &&
+            !(ch == '$' && i == n - 1))
+            return false;
+    }
+    return true;
+}
+
+/* The person running oopsctl, as events and the audit log record them
+ * (issue 27): SUDO_USER (the operator behind sudo), else USER, LOGNAME, else
+ * the name of the real uid, else "uid-N"; at the host. */
+static void person_of(char *out, size_t len, const char *host)
+{
+    const char *names[] = {getenv("SUDO_USER"), getenv("USER"), getenv("LOGNAME")};
+    const char *name = NULL;
+    for (size_t i = 0; i < 3 && !name; i++)
+        if (login_name_ok(names[i]))
+            name = names[i];
+    struct passwd *pw = name ? NULL : getpwuid(getuid());
+    if (pw && login_name_ok(pw->pw_name))
+        name = pw->pw_name;
+    if (name)
+        snprintf(out, len, "%s@%s", name, host);
+    else
+        snprintf(out, len, "uid-%u@%s", (unsigned)getuid(), host);
+}
+
 int main(int argc, char **argv)
 {
     ctl c = {0};
     char host[64] = "localhost";
     gethostname(host, sizeof host - 1);
+    if (!login_name_ok(host)) /* a host name with anything else in it is not shown */
+        snprintf(host, sizeof host, "localhost");
     snprintf(c.actor, sizeof c.actor, "oopsctl@%.50s", host);
+    person_of(c.person, sizeof c.person, host);
     int rc = run_command(&c, argc, argv);
     free(c.db_url_copy);
     tty_free();

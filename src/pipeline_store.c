@@ -38,6 +38,7 @@ void pipeline_clear(pipeline *p)
     free(p->hold);
     free(p->override_at);
     free(p->rollback_of);
+    free(p->actor);
     memset(p, 0, sizeof *p);
 }
 
@@ -56,6 +57,8 @@ void pipeline_events_free(pipeline_event_row *v, size_t n)
         free(v[i].to_status);
         free(v[i].message);
         free(v[i].server);
+        free(v[i].actor);
+        free(v[i].reason);
         free(v[i].created_at);
     }
     free(v);
@@ -125,9 +128,105 @@ static const char *fence_lock(uint64_t lock_session, const char *driver,
     return out;
 }
 
+/* The length of the UTF-8 sequence at p (at most n bytes), 0 when it is
+ * not one (overlong, surrogate, beyond U+10FFFF, cut short). */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    if (p[0] < 0x80)
+        return 1;
+    size_t len = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+    if (!len || len > n || p[0] > 0xf4)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+        return 0;
+    return len;
+}
+
+int pipeline_reason_check(const char *what, const char *reason, char *err, size_t errlen)
+{
+    size_t n = reason ? strlen(reason) : 0;
+    if (n == 0 || n > PIPELINE_REASON_MAX) {
+        snprintf(err, errlen, "%s must be 1 to %d bytes, not %zu", what, PIPELINE_REASON_MAX, n);
+        return -1;
+    }
+    const unsigned char *p = (const unsigned char *)reason;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq(p + i, n - i);
+        if (!len) {
+            snprintf(err, errlen, "%s is not valid UTF-8 (byte %zu)", what, i + 1);
+            return -1;
+        }
+        /* C0 controls, DEL and the C1 controls (U+0080..U+009F: c2 80..c2 9f) */
+        if ((len == 1 && (p[i] < 0x20 || p[i] == 0x7f)) ||
+            (len == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
+            snprintf(err, errlen, "%s holds a control character (byte %zu)", what, i + 1);
+            return -1;
+        }
+        i += len;
+    }
+    return 0;
+}
+
+/* The audit row of an operator's action on pipeline `id` (its application
+ * and environment read from it), or of one with no pipeline (ns, app, env
+ * given, id NULL or not found). */
+static unsigned audit_insert(db_conn *c, const pipeline_operator *op, const char *action,
+                             const char *id, const char *ns, const char *app, const char *env,
+                             const char *outcome, const char *detail, const char *via, char *err,
+                             size_t errlen)
+{
+    char cut[301];
+    if (detail)
+        snprintf(cut, sizeof cut, "%s", detail);
+    db_value p[] = {db_text(op->actor),
+                    db_text(action),
+                    db_text(id),
+                    db_text(op->reason),
+                    db_text(outcome),
+                    db_text(detail ? cut : NULL),
+                    db_text(via ? via : "unknown"),
+                    db_text(id)};
+    db_result *r = NULL;
+    unsigned rc = 0;
+    if (id && !ns) {
+        rc = db_exec(c,
+                     "INSERT INTO operator_action (actor, action, pipeline_id, namespace, "
+                     "application, environment, reason, outcome, detail, via, created_at) "
+                     "SELECT ?, ?, ?, namespace, application, environment, ?, ?, ?, ?, NOW(6) "
+                     "FROM pipeline WHERE id = ?",
+                     p, 8, &r, err, errlen);
+        if (rc)
+            return rc;
+        bool done = r->affected == 1;
+        db_result_free(r);
+        if (done)
+            return 0;
+    }
+    db_value q[] = {db_text(op->actor),
+                    db_text(action),
+                    db_text(id),
+                    db_text(ns),
+                    db_text(app),
+                    db_text(env),
+                    db_text(op->reason),
+                    db_text(outcome),
+                    db_text(detail ? cut : NULL),
+                    db_text(via ? via : "unknown")};
+    return db_exec(c,
+                   "INSERT INTO operator_action (actor, action, pipeline_id, namespace, "
+                   "application, environment, reason, outcome, detail, via, created_at) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+                   q, 10, NULL, err, errlen);
+}
+
 static unsigned insert_event_as(db_conn *c, const char *id, const char *type, const char *from,
                                 pipeline_status to, const char *message, const char *actor,
-                                uint64_t lock_session, char *err, size_t errlen)
+                                uint64_t lock_session, const pipeline_operator *op, char *err,
+                                size_t errlen)
 {
     db_value p[] = {db_text(id),
                     db_text(type ? type : pipeline_event_type(to)),
@@ -135,13 +234,15 @@ static unsigned insert_event_as(db_conn *c, const char *id, const char *type, co
                     db_text(pipeline_status_name(to)),
                     db_text(message),
                     db_text(actor ? actor : "unknown"),
-                    lock_session ? db_int((long long)lock_session) : db_null()};
+                    lock_session ? db_int((long long)lock_session) : db_null(),
+                    db_text(op ? op->actor : NULL),
+                    db_text(op ? op->reason : NULL)};
     db_result *r = NULL;
     unsigned rc = db_exec(c,
                           "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, "
-                          "to_status, message, server, lock_session, created_at) "
-                          "VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))",
-                          p, 7, &r, err, errlen);
+                          "to_status, message, server, lock_session, actor, reason, created_at) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+                          p, 9, &r, err, errlen);
     if (rc)
         return rc;
     /* The notification, in the same transaction: never lost across a crash. */
@@ -158,7 +259,7 @@ static unsigned insert_event(db_conn *c, const char *id, const char *from, pipel
                              const char *message, const char *actor, uint64_t lock_session,
                              char *err, size_t errlen)
 {
-    return insert_event_as(c, id, NULL, from, to, message, actor, lock_session, err, errlen);
+    return insert_event_as(c, id, NULL, from, to, message, actor, lock_session, NULL, err, errlen);
 }
 
 int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], char *err,
@@ -200,7 +301,12 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
                           "NOW(6), NOW(6))",
                           p, 9, NULL, e, sizeof e);
     if (rc == 0)
-        rc = insert_event(c, out_id, NULL, PS_INITIALIZED, message, n->actor, 0, e, sizeof e);
+        rc = insert_event_as(c, out_id, NULL, NULL, PS_INITIALIZED, message, n->actor, 0, n->op, e,
+                             sizeof e);
+    if (rc == 0 && n->op)
+        rc = audit_insert(c, n->op, strcmp(trigger, "rollback") ? "create" : "rollback", out_id,
+                          n->namespace, n->application, n->environment, "done", NULL, n->actor, e,
+                          sizeof e);
     if (rc == 0)
         rc = db_commit(c, e, sizeof e);
     if (rc == 0)
@@ -443,8 +549,12 @@ static int transition_tx(db_conn *c, const char *id, pipeline_status from, pipel
         won = r->affected == 1;
         db_result_free(r);
         if (won)
-            rc = insert_event(c, id, pipeline_status_name(from), to, message,
-                              actor ? actor : driver, lock_session, e, sizeof e);
+            rc = insert_event_as(c, id, NULL, pipeline_status_name(from), to, message,
+                                 actor ? actor : driver, lock_session, x ? x->op : NULL, e,
+                                 sizeof e);
+        if (won && !rc && x && x->op)
+            rc = audit_insert(c, x->op, to == PS_STOPPED ? "stop" : "transition", id, NULL, NULL,
+                              NULL, "done", NULL, actor ? actor : driver, e, sizeof e);
         if (won && !rc && x && x->rollback_message)
             rc = rollback_create_in_tx(c, id, actor ? actor : driver, x, e, sizeof e);
     }
@@ -1018,6 +1128,11 @@ int pipeline_store_query(db_conn *c, const pipeline_query *q, pipeline **out, si
     db_value p[2 * (PS__COUNT + 4) + 2];
     size_t np = 0;
     query_filters(q, filters, sizeof filters, p, &np);
+    /* the latest operator event's person, by ix_event_pipeline */
+    const char *actor = q->actors
+                            ? ", (SELECT e.actor FROM pipeline_event e WHERE e.pipeline_id = "
+                              "pipeline.id AND e.actor IS NOT NULL ORDER BY e.id DESC LIMIT 1)"
+                            : "";
     int len;
     if (q->recent) {
         /* Two index-served halves: the unfinished ones (ix_pipeline_status),
@@ -1030,15 +1145,15 @@ int pipeline_store_query(db_conn *c, const pipeline_query *q, pipeline **out, si
             p[np++] = p[i];
         len = snprintf(sql, sizeof sql,
                        "(SELECT " PIPELINE_COLUMNS
-                       " FROM pipeline WHERE status NOT IN " FINISHED_STATUSES
+                       "%s FROM pipeline WHERE status NOT IN " FINISHED_STATUSES
                        "%s) UNION ALL (SELECT * FROM (SELECT " PIPELINE_COLUMNS
-                       " FROM pipeline WHERE status IN " FINISHED_STATUSES
+                       "%s FROM pipeline WHERE status IN " FINISHED_STATUSES
                        "%s ORDER BY created_at DESC, id DESC LIMIT ?) recent)",
-                       filters, filters);
+                       actor, filters, actor, filters);
         p[np++] = db_int((long long)q->recent);
     } else {
-        len = snprintf(sql, sizeof sql, "SELECT " PIPELINE_COLUMNS " FROM pipeline WHERE 1 = 1%s",
-                       filters);
+        len = snprintf(sql, sizeof sql, "SELECT " PIPELINE_COLUMNS "%s FROM pipeline WHERE 1 = 1%s",
+                       actor, filters);
     }
     len += snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at DESC, id DESC");
     if (q->limit) {
@@ -1048,7 +1163,17 @@ int pipeline_store_query(db_conn *c, const pipeline_query *q, pipeline **out, si
     db_result *r = NULL;
     if (db_exec(c, sql, p, np, &r, err, errlen))
         return PSTORE_DB;
-    return rows_to_list(r, -1, out, n);
+    /* the person, when asked for, is the column after PIPELINE_COLUMNS */
+    char **actors = q->actors ? calloc(r->nrows ? r->nrows : 1, sizeof *actors) : NULL;
+    if (q->actors && !actors)
+        abort();
+    for (size_t i = 0; actors && i < r->nrows; i++)
+        actors[i] = dup_or_null(db_get(r, i, PIPELINE_NCOLUMNS));
+    rows_to_list(r, -1, out, n);
+    for (size_t i = 0; actors && i < *n; i++)
+        (*out)[i].actor = actors[i];
+    free(actors);
+    return 0;
 }
 
 int pipeline_store_history(db_conn *c, const char *namespace, const char *application,
@@ -1093,7 +1218,8 @@ int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, 
 {
     db_result *r = by_id(c,
                          "SELECT id, event_type, from_status, to_status, message, server, "
-                         "created_at FROM pipeline_event WHERE pipeline_id = ? ORDER BY id",
+                         "created_at, actor, reason FROM pipeline_event WHERE pipeline_id = ? "
+                         "ORDER BY id",
                          id, err, errlen);
     if (!r)
         return PSTORE_DB;
@@ -1108,6 +1234,8 @@ int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, 
         e->message = dup_or_null(db_get(r, i, 4));
         e->server = dup_or_null(db_get(r, i, 5));
         e->created_at = dup_or_null(db_get(r, i, 6));
+        e->actor = dup_or_null(db_get(r, i, 7));
+        e->reason = dup_or_null(db_get(r, i, 8));
     }
     db_result_free(r);
     return 0;
@@ -1126,29 +1254,29 @@ int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t 
     return done;
 }
 
-int pipeline_store_override(db_conn *c, const char *id, const char *actor, const char *reason,
-                            char *err, size_t errlen)
+/* An operator's change of a BUILD_SUCCEEDED pipeline (`update`, conditional
+ * on id) with its same-status event (type, message) and, with op, the audit
+ * row (action), in one transaction. 1 done, 0 not changed, PSTORE_DB. */
+static int build_succeeded_change(db_conn *c, const char *id, const char *update, const char *type,
+                                  const char *message, const char *via, const pipeline_operator *op,
+                                  const char *action, char *err, size_t errlen)
 {
-    char msg[1024], e[512];
-    snprintf(msg, sizeof msg, "Deploy override by %s: %s", actor ? actor : "unknown",
-             reason ? reason : "");
+    char e[512];
     if (db_begin(c, err, errlen))
         return PSTORE_DB;
     db_value p[] = {db_text(id)};
     db_result *r = NULL;
-    unsigned rc = db_exec(c,
-                          "UPDATE pipeline SET override_at = NOW(6), deploy_requested_at = "
-                          "COALESCE(deploy_requested_at, NOW(6)) WHERE id = ? AND status = "
-                          "'BUILD_SUCCEEDED' AND override_at IS NULL",
-                          p, 1, &r, e, sizeof e);
+    unsigned rc = db_exec(c, update, p, 1, &r, e, sizeof e);
     int done = 0;
     if (!rc) {
         done = r->affected == 1;
         db_result_free(r);
     }
     if (!rc && done)
-        rc = insert_event_as(c, id, "OVERRIDE", "BUILD_SUCCEEDED", PS_BUILD_SUCCEEDED, msg, actor,
-                             0, e, sizeof e);
+        rc = insert_event_as(c, id, type, "BUILD_SUCCEEDED", PS_BUILD_SUCCEEDED, message, via, 0,
+                             op, e, sizeof e);
+    if (!rc && done && op)
+        rc = audit_insert(c, op, action, id, NULL, NULL, NULL, "done", NULL, via, e, sizeof e);
     if (!rc)
         rc = db_commit(c, e, sizeof e);
     if (!rc)
@@ -1156,6 +1284,114 @@ int pipeline_store_override(db_conn *c, const char *id, const char *actor, const
     db_rollback(c);
     snprintf(err, errlen, "%s", e);
     return PSTORE_DB;
+}
+
+static const char OVERRIDE_UPDATE[] =
+    "UPDATE pipeline SET override_at = NOW(6), deploy_requested_at = "
+    "COALESCE(deploy_requested_at, NOW(6)) WHERE id = ? AND status = "
+    "'BUILD_SUCCEEDED' AND override_at IS NULL";
+
+int pipeline_store_override(db_conn *c, const char *id, const char *actor, const char *reason,
+                            char *err, size_t errlen)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "Deploy override by %s: %s", actor ? actor : "unknown",
+             reason ? reason : "");
+    return build_succeeded_change(c, id, OVERRIDE_UPDATE, "OVERRIDE", msg, actor, NULL, NULL, err,
+                                  errlen);
+}
+
+int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
+                               const pipeline_operator *op, char *err, size_t errlen)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "Deploy override by %s: %s", op->actor, op->reason ? op->reason : "");
+    return build_succeeded_change(c, id, OVERRIDE_UPDATE, "OVERRIDE", msg, via, op, "override", err,
+                                  errlen);
+}
+
+int pipeline_store_request_deploy_by(db_conn *c, const char *id, const char *via,
+                                     const pipeline_operator *op, char *err, size_t errlen)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "Deploy requested by %s%s%s", op->actor, op->reason ? ": " : ".",
+             op->reason ? op->reason : "");
+    return build_succeeded_change(c, id,
+                                  "UPDATE pipeline SET deploy_requested_at = NOW(6) WHERE id = ? "
+                                  "AND status = 'BUILD_SUCCEEDED' AND deploy_requested_at IS NULL",
+                                  "DEPLOY_REQUESTED", msg, via, op, "release", err, errlen);
+}
+
+int pipeline_store_audit_refusal(db_conn *c, const pipeline_operator *op, const char *action,
+                                 const char *id, const char *ns, const char *app, const char *env,
+                                 const char *outcome, const char *detail, const char *via,
+                                 char *err, size_t errlen)
+{
+    return audit_insert(c, op, action, id, ns, app, env, outcome, detail, via, err, errlen)
+               ? PSTORE_DB
+               : 0;
+}
+
+int pipeline_store_audit(db_conn *c, const pipeline_audit_query *q, pipeline_audit_row **out,
+                         size_t *n, char *err, size_t errlen)
+{
+    buf sql = {0};
+    db_value p[6];
+    size_t np = 0;
+    buf_puts(&sql, "SELECT id, created_at, actor, action, pipeline_id, namespace, application, "
+                   "environment, reason, outcome, detail, via FROM operator_action WHERE 1 = 1");
+    if (q->actor) {
+        buf_puts(&sql, " AND actor = ?");
+        p[np++] = db_text(q->actor);
+    }
+    if (q->namespace && q->application) {
+        buf_puts(&sql, " AND namespace = ? AND application = ?");
+        p[np++] = db_text(q->namespace);
+        p[np++] = db_text(q->application);
+    }
+    if (q->environment) {
+        buf_puts(&sql, " AND environment = ?");
+        p[np++] = db_text(q->environment);
+    }
+    if (q->since_ms > 0) {
+        buf_puts(&sql, " AND created_at >= NOW(6) - INTERVAL ? MICROSECOND");
+        p[np++] = db_int((long long)q->since_ms * 1000);
+    }
+    buf_puts(&sql, " ORDER BY created_at DESC, id DESC LIMIT ?");
+    p[np++] = db_int((long long)q->limit);
+    db_result *r = NULL;
+    unsigned rc = db_exec(c, sql.p, p, np, &r, err, errlen);
+    buf_free(&sql);
+    if (rc)
+        return PSTORE_DB;
+    *n = r->nrows;
+    *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
+    if (!*out)
+        abort();
+    for (size_t i = 0; i < r->nrows; i++) {
+        pipeline_audit_row *a = &(*out)[i];
+        char **f[] = {&a->created_at, &a->actor,       &a->action,      &a->pipeline_id,
+                      &a->namespace,  &a->application, &a->environment, &a->reason,
+                      &a->outcome,    &a->detail,      &a->via};
+        a->id = db_get_int(r, i, 0, 0);
+        for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+            *f[k] = dup_or_null(db_get(r, i, k + 1));
+    }
+    db_result_free(r);
+    return 0;
+}
+
+void pipeline_audit_free(pipeline_audit_row *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++) {
+        pipeline_audit_row *a = &v[i];
+        char *f[] = {a->created_at, a->actor,       a->action,      a->pipeline_id,
+                     a->namespace,  a->application, a->environment, a->reason,
+                     a->outcome,    a->detail,      a->via};
+        for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+            free(f[k]);
+    }
+    free(v);
 }
 
 /* One pipeline by a query selecting PIPELINE_COLUMNS: 1 found (*out filled),

@@ -41,6 +41,8 @@ typedef struct pipeline {
     char *hold;        /* "window" | "freeze" | "slot" while waiting to deploy, else may be NULL */
     char *override_at; /* set by `oopsctl deploy --override`: windows and freezes hold it no more */
     char *rollback_of; /* an automatic rollback: the release whose failure made it */
+    char *actor;       /* pipeline_store_query with `actors`: the person of its latest
+                          operator event (issue 27), NULL when none */
 } pipeline;
 
 /* Waiting to deploy under a hold (window, freeze, slot): hold is set and
@@ -53,16 +55,38 @@ static inline bool pipeline_held(const pipeline *p)
 typedef struct pipeline_event_row {
     long long id;
     char *event_type, *from_status, *to_status, *message, *server, *created_at;
+    char *actor, *reason; /* an operator's event (issue 27): who and why; else NULL */
 } pipeline_event_row;
+
+/*
+ * An operator's action (issue 27): the person (SUDO_USER or the login name
+ * at the host, "alice@build-7"; a page user "bob@page") and why. Written on
+ * the event it makes (pipeline_event.actor, .reason; its `server` stays the
+ * process: oopsctl@HOST, or the oopsd server that ran a page action) and as
+ * an operator_action row (the audit log) in the same transaction.
+ */
+#define PIPELINE_ACTOR_MAX 128
+#define PIPELINE_REASON_MAX 500
+typedef struct pipeline_operator {
+    const char *actor;  /* required */
+    const char *reason; /* NULL, or checked with pipeline_reason_check */
+} pipeline_operator;
+
+/* A reason as written by a person: 1 to PIPELINE_REASON_MAX bytes of valid
+ * UTF-8 without control characters. 0, or -1 with a one-line message in err
+ * naming `what` (e.g. "--reason") and the rule. */
+int pipeline_reason_check(const char *what, const char *reason, char *err, size_t errlen);
 
 typedef struct pipeline_new {
     const char *namespace, *application, *environment;
     bool manual;
-    const char *artifact; /* may be NULL */
-    const char *source;   /* JSON text, may be NULL */
-    const char *trigger;  /* NULL = "release" */
-    const char *actor;    /* recorded as the CREATED event's server */
-    const char *message;  /* the pipeline's and its CREATED event's message;
+    const char *artifact;        /* may be NULL */
+    const char *source;          /* JSON text, may be NULL */
+    const char *trigger;         /* NULL = "release" */
+    const char *actor;           /* recorded as the CREATED event's server */
+    const pipeline_operator *op; /* an operator's create or rollback: its event carries
+                                    who and why, and the audit log records it */
+    const char *message;         /* the pipeline's and its CREATED event's message;
                              NULL = "Pipeline created." */
 } pipeline_new;
 
@@ -113,6 +137,9 @@ typedef struct pipeline_transition_extra {
     /* in: to ERROR, make the automatic rollback (pipeline_store.c,
      * rollback_create_in_tx) with this message in the same transaction */
     const char *rollback_message;
+    /* in: an operator's transition (a stop): the event carries who and why,
+     * and the audit log records it (action "stop" for STOPPED) */
+    const pipeline_operator *op;
     /* out */
     bool no_slot;
     unsigned slots_in_use, slots_ahead; /* with no_slot: busy slots, pipelines in line first */
@@ -250,6 +277,7 @@ typedef struct pipeline_query {
                       BUILD_SUCCEEDED counts as unfinished) plus the `recent` most recently
                       created finished ones; 0 = every match */
     size_t limit;  /* at most this many rows; 0 = no limit */
+    bool actors;   /* also read each one's `actor` (one index-served subquery per row) */
 } pipeline_query;
 
 /*
@@ -285,6 +313,12 @@ int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, 
  */
 int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t errlen);
 
+/* The same by an operator, recorded: a DEPLOY_REQUESTED event
+ * (BUILD_SUCCEEDED -> BUILD_SUCCEEDED, "Deploy requested by ACTOR[: REASON]",
+ * server = via) with its outbox row, and the audit row, in one transaction. */
+int pipeline_store_request_deploy_by(db_conn *c, const char *id, const char *via,
+                                     const pipeline_operator *op, char *err, size_t errlen);
+
 /*
  * `oopsctl deploy --override`: a BUILD_SUCCEEDED pipeline is released now
  * whatever deploy window or freeze holds it (override_at; a manual one's
@@ -295,6 +329,42 @@ int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t 
  */
 int pipeline_store_override(db_conn *c, const char *id, const char *actor, const char *reason,
                             char *err, size_t errlen);
+/* The same with the person (op) apart from the process (via: the event's
+ * server), and the audit row; the message names op->actor. */
+int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
+                               const pipeline_operator *op, char *err, size_t errlen);
+
+/* ---- the audit log (operator_action) ---------------------------------- */
+
+/* An operator's action that changed nothing (outcome "stale": the state
+ * changed concurrently; "refused": not allowed, e.g. the pipeline already
+ * finished), recorded on its own, with detail (the message the operator got,
+ * cut to 300 bytes). Any of id, ns, app, env may be NULL. 0 or PSTORE_DB. */
+int pipeline_store_audit_refusal(db_conn *c, const pipeline_operator *op, const char *action,
+                                 const char *id, const char *ns, const char *app, const char *env,
+                                 const char *outcome, const char *detail, const char *via,
+                                 char *err, size_t errlen);
+
+typedef struct pipeline_audit_query {
+    unsigned long long since_ms; /* > 0: only newer ones */
+    const char *actor;           /* NULL: every actor */
+    const char *namespace;       /* with application: one application */
+    const char *application;
+    const char *environment; /* NULL: every environment */
+    size_t limit;            /* rows at most (required) */
+} pipeline_audit_query;
+
+typedef struct pipeline_audit_row {
+    long long id;
+    char *created_at, *actor, *action, *pipeline_id, *namespace, *application, *environment,
+        *reason, *outcome, *detail, *via;
+} pipeline_audit_row;
+
+/* Operator actions, newest first (index-served: by created_at, by actor, or
+ * by application). 0 with *out (pipeline_audit_free) and *n, PSTORE_DB. */
+int pipeline_store_audit(db_conn *c, const pipeline_audit_query *q, pipeline_audit_row **out,
+                         size_t *n, char *err, size_t errlen);
+void pipeline_audit_free(pipeline_audit_row *v, size_t n);
 
 /*
  * The release a rollback of namespace/application/environment redeploys

@@ -523,6 +523,38 @@ static const char *const v12[] = {
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
     NULL,
 };
+/* v13: operators (issue 27). The person behind an operator's event and why:
+ * pipeline_event.actor ("alice@build-7", "bob@page"; NULL for the engine's
+ * own transitions; `server` stays the process that wrote it: oopsctl@HOST or
+ * the oopsd server) and .reason. operator_action: the audit log, one row per
+ * operator action whatever came of it (done, or refused: changed
+ * concurrently, not allowed), kept apart from the events so that it outlives
+ * their retention and holds the refusals no event records; `oopsctl audit`
+ * reads it newest first by created_at, by actor or by target (indexes).
+ * Additive: an older server writes events without them. */
+static const char *const v13[] = {
+    "ALTER TABLE pipeline_event"
+    " ADD COLUMN IF NOT EXISTS actor VARCHAR(128) NULL,"
+    " ADD COLUMN IF NOT EXISTS reason VARCHAR(500) NULL",
+    "CREATE TABLE IF NOT EXISTS operator_action ("
+    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " actor VARCHAR(128) NOT NULL,"
+    " action VARCHAR(16) NOT NULL,"
+    " pipeline_id VARCHAR(24) NULL,"
+    " namespace VARCHAR(63) NULL,"
+    " application VARCHAR(63) NULL,"
+    " environment VARCHAR(63) NULL,"
+    " reason VARCHAR(500) NULL,"
+    " outcome VARCHAR(16) NOT NULL,"
+    " detail VARCHAR(300) NULL,"
+    " via VARCHAR(64) NOT NULL,"
+    " KEY ix_action_created (created_at),"
+    " KEY ix_action_actor (actor, created_at),"
+    " KEY ix_action_target (namespace, application, environment, created_at)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -538,6 +570,7 @@ static const migration migrations[] = {
     {10, "scans read their free candidates in (status, created_at) order", v10},
     {11, "transitions fenced by the driver's name lock too: oops_transition2", v11},
     {12, "release safety: holds, overrides, automatic rollbacks, deploy slots", v12},
+    {13, "operators: who acted and why (event actor, reason; operator_action)", v13},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

@@ -56,6 +56,7 @@ local M = {}
 -- is info like CREATED.
 M.PIPELINE_LEVELS = {
   CREATED = "info", BUILDING = "info", BUILD_SUCCEEDED = "warning", DEPLOYING = "info", OVERRIDE = "warning",
+  DEPLOY_REQUESTED = "info",
   ROLLING_OUT = "info", SUCCEEDED = "success", FAILED = "error", STOPPED = "neutral",
 }
 
@@ -204,7 +205,8 @@ local PIPELINE_ADVICE = {
 -- A pipeline event's message. `r` is one row of the outbox joined with
 -- pipeline_event and pipeline: event_id, event_type, pipeline_id, namespace,
 -- application, environment, deploy_mode, trigger_type, artifact, source,
--- server, message, event_at. nil, why when the join found no event.
+-- server, message, event_at; actor and reason for an operator's event
+-- (issue 27). nil, why when the join found no event.
 function M.pipeline_message(r)
   if type(r) ~= "table" then error("notify.pipeline_message: expects a row table", 2) end
   if not r.event_type or not r.namespace then
@@ -220,6 +222,8 @@ function M.pipeline_message(r)
   fact(facts, "artifact", r.artifact)
   fact(facts, "branch", branch(r.source))
   fact(facts, "server", r.server)
+  fact(facts, "actor", r.actor)
+  fact(facts, "reason", r.reason)
   fact(facts, "time", M.show_time(r.event_at))
   fact(facts, "detail", r.message)
   local advice = PIPELINE_ADVICE[r.event_type]

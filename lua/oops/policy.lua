@@ -128,8 +128,10 @@ M.DEFAULTS = {
   -- database's clock: a finished pipeline (and all of it) after `pipelines`
   -- in its final status; the events and the command logs of finished
   -- pipelines after `events` and `logs`; delivered notifications after
-  -- `outbox`; finished restart runs after `restarts`.
-  retention = { pipelines = "180d", events = "180d", logs = "30d", outbox = "30d", restarts = "90d" },
+  -- `outbox`; finished restart runs after `restarts`; the operators' audit
+  -- log (operator_action) after `audit`.
+  retention = { pipelines = "180d", events = "180d", logs = "30d", outbox = "30d", restarts = "90d",
+    audit = "365d" },
   -- per-application command timeouts when `timeouts` leaves one out (a
   -- one-command build's default is build.timeout; submit, status and cancel
   -- are an external build's three commands)
@@ -198,7 +200,8 @@ function M.defaults()
     },
     notify = { routes = { { kind = "log" } }, retry = { initial_ms = D.retry_initial, max_ms = D.retry_max } },
     retention = { pipelines_ms = D.retention.pipelines_ms, events_ms = D.retention.events_ms,
-      logs_ms = D.retention.logs_ms, outbox_ms = D.retention.outbox_ms, restarts_ms = D.retention.restarts_ms },
+      logs_ms = D.retention.logs_ms, outbox_ms = D.retention.outbox_ms, restarts_ms = D.retention.restarts_ms,
+      audit_ms = D.retention.audit_ms },
     hooks = {},
     sources = { applications = {}, hooks = {}, notify = {} },
   }
@@ -457,7 +460,7 @@ local KEYS = {
   ["alert.probe"] = { "prometheus", "scrape_interval", "token" },
   notify = { "command", "log", "retry", "webhook" },
   ["notify.retry"] = { "initial", "max" },
-  retention = { "events", "logs", "outbox", "pipelines", "restarts" },
+  retention = { "audit", "events", "logs", "outbox", "pipelines", "restarts" },
   application = APP_KEYS,
   ["application.build"] = { "cancel", "status", "submit" },
   ["application.limits"] = { "cpu", "memory" },

@@ -34,7 +34,7 @@ root() { mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot "$@"; }
 # sim_metric), one row (restart_watermark) or a row per migration
 # (schema_version): reading them whole is what the alert scan, the leader
 # count and `oopsctl locks` mean to do.
-growing=" pipeline pipeline_event pipeline_log outbox exec_job sim_call restart_run sim_job "
+growing=" pipeline pipeline_event pipeline_log outbox exec_job sim_call restart_run sim_job operator_action "
 # Statements allowed a full scan of a growing table: "REGEX|why", the regex
 # (extended) matched against the folded statement.
 allowed=(
@@ -120,6 +120,12 @@ ctl_ok "oopsctl stop" stop "$held"
 rctl list --app t/web --env prod --since 1h --limit 10 >/dev/null 2>&1
 rctl list --all >/dev/null 2>&1
 rctl history --app t/web --env prod >/dev/null 2>&1
+rctl --json list >/dev/null 2>&1
+rctl --json list --app t/web --env prod --all >/dev/null 2>&1
+rctl audit >/dev/null 2>&1
+rctl audit --since 1h --actor "nobody@$(hostname)" >/dev/null 2>&1
+rctl audit --app t/web --env prod --since 7d >/dev/null 2>&1
+rctl audit --app t/web >/dev/null 2>&1
 wait_for 70 "the retention leader deleted the expired history (its DELETEs are in the log)" \
   bash -c "[[ \$(mariadb --no-defaults -N -B -S '$MDB_SOCKET' -uroot oops -e \"SELECT (SELECT COUNT(*) FROM pipeline
     WHERE id = 'expired00001') + (SELECT COUNT(*) FROM restart_run WHERE namespace = 'old')\") == 0 ]]"
@@ -146,7 +152,9 @@ for want in "FROM pipeline WHERE 1 = 1 AND status IN" "FROM pipeline_event WHERE
   "FROM pipeline_log WHERE pipeline_id" "FROM outbox o" "UPDATE pipeline SET status" \
   "FROM restart_run WHERE finished_at IS NULL" "FROM exec_job" "UPDATE outbox SET" "DELETE FROM pipeline" \
   "UNION ALL (SELECT" "IF(status = 'SUCCEEDED', status_changed_at, created_at) DESC" \
-  "FROM pipeline ORDER BY created_at DESC LIMIT" "FROM outbox WHERE delivered_at IS NULL GROUP BY delivered_routes"; do
+  "FROM pipeline ORDER BY created_at DESC LIMIT" "FROM outbox WHERE delivered_at IS NULL GROUP BY delivered_routes" \
+  "FROM operator_action WHERE 1 = 1 ORDER BY" "FROM operator_action WHERE 1 = 1 AND actor = ?" \
+  "FROM operator_action WHERE 1 = 1 AND namespace = ?" "AND e.actor IS NOT NULL ORDER BY e.id DESC LIMIT"; do
   check "... among them: $want" grep -qF "$want" "$work/distinct.tsv"
 done
 
@@ -189,7 +197,14 @@ INSERT INTO restart_run (namespace, application, environment, occurrence, fired_
     NOW(6) - INTERVAL (seq * 60 + 3600) SECOND, NOW(6) - INTERVAL (seq * 60 + 3600) SECOND, 'ok',
     NOW(6) - INTERVAL (seq * 60 + 3599) SECOND
   FROM seq_1_to_$N;
-ANALYZE TABLE pipeline, pipeline_event, outbox, pipeline_log, exec_job, sim_job, sim_call, restart_run;" \
+INSERT INTO operator_action (created_at, actor, action, pipeline_id, namespace, application, environment,
+    reason, outcome, via)
+  SELECT NOW(6) - INTERVAL (seq * 60 + 3600) SECOND, CONCAT('user', seq % 40, '@host'),
+    ELT(1 + seq % 4, 'create', 'stop', 'release', 'rollback'), CONCAT('h', LPAD(seq, 11, '0')), 'hist',
+    CONCAT('app', seq % 50), IF(seq % 2, 'prod', 'staging'), 'a reason', 'done', 'oopsctl@host'
+  FROM seq_1_to_$N;
+ANALYZE TABLE pipeline, pipeline_event, outbox, pipeline_log, exec_job, sim_job, sim_call, restart_run,
+  operator_action;" \
   >"$work/fill.log" 2>&1
 is "$?" 0 "history: $N finished pipelines, $((4 * N)) events, notifications and simulated calls, $N logs, jobs, restarts"
 

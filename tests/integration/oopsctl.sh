@@ -38,7 +38,7 @@ like "$out" "already finished \(STOPPED\)" "... with a clear message"
 out=$(ctl show "$id"); is "$?" 0 "show exits 0"
 like "$out" "status +STOPPED" "show prints the status"
 like "$out" "CREATED +-> INITIALIZED" "show prints the CREATED event"
-like "$out" "STOPPED +INITIALIZED -> STOPPED +oopsctl@" "show prints the STOPPED event and who"
+like "$out" "STOPPED +INITIALIZED -> STOPPED +[^ ]+@$(hostname) +Stopped by [^ ]+@$(hostname)\." "show prints the STOPPED event and who (the person, not oopsctl)"
 out=$(ctl --json show "$id"); like "$out" '"events":\[\{.*"type":"CREATED".*"type":"STOPPED"' "show --json carries the events"
 is "$(sql "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = '$id'")" 2 "exactly one event per transition"
 
@@ -76,7 +76,7 @@ out=$(ctl deploy "$hid" 2>&1); is "$?" 1 "a plain deploy of a held automatic rel
 like "$out" "--override --reason TEXT releases it" "... pointing at --override"
 out=$(ctl deploy "$hid" --override 2>&1); is "$?" 1 "--override without --reason exits 1"
 like "$out" "--override needs --reason" "... saying so"
-out=$(ctl deploy "$hid" --reason why 2>&1); is "$?" 1 "--reason without --override exits 1"
+out=$(ctl deploy "$hid" --reason why 2>&1); is "$?" 1 "a plain deploy of it with a --reason exits 1 too (a reason is no override)"
 out=$(ctl deploy "$hid" --override --reason "" 2>&1); is "$?" 1 "an empty reason exits 1"
 out=$(ctl deploy "$hid" --override --reason "$(printf 'a\tb')" 2>&1); is "$?" 1 "a reason with a control character exits 1"
 like "$out" "control character \(byte 2\)" "... naming where"
@@ -285,6 +285,55 @@ out=$("$OOPS_BUILD/oopsctl" --db "$bad" list 2>&1); is "$?" 2 "refused credentia
 like "$out" "Access denied" "... saying access was denied"
 unlike "$out" "wrong-$pw" "... never the password"
 out=$("$OOPS_BUILD/oopsctl" --db "nonsense" list 2>&1); is "$?" 1 "a malformed URL exits 1"
+# --- who and why (issue 27): the actor and --reason on every action, the audit log
+host=$(hostname)
+aid=$(SUDO_USER=alice USER=root ctl create --app shop/audit --env prod --manual --reason "release 7" 2>/dev/null)
+is "$?" 0 "create --reason exits 0"
+is "$(sql "SELECT CONCAT(actor, '|', reason, '|', server) FROM pipeline_event WHERE pipeline_id = '$aid'")" \
+  "alice@$host|release 7|oopsctl@$host" "the CREATED event names the person behind sudo (SUDO_USER), the reason, and oopsctl as its server"
+out=$(env -u SUDO_USER USER=bob LOGNAME=nobody "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" stop "$aid" --expect RUNNING --reason "too late" 2>&1)
+is "$?" 3 "a stale stop with a reason exits 3"
+out=$(env -u SUDO_USER USER=bob "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" stop "$aid" --reason "wrong branch"); is "$?" 0 "stop --reason exits 0"
+is "$(sql "SELECT CONCAT(actor, '|', reason, '|', message) FROM pipeline_event WHERE pipeline_id = '$aid' AND to_status = 'STOPPED'")" \
+  "bob@$host|wrong branch|Stopped by bob@$host: wrong branch" "... its event names USER without sudo, and says who and why"
+me=$(id -un)
+bid=$(env -u SUDO_USER -u USER -u LOGNAME "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" create --app shop/audit --env staging 2>/dev/null)
+is "$(sql "SELECT CONCAT(actor, '|', reason IS NULL) FROM pipeline_event WHERE pipeline_id = '$bid'")" "$me@$host|1" \
+  "without SUDO_USER, USER and LOGNAME the uid's name is the actor; no reason is NULL"
+cid=$(SUDO_USER='-rf; x' USER=carol ctl create --app shop/audit2 --env prod 2>/dev/null)
+is "$(sql "SELECT actor FROM pipeline_event WHERE pipeline_id = '$cid'")" "carol@$host" "a SUDO_USER that is no login name is not taken (USER is)"
+for bad in "" "$(printf 'a\nb')" "$(printf 'x\033[2J')" "$(printf '%0501d' 0)" "$(printf 'caf\xe9')"; do
+  out=$(ctl stop "$bid" --reason "$bad" 2>&1); is "$?" 1 "stop with a bad reason ($(printf '%q' "${bad:0:12}")) exits 1"
+done
+like "$(ctl create --app shop/x --env prod --reason "$(printf 'a\tb')" 2>&1)" "create: --reason holds a control character \(byte 2\)" \
+  "create refuses a control character, naming where"
+like "$(ctl rollback --app shop/x --env prod --reason "$(printf '%0501d' 0)" 2>&1)" "rollback: --reason must be 1 to 500 bytes, not 501" \
+  "rollback refuses an over-long reason"
+is "$(sql "SELECT status FROM pipeline WHERE id = '$bid'")|$(sql "SELECT COUNT(*) FROM pipeline WHERE application = 'x'")" "INITIALIZED|0" \
+  "... nothing changed by any of them"
+out=$(ctl stop "$bid" --reason "ünïcode ok"); is "$?" 0 "a UTF-8 reason is taken"
+out=$(ctl show "$aid"); like "$out" "bob@$host +Stopped by bob@$host: wrong branch" "show prints the actor of an operator's event"
+like "$out" "reason: wrong branch" "... and its reason"
+out=$(ctl --json show "$aid"); like "$out" "\"actor\":\"bob@$host\",\"reason\":\"wrong branch\"" "show --json has actor and reason"
+is "$(ctl --json list --app shop/audit --env prod --all | jq -r '.[0].actor')" "bob@$host" \
+  "list --json has the person of each pipeline's latest operator event"
+is "$(ctl --json list --app shop/api --env prod --all | jq -r '[.[] | has("actor")] | all')" "true" "... on every row (null for none)"
+out=$(ctl --json audit --app shop/audit); is "$?" 0 "audit --json exits 0"
+like "$out" "^\[\{.*\"actor\":\"$me@$host\",\"action\":\"stop\".*\"outcome\":\"done\"" "audit is newest first (the last stop first)"
+is "$(jq -r '.[] | "\(.action)/\(.outcome)/\(.actor)/\(.reason)"' <<<"$out" | tr '\n' ' ')" \
+  "stop/done/$me@$host/ünïcode ok create/done/$me@$host/null stop/done/bob@$host/wrong branch stop/stale/bob@$host/too late create/done/alice@$host/release 7 " \
+  "audit records every action of the app, a stale stop too (outcome stale), with actor and reason"
+like "$(jq -r '.[3].detail' <<<"$out")" "state changed concurrently: it is INITIALIZED, not RUNNING" "... the refusal keeps what the operator was told"
+is "$(ctl --json audit --actor "alice@$host" | jq -r 'map(.pipeline) | join(",")')" "$aid" "audit --actor filters by actor"
+is "$(ctl --json audit --app shop/audit --env staging | jq -r 'map(.action) | join(",")')" "stop,create" "audit --env filters by environment"
+is "$(ctl --json audit --since 1h --actor nobody@nowhere)" "[]" "audit of nobody is empty"
+sql "UPDATE operator_action SET created_at = NOW(6) - INTERVAL 2 DAY WHERE actor = 'alice@$host'"
+is "$(ctl --json audit --since 1d --app shop/audit | jq -r 'map(.actor) | unique | join(",")')" "$(printf '%s\n' "$me@$host" "bob@$host" | LC_ALL=C sort -u | paste -sd,)" "audit --since leaves older actions out"
+out=$(ctl audit --limit 2 2>&1); like "$out" "showing the newest 2; more match" "audit --limit cuts, saying so"
+like "$(ctl audit | head -1)" "^TIME \(UTC\) +ACTOR +ACTION +PIPELINE +APP ENV +OUTCOME +REASON" "audit prints a table"
+out=$(ctl audit --since 3x 2>&1); is "$?" 1 "audit with a bad --since exits 1"
+out=$(ctl audit --actor "$(printf '%0129d' 0)" 2>&1); is "$?" 1 "audit with an over-long --actor exits 1"
+
 out=$(OOPS_DB="$OOPS_TEST_DB" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB is read when --db is absent"
 nopw=${OOPS_TEST_DB/:$pw@/@}
 out=$(OOPS_DB="$nopw" OOPS_DB_PASSWORD="$pw" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB_PASSWORD supplies the password"

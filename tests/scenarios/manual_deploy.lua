@@ -12,8 +12,8 @@ expect(code == 0, "oopsctl deploy exits 0")
 expect(m:wait("SUCCEEDED", 20), "a server claims and deploys it")
 local types = {}
 for _, e in ipairs(m:events()) do types[#types + 1] = e.event_type end
-expect(table.concat(types, " ") == "CREATED BUILDING BUILD_SUCCEEDED DEPLOYING ROLLING_OUT SUCCEEDED",
-  "... through each status once", table.concat(types, " "))
+expect(table.concat(types, " ") == "CREATED BUILDING BUILD_SUCCEEDED DEPLOY_REQUESTED DEPLOYING ROLLING_OUT SUCCEEDED",
+  "... through each status once, the operator's request an event of its own", table.concat(types, " "))
 expect(m:calls("deploy") == 1, "... deploying once")
 
 -- A stale request: the pipeline was stopped meanwhile.

@@ -85,6 +85,15 @@ describe("a pipeline event's message", function()
     assert.is_nil(facts_of(m).branch)
   end)
 
+  it("names the operator and the reason of an operator's event (issue 27)", function()
+    local m = notify.pipeline_message(event { event_type = "STOPPED", actor = "alice@page", reason = "wrong branch",
+      message = "Stopped by alice@page: wrong branch" })
+    assert.are.same({ "application", "environment", "mode", "trigger", "pipeline", "artifact", "branch",
+      "server", "actor", "reason", "time", "detail" }, names_of(m))
+    assert.are.equal("alice@page", facts_of(m).actor)
+    assert.are.equal("wrong branch", facts_of(m).reason)
+  end)
+
   it("has its time in RFC 3339 UTC, microseconds kept", function()
     assert.are.equal("2026-08-01T12:00:05.123456Z", notify.pipeline_message(event()).time)
   end)

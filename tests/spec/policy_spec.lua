@@ -796,17 +796,19 @@ describe("retention { ... }", function()
     local ms = function(s) return assert(require("oops.duration").parse(s)) end
     local D = policy.DEFAULTS.retention
     assert.are.same({ pipelines_ms = 180 * DAY, events_ms = 180 * DAY, logs_ms = 30 * DAY, outbox_ms = 30 * DAY,
-      restarts_ms = 90 * DAY }, assert(policy.load_files({}, OPTS)).retention)
+      restarts_ms = 90 * DAY, audit_ms = 365 * DAY }, assert(policy.load_files({}, OPTS)).retention)
     assert.are.same({ pipelines_ms = ms(D.pipelines), events_ms = ms(D.events), logs_ms = ms(D.logs),
-      outbox_ms = ms(D.outbox), restarts_ms = ms(D.restarts) }, assert(load_text("")).retention)
+      outbox_ms = ms(D.outbox), restarts_ms = ms(D.restarts), audit_ms = ms(D.audit) },
+      assert(load_text("")).retention)
   end)
 
   it('takes durations and "forever" (never deleted), and keeps the defaults of the kinds left out', function()
     assert.are.same({ pipelines_ms = 365 * DAY, events_ms = 180 * DAY, logs_ms = 7 * DAY, outbox_ms = false,
-      restarts_ms = 90 * DAY },
+      restarts_ms = 90 * DAY, audit_ms = 365 * DAY },
       assert(load_text('retention { pipelines = "365d", logs = "7d", outbox = "forever" }\n')).retention)
     assert.are.same({ pipelines_ms = 3600000, events_ms = 180 * DAY, logs_ms = 30 * DAY, outbox_ms = 30 * DAY,
-      restarts_ms = false }, assert(load_text('retention { pipelines = "1h", restarts = "forever" }\n')).retention)
+      restarts_ms = false, audit_ms = false },
+      assert(load_text('retention { pipelines = "1h", restarts = "forever", audit = "forever" }\n')).retention)
   end)
 
   it("refuses a bad value, a too short one, an unknown key, and a second block, naming each", function()
@@ -814,7 +816,7 @@ describe("retention { ... }", function()
       'retention { events = "1d" }\n')
     assert.is_nil(p)
     assert.are.same({
-      path .. ':1: retention: unknown key "tables" (known: events, logs, outbox, pipelines, restarts)',
+      path .. ':1: retention: unknown key "tables" (known: audit, events, logs, outbox, pipelines, restarts)',
       path .. ':1: retention.logs: "10m": must be at least 1h (or "forever")',
       path .. ':1: retention.outbox: 30: not a duration (use e.g. 500ms, 5s, 10m, 2h) (or "forever")',
       path .. ':1: retention.pipelines: "6 months": not a duration (use e.g. 500ms, 5s, 10m, 2h) (or "forever")',
@@ -827,7 +829,7 @@ describe("retention { ... }", function()
     for _, k in ipairs(policy.keys()) do
       if k[1] == "retention" then found[#found + 1] = k[2] end
     end
-    assert.are.same({ "events", "logs", "outbox", "pipelines", "restarts" }, found)
+    assert.are.same({ "audit", "events", "logs", "outbox", "pipelines", "restarts" }, found)
   end)
 end)
 

@@ -22,7 +22,7 @@ local function days(n) return n * DAY_MS end
 -- A policy holding only what the scan reads.
 local function pol(r)
   local out = {}
-  for _, kind in ipairs({ "pipelines", "events", "logs", "outbox", "restarts" }) do
+  for _, kind in ipairs({ "pipelines", "events", "logs", "outbox", "restarts", "audit" }) do
     local v = r[kind]
     if v == nil then v = "forever" end
     out[kind .. "_ms"] = v ~= "forever" and days(v)
@@ -119,7 +119,7 @@ describe("the retention scan (needs OOPS_TEST_DB)", function()
     end
     assert.are.equal(6, count("FROM pipeline"))
     local want = { pipeline = 2, pipeline_event = 4, pipeline_log = 2, outbox = 4, exec_job = 2, sim_job = 2,
-      sim_call = 2, restart_run = 0 }
+      sim_call = 2, restart_run = 0, operator_action = 0 }
     assert.are.same(want, t.deleted)
     assert.are.same(want, delta)
     assert.is_true(oops.locks.holds(scan.LOCK))
@@ -177,6 +177,18 @@ describe("the retention scan (needs OOPS_TEST_DB)", function()
     assert.are.same({ outbox = 1, restart_run = 1, sim_call = 1 },
       { outbox = t.deleted.outbox, restart_run = t.deleted.restart_run, sim_call = t.deleted.sim_call })
     assert.are.same({ 1, 1, 1 }, { delta.outbox, delta.restart_run, delta.sim_call })
+  end)
+
+  it("deletes the operators' audit rows older than audit, and only those", function()
+    sql("DELETE FROM operator_action WHERE via = 'spec'")
+    sql("INSERT INTO operator_action (created_at, actor, action, outcome, via) VALUES " ..
+      "(NOW(6) - INTERVAL 400 DAY, 'old@host', 'stop', 'done', 'spec'), " ..
+      "(NOW(6) - INTERVAL 10 DAY, 'new@host', 'stop', 'done', 'spec')")
+    local t = tick(pol { audit = 365 })
+    assert.are.same({ { actor = "new@host" } }, sql("SELECT actor FROM operator_action WHERE via = 'spec'"))
+    assert.are.equal(1, t.deleted.operator_action)
+    tick(pol { audit = "forever" })
+    assert.are.equal(1, count("FROM operator_action WHERE via = 'spec'"))
   end)
 
   it('deletes nothing of a kind set to "forever"', function()

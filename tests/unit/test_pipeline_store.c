@@ -1555,6 +1555,96 @@ static void an_override_is_recorded_once_with_its_actor_and_reason(void **state)
     db_close(c);
 }
 
+static void a_reason_is_bounded_utf8_without_control_characters(void **state)
+{
+    (void)state;
+    char err[256], big[PIPELINE_REASON_MAX + 2];
+    assert_int_equal(pipeline_reason_check("--reason", "hotfix 42", err, sizeof err), 0);
+    assert_int_equal(pipeline_reason_check("--reason", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80",
+                                           err, sizeof err),
+                     0);
+    const char *bad[] = {
+        "",                 /* empty */
+        "a\tb",             /* C0 control */
+        "a\x7f",            /* DEL */
+        "a\xc2\x85",        /* C1 control (NEL) */
+        "caf\xe9",          /* Latin-1, not UTF-8 */
+        "\xc0\xaf",         /* overlong "/" */
+        "\xed\xa0\x80",     /* a surrogate */
+        "\xf4\x90\x80\x80", /* beyond U+10FFFF */
+        "\xe2\x82",         /* cut short */
+        NULL,
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(pipeline_reason_check("--reason", bad[i], err, sizeof err), -1);
+    assert_non_null(strstr(err, "--reason"));
+    memset(big, 'a', PIPELINE_REASON_MAX);
+    big[PIPELINE_REASON_MAX] = '\0';
+    assert_int_equal(pipeline_reason_check("--reason", big, err, sizeof err), 0);
+    big[PIPELINE_REASON_MAX] = 'a', big[PIPELINE_REASON_MAX + 1] = '\0';
+    assert_int_equal(pipeline_reason_check("--reason", big, err, sizeof err), -1);
+    assert_string_equal(err, "--reason must be 1 to 500 bytes, not 501");
+}
+
+static void an_operators_action_is_on_its_event_and_in_the_audit_log(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char id[25], err[512];
+    at_status(c, "aud", "prod", "BUILD_SUCCEEDED", 0, id);
+    pipeline_operator op = {.actor = "alice@build-7", .reason = "ship it"};
+    assert_int_equal(
+        pipeline_store_request_deploy_by(c, id, "oopsctl@build-7", &op, err, sizeof err), 1);
+    assert_int_equal(
+        pipeline_store_request_deploy_by(c, id, "oopsctl@build-7", &op, err, sizeof err),
+        0); /* requested already: nothing, no second row */
+    db_value q[] = {db_text(id)};
+    assert_int_equal(testdb_int(c,
+                                "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = ? AND "
+                                "event_type = 'DEPLOY_REQUESTED' AND from_status = to_status AND "
+                                "actor = 'alice@build-7' AND reason = 'ship it' AND server = "
+                                "'oopsctl@build-7' AND message = 'Deploy requested by "
+                                "alice@build-7: ship it'",
+                                q, 1),
+                     1);
+    assert_int_equal(testdb_int(c,
+                                "SELECT COUNT(*) FROM operator_action WHERE pipeline_id = ? AND "
+                                "action = 'release' AND outcome = 'done' AND namespace = 'shop' "
+                                "AND application = 'aud' AND environment = 'prod' AND via = "
+                                "'oopsctl@build-7'",
+                                q, 1),
+                     1);
+    /* a stop through transition_ex with the operator: event and audit row, one transaction */
+    pipeline_transition_extra x = {.op = &op};
+    assert_int_equal(pipeline_store_transition_ex(c, id, PS_BUILD_SUCCEEDED, PS_STOPPED, "Stopped.",
+                                                  NULL, "h1", 0, &x, err, sizeof err),
+                     1);
+    assert_int_equal(testdb_int(c,
+                                "SELECT COUNT(*) FROM operator_action WHERE pipeline_id = ? AND "
+                                "action = 'stop' AND reason = 'ship it' AND via = 'h1'",
+                                q, 1),
+                     1);
+    /* a refusal: recorded with what the operator was told */
+    assert_int_equal(pipeline_store_audit_refusal(c, &op, "stop", id, NULL, NULL, NULL, "refused",
+                                                  "already finished", "h1", err, sizeof err),
+                     0);
+    pipeline_audit_query aq = {.actor = "alice@build-7", .limit = 10};
+    pipeline_audit_row *v = NULL;
+    size_t n = 0;
+    assert_int_equal(pipeline_store_audit(c, &aq, &v, &n, err, sizeof err), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(v[0].outcome, "refused"); /* newest first */
+    assert_string_equal(v[0].detail, "already finished");
+    assert_string_equal(v[0].environment, "prod");
+    assert_string_equal(v[2].action, "release");
+    pipeline_audit_free(v, n);
+    aq.actor = "nobody@x";
+    assert_int_equal(pipeline_store_audit(c, &aq, &v, &n, err, sizeof err), 0);
+    assert_int_equal(n, 0);
+    pipeline_audit_free(v, n);
+    db_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1585,6 +1675,8 @@ int main(void)
         cmocka_unit_test(a_slot_goes_to_the_rollback_then_the_oldest_waiting),
         cmocka_unit_test(a_failed_release_makes_one_rollback_to_the_live_release),
         cmocka_unit_test(an_override_is_recorded_once_with_its_actor_and_reason),
+        cmocka_unit_test(a_reason_is_bounded_utf8_without_control_characters),
+        cmocka_unit_test(an_operators_action_is_on_its_event_and_in_the_audit_log),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     mysql_library_end();

@@ -19,7 +19,7 @@
 static const char *const tables[] = {
     "pipeline",   "pipeline_event", "server",         "sim_job",           "sim_call",
     "exec_job",   "pipeline_log",   "restart_run",    "restart_watermark", "alert_state",
-    "sim_metric", "outbox",         "schema_version", "deploy_slot",
+    "sim_metric", "outbox",         "schema_version", "deploy_slot",       "operator_action",
 };
 #define NTABLES (sizeof tables / sizeof tables[0])
 

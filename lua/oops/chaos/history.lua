@@ -396,8 +396,8 @@ function M.load(sql, o)
   for _, r in ipairs(sql("SELECT e.id, e.pipeline_id, e.from_status, e.to_status, e.server, e.lock_session, " ..
       "UNIX_TIMESTAMP(e.created_at) AS at, CONCAT(p.namespace, '/', p.application, '/', p.environment) AS target " ..
       "FROM pipeline_event e JOIN pipeline p ON p.id = e.pipeline_id " ..
-      -- (an operator's override is an event, not a transition)
-      "WHERE e.event_type <> 'OVERRIDE' ORDER BY e.id")) do
+      -- (an operator's override or deploy request is an event, not a transition)
+      "WHERE e.from_status IS NULL OR e.from_status <> e.to_status ORDER BY e.id")) do
     h.events[#h.events + 1] = { id = r.id, pipeline = r.pipeline_id, target = r.target, from = r.from_status,
       to = r.to_status, server = r.server, session = tonumber(r.lock_session), at = tonumber(r.at) }
   end

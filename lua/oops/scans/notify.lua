@@ -127,7 +127,7 @@ end
 local PENDING_SQL = [[
 SELECT o.id, o.event_id, o.kind, o.payload, o.attempts, o.delivered_routes,
        o.created_at, (o.next_attempt_at <= NOW(6)) AS due,
-       e.pipeline_id, e.event_type, e.message, e.server, e.created_at AS event_at,
+       e.pipeline_id, e.event_type, e.message, e.server, e.actor, e.reason, e.created_at AS event_at,
        p.namespace, p.application, p.environment, p.deploy_mode, p.trigger_type,
        p.artifact, p.source
   FROM outbox o

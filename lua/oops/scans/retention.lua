@@ -23,6 +23,7 @@
 --   logs       the command logs of finished pipelines past it
 --   outbox     outbox rows delivered longer ago than it
 --   restarts   finished restart_run rows, and sim_call rows of no pipeline
+--   audit      operator_action rows (the operators' audit log) older than it
 --
 -- /metrics: oops_retention_deleted_total{table} rows deleted, per table.
 local oops = require("oops")
@@ -53,7 +54,7 @@ M.MAX_BATCHES = 20         -- rounds per kind per tick
 M.RESTART_CURSOR_MS = 3600000
 
 M.TABLES = { "pipeline", "pipeline_event", "pipeline_log", "outbox", "exec_job", "sim_job", "sim_call",
-  "restart_run" }
+  "restart_run", "operator_action" }
 M.FINISHED = { "SUCCEEDED", "ERROR", "STOPPED" }
 
 oops.metrics.describe("oops_retention_deleted_total", "counter",
@@ -240,6 +241,10 @@ function M.run(pol)
       "finished_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY finished_at", r.restarts_ms * 1000, M.BATCH)
     t:rows("sim_call", "DELETE FROM sim_call WHERE pipeline_id IS NULL AND " ..
       "created_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY created_at", r.restarts_ms * 1000, M.BATCH)
+  end
+  if r.audit_ms then
+    t:rows("operator_action", "DELETE FROM operator_action WHERE " ..
+      "created_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY created_at", r.audit_ms * 1000, M.BATCH)
   end
   local parts = {}
   for _, name in ipairs(M.TABLES) do

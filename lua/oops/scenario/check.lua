@@ -114,7 +114,7 @@ local function checks(ctx)
 
   check("no pipeline left a status twice", sql([[
       SELECT pipeline_id, from_status, COUNT(*) AS times FROM pipeline_event
-      WHERE from_status IS NOT NULL AND event_type <> 'OVERRIDE'
+      WHERE from_status IS NOT NULL AND from_status <> to_status
       GROUP BY pipeline_id, from_status HAVING COUNT(*) > 1]]),
     function(bad) return list(bad, function(r)
       return ("%s left %s %d times"):format(r.pipeline_id, r.from_status, n(r.times)) end) end)

@@ -1,0 +1,247 @@
+#include "operator.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* out->code = code with a formatted message; the refusal recorded in the
+ * audit log (outcome from the code) unless the database itself failed. */
+static op_code refuse(db_conn *c, const op_who *who, const char *action, const char *id,
+                      const char *ns, const char *app, const char *env, op_result *out,
+                      op_code code, const char *fmt, ...) __attribute__((format(printf, 10, 11)));
+static op_code refuse(db_conn *c, const op_who *who, const char *action, const char *id,
+                      const char *ns, const char *app, const char *env, op_result *out,
+                      op_code code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out->error, sizeof out->error, fmt, ap);
+    va_end(ap);
+    out->code = code;
+    if (code != OP_DB) {
+        char e[256];
+        pipeline_store_audit_refusal(c, &who->op, action, id, ns, app, env,
+                                     code == OP_STALE ? "stale" : "refused", out->error, who->via,
+                                     e, sizeof e);
+    }
+    return code;
+}
+
+static op_code db_error(op_result *out, const char *err)
+{
+    snprintf(out->error, sizeof out->error, "%s", err);
+    out->code = OP_DB;
+    return OP_DB;
+}
+
+/* The pipeline as read now: OP_OK with *p (pipeline_clear it), else the code. */
+static op_code load(db_conn *c, const op_who *who, const char *action, const char *id, pipeline *p,
+                    op_result *out)
+{
+    char err[512];
+    int rc = pipeline_store_get(c, id, p, err, sizeof err);
+    if (rc < 0)
+        return db_error(out, err);
+    if (rc == 0)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_NOTFOUND,
+                      "%s: no pipeline with id \"%s\"", action, id);
+    return OP_OK;
+}
+
+op_code op_stop(db_conn *c, const char *id, const pipeline_status *expect, const op_who *who,
+                op_result *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->id, sizeof out->id, "%s", id);
+    pipeline p;
+    op_code rc = load(c, who, "stop", id, &p, out);
+    if (rc != OP_OK)
+        return rc;
+    pipeline_status now = p.status, from = expect ? *expect : p.status;
+    pipeline_clear(&p);
+    if (from != now)
+        return refuse(c, who, "stop", id, NULL, NULL, NULL, out, OP_STALE,
+                      "stop %s: state changed concurrently: it is %s, not %s; nothing changed", id,
+                      pipeline_status_name(now), pipeline_status_name(from));
+    if (pipeline_status_terminal(from))
+        return refuse(c, who, "stop", id, NULL, NULL, NULL, out, OP_INPUT,
+                      "stop %s: the pipeline already finished (%s)", id,
+                      pipeline_status_name(from));
+    char msg[PIPELINE_ACTOR_MAX + PIPELINE_REASON_MAX + 32], err[1024];
+    snprintf(msg, sizeof msg, "Stopped by %s%s%s", who->op.actor, who->op.reason ? ": " : ".",
+             who->op.reason ? who->op.reason : "");
+    pipeline_transition_extra x = {.op = &who->op};
+    int r = pipeline_store_transition_ex(c, id, from, PS_STOPPED, msg, NULL, who->via, 0, &x, err,
+                                         sizeof err);
+    if (r == PSTORE_ILLEGAL)
+        return refuse(c, who, "stop", id, NULL, NULL, NULL, out, OP_INPUT,
+                      "stop %s: %s (a rollout cannot be stopped)", id, err);
+    if (r < 0)
+        return db_error(out, err);
+    if (r == 0)
+        return refuse(c, who, "stop", id, NULL, NULL, NULL, out, OP_STALE,
+                      "stop %s: state changed concurrently: it is no longer %s; nothing changed",
+                      id, pipeline_status_name(from));
+    out->from = from;
+    return OP_OK;
+}
+
+static op_code deploy_override(db_conn *c, const char *id, const pipeline *p, const op_who *who,
+                               op_result *out)
+{
+    if (p->status == PS_INITIALIZED || p->status == PS_RUNNING)
+        return refuse(c, who, "override", id, NULL, NULL, NULL, out, OP_INPUT,
+                      "deploy %s: the build has not succeeded yet (%s); nothing changed", id,
+                      pipeline_status_name(p->status));
+    if (p->status != PS_BUILD_SUCCEEDED)
+        return refuse(c, who, "override", id, NULL, NULL, NULL, out, OP_STALE,
+                      "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; "
+                      "nothing changed",
+                      id, pipeline_status_name(p->status));
+    if (p->override_at) {
+        out->already = true;
+        return OP_OK;
+    }
+    char err[512];
+    int rc = pipeline_store_override_by(c, id, who->via, &who->op, err, sizeof err);
+    if (rc < 0)
+        return db_error(out, err);
+    if (rc == 0)
+        return refuse(c, who, "override", id, NULL, NULL, NULL, out, OP_STALE,
+                      "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED "
+                      "(or was overridden meanwhile); nothing changed",
+                      id);
+    return OP_OK;
+}
+
+op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, op_result *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->id, sizeof out->id, "%s", id);
+    out->override = override;
+    const char *action = override ? "override" : "release";
+    if (override && !who->op.reason)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "deploy %s: an override needs a reason (it is kept in the pipeline's "
+                      "history)",
+                      id);
+    pipeline p;
+    op_code rc = load(c, who, action, id, &p, out);
+    if (rc != OP_OK)
+        return rc;
+    if (override) {
+        rc = deploy_override(c, id, &p, who, out);
+        pipeline_clear(&p);
+        return rc;
+    }
+    pipeline_status st = p.status;
+    bool manual = p.manual, requested = p.deploy_requested_at != NULL;
+    pipeline_clear(&p);
+    if (!manual)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "deploy %s: the pipeline deploys automatically (mode auto)%s", id,
+                      st == PS_BUILD_SUCCEEDED
+                          ? "; it waits for a deploy window, freeze or slot: --override "
+                            "--reason TEXT releases it from a window or freeze"
+                          : "");
+    if (st == PS_INITIALIZED || st == PS_RUNNING)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "deploy %s: the build has not succeeded yet (%s)", id,
+                      pipeline_status_name(st));
+    if (st != PS_BUILD_SUCCEEDED)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_STALE,
+                      "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; "
+                      "nothing changed",
+                      id, pipeline_status_name(st));
+    if (requested) {
+        out->already = true;
+        return OP_OK;
+    }
+    char err[512];
+    int r = pipeline_store_request_deploy_by(c, id, who->via, &who->op, err, sizeof err);
+    if (r < 0)
+        return db_error(out, err);
+    if (r == 0)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_STALE,
+                      "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED; "
+                      "nothing changed",
+                      id);
+    return OP_OK;
+}
+
+op_code op_rollback(db_conn *c, const char *ns, const char *app, const char *env, const char *to,
+                    const op_who *who, op_result *out)
+{
+    memset(out, 0, sizeof *out);
+    char err[1024];
+    pipeline t;
+    int rc = pipeline_store_rollback_target(c, ns, app, env, to, &t, err, sizeof err);
+    if (rc == PSTORE_BAD)
+        return refuse(c, who, "rollback", to, ns, app, env, out, OP_INPUT, "rollback: %s", err);
+    if (rc != 0)
+        return db_error(out, err);
+    /* The new pipeline says what it rolls back to (its CREATED event too). */
+    char msg[128];
+    snprintf(msg, sizeof msg, "Rollback to %s.", t.id);
+    pipeline_new n = {
+        .namespace = ns,
+        .application = app,
+        .environment = env,
+        .artifact = t.artifact,
+        .source = t.source,
+        .trigger = "rollback",
+        .actor = who->via,
+        .op = &who->op,
+        .message = msg,
+    };
+    rc = pipeline_store_create(c, &n, out->id, err, sizeof err);
+    op_code code = OP_OK;
+    if (rc == PSTORE_EXISTS) {
+        /* Name the one in the way, when it is still there. */
+        pipeline u;
+        char which[80] = "";
+        if (pipeline_store_unfinished(c, ns, app, env, &u, err, sizeof err) == 1) {
+            snprintf(which, sizeof which, " (%s, %s)", u.id, pipeline_status_name(u.status));
+            pipeline_clear(&u);
+        }
+        code = refuse(c, who, "rollback", NULL, ns, app, env, out, OP_STALE,
+                      "rollback: an unfinished pipeline already exists for %s/%s in %s%s; "
+                      "nothing changed",
+                      ns, app, env, which);
+    } else if (rc == PSTORE_BAD) {
+        code = refuse(c, who, "rollback", NULL, ns, app, env, out, OP_INPUT, "rollback: %s", err);
+    } else if (rc != 0) {
+        code = db_error(out, err);
+    } else {
+        snprintf(out->rollback_to, sizeof out->rollback_to, "%s", t.id);
+        snprintf(out->artifact, sizeof out->artifact, "%s", t.artifact ? t.artifact : "");
+        char q[300];
+        pipeline_quote(q, sizeof q, t.artifact, 80);
+        snprintf(out->note, sizeof out->note,
+                 "rollback: %s rolls %s/%s %s back to %s (artifact %s)", out->id, ns, app, env,
+                 t.id, q);
+    }
+    pipeline_clear(&t);
+    return code;
+}
+
+void op_result_json(buf *b, const char *action, const op_result *r)
+{
+    bool first = true;
+    buf_puts(b, "{");
+    json_kv_str(b, "id", r->id, &first);
+    if (strcmp(action, "stop") == 0) {
+        json_kv_str(b, "from", pipeline_status_name(r->from), &first);
+        json_kv_str(b, "status", "STOPPED", &first);
+    } else if (strcmp(action, "deploy") == 0) {
+        json_kv_bool(b, r->override ? "override" : "requested", true, &first);
+        if (r->already)
+            json_kv_bool(b, "already", true, &first);
+    } else {
+        json_kv_str(b, "status", "INITIALIZED", &first);
+        json_kv_str(b, "trigger", "rollback", &first);
+        json_kv_str(b, "rollback_to", r->rollback_to, &first);
+        json_kv_str(b, "artifact", r->artifact, &first);
+    }
+    buf_puts(b, "}");
+}

@@ -1,0 +1,65 @@
+/* operator: what an operator may do to the fleet — stop a pipeline, release
+ * one (a manual deploy, or an override of a deploy window or freeze), roll an
+ * application back — with the same rules and the same one-line answers
+ * whoever asks: `oopsctl` (its exit codes) and the fleet page (its HTTP
+ * statuses, lua/oops/web.lua). Each action is recorded with who asked and why
+ * (pipeline_operator: on its event and in the audit log, operator_action);
+ * an action that changes nothing because the state changed concurrently, or
+ * that is not allowed, is recorded in the audit log too (outcome "stale",
+ * "refused").
+ *
+ * Pure C on one database connection: blocking, no loop, no Lua. The daemon
+ * runs it on a pool connection from a task (oops.store.act).
+ */
+#ifndef OOPS_OPERATOR_H
+#define OOPS_OPERATOR_H
+
+#include <stdbool.h>
+
+#include "buf.h"
+#include "db.h"
+#include "pipeline_store.h"
+
+typedef enum op_code {
+    OP_OK = 0,       /* done (or already done: op_result.already) */
+    OP_INPUT = 1,    /* not allowed (oopsctl exit 1, HTTP 422) */
+    OP_DB = 2,       /* a database error; error holds the driver's text (db_fail's job) */
+    OP_STALE = 3,    /* the state changed concurrently: nothing changed (exit 3, HTTP 409) */
+    OP_NOTFOUND = 4, /* no such pipeline (exit 1, HTTP 404) */
+} op_code;
+
+typedef struct op_result {
+    op_code code;
+    char error[1024];     /* a one-line message when code != OP_OK ("stop ID: ...") */
+    char id[25];          /* the pipeline acted on; for a rollback the new one */
+    pipeline_status from; /* stop: the status it was stopped from */
+    bool override;        /* deploy: an override (else a manual deploy's request) */
+    bool already;         /* deploy: requested (overridden) already, nothing changed */
+    char rollback_to[25]; /* rollback: the release it redeploys */
+    char artifact[256];   /* ... and its artifact */
+    char note[512];       /* rollback: which release was chosen, for the operator */
+} op_result;
+
+/* The person and the process (via: "oopsctl@HOST", an oopsd server's name). */
+typedef struct op_who {
+    pipeline_operator op;
+    const char *via;
+} op_who;
+
+/* stop ID [--expect STATUS]: expect NULL = the status read now. */
+op_code op_stop(db_conn *c, const char *id, const pipeline_status *expect, const op_who *who,
+                op_result *out);
+
+/* deploy ID [--override]: an override needs who->op.reason. */
+op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, op_result *out);
+
+/* rollback --app NS/APP --env ENV [--to ID]: a new pipeline (trigger
+ * rollback) redeploying `to`, else the release before the current one. */
+op_code op_rollback(db_conn *c, const char *ns, const char *app, const char *env, const char *to,
+                    const op_who *who, op_result *out);
+
+/* The answer's JSON object (what `oopsctl --json` prints, and the page's
+ * API answers), for action "stop", "deploy" or "rollback". */
+void op_result_json(buf *b, const char *action, const op_result *r);
+
+#endif
