@@ -41,6 +41,11 @@ typedef struct oops_ctx {
     int policy_version; /* successful loads so far */
     char *policy_error; /* last failed reload's errors, NULL when the running policy is current */
     char policy_dir[1024];
+    /* The daemon's answer to a deferred HTTP request (an operator's action
+     * from the page, oops.http_answer): 0, or -1 when it is gone (answered,
+     * timed out). NULL outside the daemon. body is copied. */
+    int (*http_answer)(void *ud, uint64_t ticket, int status, const char *body, size_t len);
+    void *http_answer_ud;
 } oops_ctx;
 
 #endif

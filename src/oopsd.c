@@ -1,6 +1,7 @@
 /*
  * oopsd — the scheduler engine. Every backend server runs one:
- *   oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--http-token-file FILE]
+ *   oopsd --db URL --name NAME --policies DIR [--listen ADDR] [--http-users FILE]
+ *         [--http-token-file FILE]
  *         [--http-host NAME]... [--run-as USER]
  *   oopsd --check --policies DIR        validate the policies and exit (like nginx -t)
  *   oopsd lua SCRIPT [ARGS...]          run a Lua script with the oops module
@@ -21,7 +22,8 @@
 static void usage(FILE *f)
 {
     fputs("usage: oopsd --db URL --name NAME --policies DIR [--listen ADDR] "
-          "[--http-token-file FILE] [--http-host NAME]... [--run-as USER] [--drain MS] "
+          "[--http-users FILE | --http-token-file FILE] [--http-host NAME]... [--run-as USER] "
+          "[--drain MS] "
           "[--db-connections N] [--simulate URL] "
           "[--log-level L]\n"
           "       oopsd --check --policies DIR\n"
@@ -37,9 +39,11 @@ static void usage(FILE *f)
           "  --listen ADDR   the fleet page (/), /healthz, /metrics, /status (default "
           "127.0.0.1:7070;\n"
           "                  \"off\" disables)\n"
-          "  --http-token-file FILE  a bearer token (one line, 16 to 4096 characters) every "
-          "request\n"
-          "                  but /healthz must carry; required when ADDR is not loopback\n"
+          "  --http-users FILE  lines NAME ROLE TOKEN (ROLE viewer or operator): the bearer\n"
+          "                  tokens /api, /metrics and /status take; operators may also act\n"
+          "                  from the page (stop, release, roll back); re-read on SIGHUP\n"
+          "  --http-token-file FILE  one bearer token (one line, 16 to 4096 characters): one\n"
+          "                  viewer; one of the two is required when ADDR is not loopback\n"
           "  --http-host NAME  a host name (or IP address) requests may name in their Host\n"
           "                  header besides localhost, loopback addresses and ADDR; up to 16\n"
           "                  times (others are answered 421: DNS rebinding)\n"
@@ -74,6 +78,7 @@ enum {
     F_DB_CONNECTIONS,
     F_LOG_LEVEL,
     F_HTTP_TOKEN_FILE,
+    F_HTTP_USERS,
     F_RUN_AS,
     F_SIMULATE,
     F_HELP,
@@ -94,6 +99,7 @@ static void flag_table(ctl_flag f[F__COUNT])
         [F_DB_CONNECTIONS] = {"--db-connections", true, false, NULL},
         [F_LOG_LEVEL] = {"--log-level", true, false, NULL},
         [F_HTTP_TOKEN_FILE] = {"--http-token-file", true, false, NULL},
+        [F_HTTP_USERS] = {"--http-users", true, false, NULL},
         [F_RUN_AS] = {"--run-as", true, false, NULL},
         [F_SIMULATE] = {"--simulate", true, false, NULL},
         [F_HELP] = {"--help", false, false, NULL},
@@ -172,6 +178,7 @@ int main(int argc, char **argv)
     o.policies = f[F_POLICIES].value;
     o.listen = f[F_LISTEN].value;
     o.http_token_file = f[F_HTTP_TOKEN_FILE].value;
+    o.http_users_file = f[F_HTTP_USERS].value;
     o.run_as = f[F_RUN_AS].value;
     o.simulate = f[F_SIMULATE].value;
     const char *http_hosts[WEB_HOSTS_MAX];

@@ -174,6 +174,9 @@ end
 -- only, never waits (lua/oops/web.lua). `client`: the client's address (the
 -- rate limits of pipeline reads). -> status, JSON text
 function M.http(path, client) return web.http(path, client) end
+-- An operator's action from the page (web.post): answered now, or later by
+-- oops.http_answer(ticket, status, json).
+function M.http_post(path, body, actor, ticket) return web.post(path, body, actor, ticket, oops.http_answer) end
 
 -- SIGTERM: start no new tick; in-flight ticks finish (the daemon waits, bounded).
 function M.stop()

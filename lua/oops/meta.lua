@@ -138,6 +138,15 @@ function oops.server_name() end
 ---@return boolean
 function oops.stopping() end
 
+--- The answer to an HTTP request the daemon deferred (an operator's action
+--- from the fleet page, engine.http_post): false when it is gone (answered,
+--- timed out with 504, its server closed) or outside the daemon.
+---@param ticket integer the ticket engine.http_post was given
+---@param status integer an HTTP status, 100 to 599
+---@param body string the JSON text
+---@return boolean answered
+function oops.http_answer(ticket, status, body) end
+
 ---@class oops.ConnectOptions
 ---@field db? string mysql://user[:password]@host[:port]/database[?socket=PATH]; default $OOPS_DB
 ---@field name? string the server name for events (default: unchanged)
@@ -392,6 +401,29 @@ function oops.store.create(opts) end
 ---@return string|oops.TransitionDone|nil msg_or_done
 ---@return oops.ErrorName? name
 function oops.store.transition(id, from, to, message, extra) end
+
+---@class oops.ActArgs
+---@field actor string the person: NAME@page
+---@field reason? string checked by the caller (1 to 500 bytes, no control character)
+---@field id? string stop, deploy: the pipeline
+---@field expect? oops.Status stop: the status the operator saw
+---@field override? boolean deploy: release one a window or freeze holds (needs a reason)
+---@field namespace? string rollback: the application's namespace
+---@field application? string rollback
+---@field environment? string rollback
+---@field to? string rollback: the release to redeploy (default the one before the live one)
+
+--- An operator's action (src/operator.c: oopsctl's rules and messages), this
+--- server as the event's server, recorded with actor and reason on its event
+--- and in the audit log (refusals too). code "ok" with the answer's JSON
+--- (what oopsctl --json prints), else "input", "notfound", "stale" or "db"
+--- with the one-line message.
+---@param action "stop"|"deploy"|"rollback"
+---@param args oops.ActArgs
+---@return string|nil code
+---@return string text JSON or message
+---@return oops.ErrorName? name
+function oops.store.act(action, args) end
 
 --- One pipeline, or false when there is no such id.
 ---@param id string

@@ -77,11 +77,16 @@ local state = {
 
 local function num(v) return v ~= nil and tonumber(v) or nil end
 
+-- A lowercase DNS label (pipeline_label_valid): what names an application or environment.
+local function label(s)
+  return type(s) == "string" and #s <= 63 and (s:match("^[a-z0-9]$") or s:match("^[a-z0-9][a-z0-9-]*[a-z0-9]$")) ~= nil
+end
+
 ------------------------------------------------------------------ queries
 
 local PIPELINE_COLUMNS = "id, namespace, application, environment, status, deploy_mode, trigger_type,"
   .. " LEFT(artifact, 200) AS artifact, LEFT(message, 300) AS message, driven_by,"
-  .. " created_at, status_changed_at, hold,"
+  .. " created_at, status_changed_at, hold, deploy_requested_at IS NOT NULL AS requested,"
   .. " TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) AS age_us,"
   .. " IS_USED_LOCK(CONCAT(?, id)) AS owner,"
   -- where a finished pipeline stopped (its last event's from): which step failed
@@ -112,7 +117,13 @@ local SQL = {
     .. " AND IS_USED_LOCK(CONCAT(?, s.name)) = s.lock_connection_id LIMIT 1) AS owner_name"
     .. " FROM pipeline WHERE id = ?",
   events = "SELECT id, event_type, from_status, to_status, LEFT(message, 1000) AS message, server,"
-    .. " lock_session, created_at FROM pipeline_event WHERE pipeline_id = ? ORDER BY id LIMIT ?",
+    .. " lock_session, actor, reason, created_at FROM pipeline_event WHERE pipeline_id = ? ORDER BY id LIMIT ?",
+  -- what `oopsctl history` reads (pipeline_store_history): the unfinished one, then the releases
+  history = "SELECT id, trigger_type, status, LEFT(artifact, 200) AS artifact, created_at, status_changed_at"
+    .. " FROM pipeline WHERE namespace = ? AND application = ? AND environment = ?"
+    .. " AND (status = 'SUCCEEDED' OR unfinished_key IS NOT NULL)"
+    .. " ORDER BY status = 'SUCCEEDED', IF(status = 'SUCCEEDED', status_changed_at, created_at) DESC,"
+    .. " created_at DESC, id DESC LIMIT ?",
   logs = "SELECT id, step, server, LEFT(argv, 1000) AS argv, exit_status, result, duration_ms,"
     .. " RIGHT(output, ?) AS output, created_at FROM pipeline_log WHERE pipeline_id = ?"
     .. " ORDER BY id DESC LIMIT ?",
@@ -150,6 +161,7 @@ local function pipeline_row(r, by_conn, limits)
     driven_by = r.driven_by, last_from = r.last_from,
     -- why it waits to deploy (issue 26: a window, freeze or slot; its message says more)
     hold = (r.status == "INITIALIZED" or r.status == "BUILD_SUCCEEDED") and r.hold or nil,
+    deploy_requested = num(r.requested) == 1,
   }
 end
 
@@ -315,7 +327,8 @@ function M.read_pipeline(id)
   local events = {}
   for _, r in ipairs(exec(c, SQL.events, id, M.EVENTS)) do
     events[#events + 1] = { id = num(r.id), type = r.event_type, from = r.from_status, to = r.to_status,
-      message = r.message, server = r.server, lock_session = num(r.lock_session), at = r.created_at }
+      message = r.message, server = r.server, lock_session = num(r.lock_session), at = r.created_at,
+      actor = r.actor, reason = r.reason }
   end
   local logs = {}
   for _, r in ipairs(exec(c, SQL.logs, M.LOG_BYTES, id, M.LOGS)) do
@@ -324,6 +337,25 @@ function M.read_pipeline(id)
       output = r.output, at = r.created_at })
   end
   return { pipeline = p, events = json.array(events), logs = json.array(logs), statements = c.n }
+end
+
+M.HISTORY = 20
+
+-- An application's releases in an environment, what `oopsctl history --json`
+-- prints: the one in progress first, then the releases that went live, the
+-- newest SUCCEEDED one live. nil when it has none at all.
+function M.read_history(ns, app, env)
+  local c = { n = 0 }
+  local releases, live = {}, nil
+  for _, r in ipairs(exec(c, SQL.history, ns, app, env, M.HISTORY)) do
+    local ok = r.status == "SUCCEEDED"
+    if ok and not live then live = r.id end
+    releases[#releases + 1] = { id = r.id, trigger = r.trigger_type, status = r.status, artifact = r.artifact,
+      created_at = r.created_at, finished_at = ok and r.status_changed_at or json.null, live = r.id == live }
+  end
+  if #releases == 0 then return nil end
+  return { namespace = ns, application = app, environment = env, live = live or json.null,
+    releases = json.array(releases), statements = c.n }
 end
 
 ------------------------------------------------------------------ tasks
@@ -442,8 +474,8 @@ local function drop_oldest(t, at_of)
   if oldest_id ~= nil then t[oldest_id] = nil end
 end
 
-local function fetch(id)
-  local ok, res = pcall(M.read_pipeline, id)
+local function fetch(id, read, ...)
+  local ok, res = pcall(read, ...)
   state.fetching[id], state.nfetching = nil, state.nfetching - 1
   if not ok then return fetch_failed(id, type(res) == "table" and res.why or tostring(res)) end
   local now = oops.now_ms()
@@ -485,23 +517,30 @@ local function fleet(now)
   return 200, head:sub(1, -2) .. "," .. state.snapshot:sub(2)
 end
 
-local function pipeline(id, client, now)
+local function missing_text(key)
+  local target = key:match("^history:(.*)$")
+  return target and (target:gsub("/([^/]+)$", " %1") .. " has no release yet") or "no pipeline " .. key
+end
+
+-- A detail read on demand: the pipeline (key = its id) or a history (key
+-- "history:NS/APP/ENV"), read by read(...) in a task.
+local function detail(id, client, now, read, ...)
   local missed = state.misses[id]
-  if missed and now - missed < M.MISS_TTL_MS then return answer(404, { error = "no pipeline " .. id }) end
+  if missed and now - missed < M.MISS_TTL_MS then return answer(404, { error = missing_text(id) }) end
   local d = state.details[id]
   local fresh = d and now - d.at < M.DETAIL_TTL_MS
   if not fresh and not state.fetching[id] and state.nfetching < M.MAX_FETCHING then
     local ok, wait_ms = limiter().take(client or "?", now)
     if ok then
       state.fetching[id], state.nfetching = true, state.nfetching + 1
-      oops.task("web pipeline", fetch, id)
+      oops.task("web pipeline", fetch, id, read, ...)
     elseif not d and not missed then
       counted("limited")
       return answer(429, { error = "too many pipeline reads; try again later", retry_after_ms = wait_ms })
     end
   end
   if d then return 200, d.json end
-  if missed then return answer(404, { error = "no pipeline " .. id }) end -- read again meanwhile
+  if missed then return answer(404, { error = missing_text(id) }) end -- read again meanwhile
   return answer(202, { pending = true })
 end
 
@@ -513,8 +552,138 @@ function M.http(path, client)
   state.wanted_at = now
   if path == "/api/fleet" then return fleet(now) end
   local id = path:match("^/api/pipeline/([a-z0-9]+)$")
-  if id and #id <= 64 then return pipeline(id, client, now) end
+  if id and #id <= 64 then return detail(id, client, now, M.read_pipeline, id) end
+  local ns, app, env = path:match("^/api/history/([^/]+)/([^/]+)/([^/]+)$")
+  if ns then
+    if not (label(ns) and label(app) and label(env)) then
+      return answer(404, { error = "no such application: names are lowercase DNS labels" })
+    end
+    return detail("history:" .. ns .. "/" .. app .. "/" .. env, client, now, M.read_history, ns, app, env)
+  end
   return answer(404, { error = "no such endpoint" })
+end
+
+------------------------------------------------------------------ actions
+
+-- Operators' actions from the page (issue 27): POST /api/pipeline/ID/stop,
+-- /api/pipeline/ID/deploy, /api/rollback. The daemon has checked who asks
+-- (an operator of --http-users, Authorization header only), the origin (CSRF)
+-- and bounded the body; here the body is read and the action runs as a task
+-- (operator.c through oops.store.act: oopsctl's rules and messages), answered
+-- when it is done through answer(ticket, status, json). At most MAX_ACTIONS
+-- at once (beyond: 503, nothing done).
+M.MAX_ACTIONS = 4
+local acting = 0
+
+local STATUS_OF = { ok = 200, input = 422, notfound = 404, stale = 409, db = 503 }
+
+-- The body's fields: a JSON object of known keys with string values (bool for override).
+local function read_body(body, keys)
+  local ok, t = pcall(json.decode, body ~= "" and body or "{}")
+  if not ok or type(t) ~= "table" or t[1] ~= nil then return nil, "the body must be a JSON object" end
+  for k, v in pairs(t) do
+    local want = keys[k]
+    if not want then return nil, ("unknown field %q"):format(tostring(k)) end
+    if v ~= json.null and type(v) ~= want then return nil, ("%s must be a %s"):format(k, want) end
+    if v == json.null then t[k] = nil end
+  end
+  return t
+end
+
+-- What oopsctl's --reason takes (pipeline_reason_check does it again in C).
+local function reason_ok(r)
+  if r == nil then return true end
+  if #r < 1 or #r > 500 then return false, "reason must be 1 to 500 bytes" end
+  if r:find("[%z\1-\31\127]") then return false, "reason holds a control character" end
+  return true
+end
+
+local STATUSES = { INITIALIZED = true, RUNNING = true, BUILD_SUCCEEDED = true, DEPLOYING = true,
+  ROLLING_OUT = true, SUCCEEDED = true, ERROR = true, STOPPED = true }
+
+-- The action a POST asks for: kind, args; or nil, status, why.
+local function action_of(path, body)
+  local id, verb = path:match("^/api/pipeline/([a-z0-9]+)/([a-z]+)$")
+  if id then
+    if #id > 24 then return nil, 404, "no pipeline " .. id end
+    if verb == "stop" then
+      local t, why = read_body(body, { reason = "string", expect = "string" })
+      if not t then return nil, 400, why end
+      if t.expect and not STATUSES[t.expect] then return nil, 400, "expect: not a status: " .. t.expect end
+      return "stop", { id = id, reason = t.reason, expect = t.expect }
+    elseif verb == "deploy" then
+      local t, why = read_body(body, { reason = "string", override = "boolean" })
+      if not t then return nil, 400, why end
+      if t.override and not t.reason then
+        return nil, 422, "an override needs a reason (it is kept in the pipeline's history)"
+      end
+      return "deploy", { id = id, reason = t.reason, override = t.override == true }
+    end
+    return nil, 404, "no such action: " .. verb
+  end
+  if path == "/api/rollback" then
+    local t, why = read_body(body, { reason = "string", app = "string", env = "string", to = "string" })
+    if not t then return nil, 400, why end
+    local ns, app = (t.app or ""):match("^([^/]+)/([^/]+)$")
+    if not (ns and label(ns) and label(app)) then return nil, 422, "app must be NS/APP (lowercase DNS labels)" end
+    if not label(t.env) then return nil, 422, "env must be a lowercase DNS label" end
+    if t.to and not (t.to:match("^[a-z0-9]+$") and #t.to <= 24) then return nil, 422, "to: not a pipeline id" end
+    return "rollback", { namespace = ns, application = app, environment = t.env, to = t.to, reason = t.reason }
+  end
+  return nil, 404, "no such endpoint"
+end
+
+-- Forget what the page was told of a pipeline (and of its application's
+-- history): its next read shows the action's event.
+local function forget(id)
+  if id then state.details[id] = nil end
+  for k in pairs(state.details) do
+    if k:sub(1, 8) == "history:" then state.details[k] = nil end
+  end
+  state.snapshot_at = state.snapshot_at and state.snapshot_at - M.REFRESH_MS -- shown as older: refreshed soon
+end
+
+local function act(ticket, kind, args, answer_fn)
+  local ok, code, text = pcall(oops.store.act, kind, args)
+  acting = acting - 1
+  if not ok then
+    log.error("fleet page: " .. kind .. " failed: " .. tostring(code), { scan = "web" })
+    return answer_fn(ticket, 500, json.encode({ error = "internal error (logged)" }))
+  end
+  if code == nil then -- no connection could be used
+    return answer_fn(ticket, 503, json.encode({ error = "database unavailable: " .. tostring(text) }))
+  end
+  local status = STATUS_OF[code] or 500
+  if code == "db" then
+    log.warn("fleet page: " .. kind .. " by " .. args.actor .. " failed: " .. tostring(text), { scan = "web" })
+    text = "database error (logged)"
+  end
+  if status == 200 then
+    local r = json.decode(text)
+    forget(args.id)
+    forget(r and r.id)
+    log.info(("fleet page: %s %s by %s%s"):format(kind, args.id or (args.namespace .. "/" .. args.application ..
+      " " .. args.environment), args.actor, args.reason and (": " .. args.reason) or ""), { scan = "web" })
+    return answer_fn(ticket, 200, text)
+  end
+  return answer_fn(ticket, status, json.encode({ error = text }))
+end
+
+-- engine.http_post(path, body, actor, ticket, answer) -> status, JSON text
+-- now; or nothing: the answer comes through answer(ticket, status, json) once
+-- the action's task is done. Called on the loop; never waits.
+function M.post(path, body, actor, ticket, answer_fn)
+  state.wanted_at = oops.now_ms()
+  local kind, args, why = action_of(path, body)
+  if not kind then return args, json.encode({ error = why }) end
+  local ok, rwhy = reason_ok(args.reason)
+  if not ok then return 422, json.encode({ error = rwhy }) end
+  if acting >= M.MAX_ACTIONS then
+    return 503, json.encode({ error = "too many actions at once; try again" })
+  end
+  args.actor = actor
+  acting = acting + 1
+  oops.task("web action", act, ticket, kind, args, answer_fn)
 end
 
 -- For tests: what the refresher did.

@@ -55,7 +55,10 @@ typedef struct server_state {
     int exit_code;
     char name_lock[96];
     char pub_health[160], pub_hash[40]; /* what the last heartbeat published */
-    char *http_token; /* --http-token-file's token (web_token_free), NULL: no token asked */
+    /* Who may read and act over HTTP: --http-users (re-read on SIGHUP), or
+     * --http-token-file's token as one viewer; NULL: no token asked (a
+     * loopback listener, read-only). */
+    web_users *http_users;
 
     /* What a request's Host may name (web_host_allowed), and how many
      * requests were refused for theirs (421, 400). */
@@ -388,6 +391,24 @@ static void begin_shutdown(server_state *d, const char *why)
 
 /* ---- signals and the tick ---------------------------------------------- */
 
+/* SIGHUP: --http-users is read again; a file that is now refused keeps the
+ * users read before (logged, never its content). */
+static void reload_users(server_state *d)
+{
+    if (!d->o.http_users_file)
+        return;
+    web_users *u = NULL;
+    char err[1024];
+    if (web_users_read(d->o.http_users_file, &u, err, sizeof err) != 0) {
+        log_msg(LOG_ERROR, "http users not reloaded, keeping the %zu read before: %s",
+                web_users_count(d->http_users), err);
+        return;
+    }
+    web_users_free(d->http_users);
+    d->http_users = u;
+    log_msg(LOG_INFO, "http users reloaded from %s: %zu", d->o.http_users_file, web_users_count(u));
+}
+
 static void on_sighup(uv_signal_t *s, int sig)
 {
     (void)sig;
@@ -398,6 +419,7 @@ static void on_sighup(uv_signal_t *s, int sig)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading the policies",
            (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    reload_users(d);
     char *errs = engine_load(d, d->o.policies, true);
     if (!errs) {
         d->ctx.policy_version++;
@@ -852,6 +874,132 @@ static int host_check(server_state *d, const http_incoming *in)
     return n <= 1 && web_host_allowed(&d->http_hosts, host, known ? local : NULL) ? 0 : 421;
 }
 
+/* /api/me: who the request's token names, and whether it may act. */
+static void whoami(server_state *d, const web_user *who, bool authed, http_response *out)
+{
+    buf b = {0};
+    bool first = true;
+    buf_puts(&b, "{");
+    json_kv_str(&b, "name", authed ? who->name : NULL, &first);
+    json_kv_str(&b, "role", authed ? web_role_name(who->role) : "viewer", &first);
+    json_kv_bool(&b, "actions", authed && who->role == WEB_ROLE_OPERATOR, &first);
+    json_kv_bool(&b, "users", d->o.http_users_file != NULL, &first);
+    buf_puts(&b, "}\n");
+    out->status = 200;
+    out->content_type = "application/json";
+    out->len = b.len;
+    out->body = buf_take(&b);
+}
+
+static void json_error(http_response *out, int status, const char *text)
+{
+    buf b = {0};
+    bool first = true;
+    buf_puts(&b, "{");
+    json_kv_str(&b, "error", text, &first);
+    buf_puts(&b, "}\n");
+    out->status = status;
+    out->content_type = "application/json";
+    out->len = b.len;
+    out->body = buf_take(&b);
+}
+
+/* CSRF (issue 27): an action from another origin is refused. A browser
+ * sends Origin with every POST and Sec-Fetch-Site with every request (a
+ * script cannot change them); what they say must be this page's own origin.
+ * (The token travels in the Authorization header only, which no other
+ * origin's page can make a browser send, so this is the second fence.)
+ * NULL when allowed, else why. */
+static const char *foreign_origin(const http_incoming *in)
+{
+    const char *site = http_incoming_header(in, "Sec-Fetch-Site");
+    if (site && strcasecmp(site, "same-origin") != 0 && strcasecmp(site, "none") != 0)
+        return "refused: the request comes from another site (Sec-Fetch-Site)";
+    const char *origin = http_incoming_header(in, "Origin");
+    if (!origin)
+        return NULL;
+    const char *host = http_incoming_header(in, "Host");
+    const char *rest = strncmp(origin, "http://", 7) == 0    ? origin + 7
+                       : strncmp(origin, "https://", 8) == 0 ? origin + 8
+                                                             : NULL;
+    if (!rest || !host || strcasecmp(rest, host) != 0)
+        return "refused: the request comes from another origin (Origin)";
+    return NULL;
+}
+
+static int answer_deferred(void *ud, uint64_t ticket, int status, const char *body, size_t len)
+{
+    server_state *d = ud;
+    http_response r = {.status = status, .content_type = "application/json"};
+    r.body = malloc(len ? len : 1);
+    if (!r.body)
+        return -1;
+    memcpy(r.body, body, len);
+    r.len = len;
+    return d->http ? http_server_answer(d->http, ticket, &r) : (free(r.body), -1);
+}
+
+/* POST /api/...: an operator's action (lua/oops/web.lua, M.post), deferred
+ * until its task is done: the handler never waits on the database. */
+static void web_action(server_state *d, const http_incoming *in, const web_user *who,
+                       http_response *out)
+{
+    if (!d->http_users || !d->o.http_users_file) {
+        json_error(out, 403, "actions need named operators: start oopsd with --http-users FILE");
+        return;
+    }
+    if (who->role != WEB_ROLE_OPERATOR) {
+        char t[128];
+        snprintf(t, sizeof t, "%s is a viewer: only operators may act", who->name);
+        json_error(out, 403, t);
+        return;
+    }
+    const char *why = foreign_origin(in);
+    if (why) {
+        json_error(out, 403, why);
+        return;
+    }
+    const char *type = http_incoming_header(in, "Content-Type");
+    if (!type || strncasecmp(type, "application/json", 16) != 0) {
+        json_error(out, 415, "the body must be JSON (Content-Type: application/json)");
+        return;
+    }
+    lua_State *L = runtime_state(d->ctx.rt);
+    if (!d->ctx.rt || !engine_fn(d, "http_post")) {
+        json_error(out, 503, "no engine");
+        return;
+    }
+    uint64_t ticket = http_defer(in);
+    if (!ticket) {
+        lua_pop(L, 1);
+        json_error(out, 503, "too many requests waiting; try again");
+        return;
+    }
+    char actor[64];
+    snprintf(actor, sizeof actor, "%s@page", who->name);
+    lua_pushstring(L, in->path);
+    lua_pushlstring(L, in->body, in->body_len);
+    lua_pushstring(L, actor);
+    lua_pushinteger(L, (lua_Integer)ticket);
+    if (runtime_call(L, 4, 2, "engine.http_post", NULL, 0) != 0) {
+        answer_deferred(d, ticket, 500, "{\"error\":\"internal error (logged)\"}\n", 35);
+        return;
+    }
+    if (lua_isinteger(L, -2)) { /* answered now: a bad request, or too many at once */
+        size_t len = 0;
+        const char *body = lua_tolstring(L, -1, &len);
+        answer_deferred(d, ticket, (int)lua_tointeger(L, -2), body ? body : "{}", body ? len : 2);
+    }
+    lua_pop(L, 2);
+}
+
+static const char *const ALLOW_API[] = {"Allow", "GET, POST", NULL};
+
+static bool action_path(const char *path)
+{
+    return strncmp(path, "/api/pipeline/", 14) == 0 || strcmp(path, "/api/rollback") == 0;
+}
+
 static void on_http(void *ud, const http_incoming *in, http_response *out)
 {
     server_state *d = ud;
@@ -865,30 +1013,20 @@ static void on_http(void *ud, const http_incoming *in, http_response *out)
                                    "Host (a name of its own is added with --http-host NAME)\n");
         return;
     }
-    if (strcmp(in->method, "GET") != 0) { /* read-only, every path */
+    bool get = strcmp(in->method, "GET") == 0, post = strcmp(in->method, "POST") == 0;
+    if (!get && !(post && action_path(path))) {
         out->status = 405;
-        out->headers = ALLOW_GET;
+        out->headers = action_path(path) ? ALLOW_API : ALLOW_GET;
         return;
     }
-    if (strcmp(path, "/healthz") == 0) { /* open: probes carry no token (README) */
+    if (get && strcmp(path, "/healthz") == 0) { /* open: probes carry no token (README) */
         healthz(d, out);
         return;
     }
-    if (d->http_token && !web_bearer_ok(http_incoming_header(in, "Authorization"), d->http_token)) {
-        http_text(out, 401, "a bearer token is required (Authorization: Bearer TOKEN)\n");
-        out->headers = AUTH_HEADERS;
-        return;
-    }
-    if (strcmp(path, "/metrics") == 0) {
-        prom_metrics(d, out);
-    } else if (strcmp(path, "/status") == 0) {
-        status(d, out);
-    } else if (strncmp(path, "/api/", 5) == 0) {
-        web_api(d, in, out);
-    } else {
-        const web_asset *a = web_asset_find(path);
-        if (!a)
-            return; /* 404 */
+    /* The page's own code (no data in it) is served to anyone: the sign-in
+     * form is in it. Everything else needs a token when tokens are asked. */
+    const web_asset *a = get && strncmp(path, "/api/", 5) != 0 ? web_asset_find(path) : NULL;
+    if (a) {
         out->body = malloc(a->len);
         if (!out->body) {
             out->status = 503;
@@ -898,7 +1036,27 @@ static void on_http(void *ud, const http_incoming *in, http_response *out)
         out->len = a->len;
         out->status = 200;
         out->content_type = a->content_type;
+        return;
     }
+    web_user who = {0};
+    bool authed = d->http_users &&
+                  web_users_check(d->http_users, http_incoming_header(in, "Authorization"), &who);
+    if (d->http_users && !authed) {
+        http_text(out, 401, "a bearer token is required (Authorization: Bearer TOKEN)\n");
+        out->headers = AUTH_HEADERS;
+        return;
+    }
+    if (post) {
+        web_action(d, in, &who, out);
+    } else if (strcmp(path, "/metrics") == 0) {
+        prom_metrics(d, out);
+    } else if (strcmp(path, "/status") == 0) {
+        status(d, out);
+    } else if (strcmp(path, "/api/me") == 0) {
+        whoami(d, &who, authed, out);
+    } else if (strncmp(path, "/api/", 5) == 0) {
+        web_api(d, in, out);
+    } /* else 404 */
 }
 
 /* ---- start and stop ---------------------------------------------------- */
@@ -1234,13 +1392,18 @@ static int http_flags(server_state *d)
         fprintf(stderr, "oopsd: %s\n", err);
         return -1;
     }
-    if (!web_listen_is_loopback(d->o.listen) && !d->o.http_token_file) {
+    if (d->o.http_token_file && d->o.http_users_file) {
+        fprintf(stderr, "oopsd: --http-users and --http-token-file: give one of them (a token "
+                        "file is one viewer; a users file names each viewer and operator)\n");
+        return -1;
+    }
+    if (!web_listen_is_loopback(d->o.listen) && !d->o.http_token_file && !d->o.http_users_file) {
         fprintf(
             stderr,
             "oopsd: --listen %s is not a loopback address: the fleet page and its data would be "
-            "open to the network; give --http-token-file FILE (a bearer token every request "
-            "but /healthz must carry) and put oopsd behind a reverse proxy (README \"The "
-            "fleet page\")\n",
+            "open to the network; give --http-users FILE or --http-token-file FILE (the bearer "
+            "tokens every request but /healthz and the page's own code must carry) and put "
+            "oopsd behind a reverse proxy (README \"The fleet page\")\n",
             d->o.listen);
         return -1;
     }
@@ -1250,8 +1413,21 @@ static int http_flags(server_state *d)
             fprintf(stderr, "oopsd: %s\n", err);
             return -1;
         }
-    if (d->o.http_token_file &&
-        web_token_read(d->o.http_token_file, &d->http_token, err, sizeof err) != 0) {
+    if (d->o.http_token_file) {
+        char *token = NULL;
+        int rc = web_token_read(d->o.http_token_file, &token, err, sizeof err);
+        if (rc == 0 && web_users_single(token, &d->http_users) != 0) {
+            snprintf(err, sizeof err, "--http-token-file %s: out of memory", d->o.http_token_file);
+            rc = -1;
+        }
+        web_token_free(token);
+        if (rc != 0) {
+            fprintf(stderr, "oopsd: %s\n", err);
+            return -1;
+        }
+    }
+    if (d->o.http_users_file &&
+        web_users_read(d->o.http_users_file, &d->http_users, err, sizeof err) != 0) {
         fprintf(stderr, "oopsd: %s\n", err);
         return -1;
     }
@@ -1333,6 +1509,8 @@ int daemon_run(const daemon_options *o)
     describe_metrics(d->ctx.metrics);
     snprintf(d->ctx.server_name, sizeof d->ctx.server_name, "%s", o->name);
     snprintf(d->ctx.policy_dir, sizeof d->ctx.policy_dir, "%s", o->policies);
+    d->ctx.http_answer = answer_deferred;
+    d->ctx.http_answer_ud = d;
     snprintf(d->name_lock, sizeof d->name_lock, OOPS_LOCK_SERVER_PREFIX "%s", o->name);
     log_set_server(o->name);
     char err[1024];
@@ -1377,7 +1555,7 @@ int daemon_run(const daemon_options *o)
     rc = d->exit_code;
 out:
     teardown(d);
-    web_token_free(d->http_token);
+    web_users_free(d->http_users);
     proc_set_run_as(NULL);
     free(d);
     process_done();

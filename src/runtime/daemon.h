@@ -14,6 +14,8 @@ typedef struct daemon_options {
     unsigned drain_ms;           /* bounded wait for in-flight steps at shutdown */
     unsigned db_connections;     /* the work connections tasks share (0 = 4) */
     const char *http_token_file; /* NULL: no token; required when listen is not loopback */
+    const char *http_users_file; /* --http-users: named viewers and operators (re-read on SIGHUP);
+                                    not with http_token_file */
     const char *run_as;          /* NULL: children run as oopsd; else every child as this user */
     const char *simulate;        /* NULL; else the simulated gateway and probe, every
                                     notification a webhook to this URL (oopsctl chaos) */

@@ -16,6 +16,21 @@ static int l_server_name(lua_State *L)
     return 1;
 }
 
+/* oops.http_answer(ticket, status, json) -> true | false (the request is
+ * gone: answered, timed out, its server closed). The daemon's deferred
+ * answers (engine.http_post). */
+static int l_http_answer(lua_State *L)
+{
+    lua_Integer ticket = luaL_checkinteger(L, 1), status = luaL_checkinteger(L, 2);
+    size_t len = 0;
+    const char *body = luaL_checklstring(L, 3, &len);
+    oops_ctx *c = runtime_ctx(L);
+    bool ok = c->http_answer && ticket > 0 && status >= 100 && status <= 599 &&
+              c->http_answer(c->http_answer_ud, (uint64_t)ticket, (int)status, body, len) == 0;
+    lua_pushboolean(L, ok);
+    return 1;
+}
+
 static int l_stopping(lua_State *L)
 {
     lua_pushboolean(L, runtime_ctx(L)->stopping);
@@ -93,11 +108,8 @@ static int l_migrate(lua_State *L)
 void oops_open_daemon(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"server_name", l_server_name},
-        {"stopping", l_stopping},
-        {"connect", l_connect},
-        {"migrate", l_migrate},
-        {NULL, NULL},
+        {"server_name", l_server_name}, {"stopping", l_stopping}, {"http_answer", l_http_answer},
+        {"connect", l_connect},         {"migrate", l_migrate},   {NULL, NULL},
     };
     luaL_setfuncs(L, fns, 0);
     oops_set_error_names(L);

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "dbcall.h"
 #include "pipeline_store.h"
+#include "operator.h"
 #include "runtime.h"
 #include "schema.h"
 
@@ -903,6 +904,8 @@ static int events_push(lua_State *L, db_call *b)
         set_str(L, "to", e->to_status);
         set_str(L, "message", e->message);
         set_str(L, "server", e->server);
+        set_str(L, "actor", e->actor);
+        set_str(L, "reason", e->reason);
         set_str(L, "created_at", e->created_at);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
@@ -918,6 +921,115 @@ static int l_events(lua_State *L)
     return dbcall(L, &s->base, events_push, store_free);
 }
 
+/* ---- operator actions (issue 27) --------------------------------------- */
+
+typedef struct act_call {
+    db_call base;
+    char action[16]; /* stop, deploy, rollback */
+    char *id, *actor, *reason, *via, *ns, *app, *env, *to;
+    bool override, has_expect;
+    pipeline_status expect;
+    op_result r;
+} act_call;
+
+static void act_free(db_call *b)
+{
+    act_call *a = (act_call *)b;
+    char *f[] = {a->id, a->actor, a->reason, a->via, a->ns, a->app, a->env, a->to};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        free(f[i]);
+    free(a);
+}
+
+static void act_run(db_call *b)
+{
+    act_call *a = (act_call *)b;
+    op_who who = {.op = {.actor = a->actor, .reason = a->reason}, .via = a->via};
+    if (strcmp(a->action, "stop") == 0)
+        op_stop(b->conn, a->id, a->has_expect ? &a->expect : NULL, &who, &a->r);
+    else if (strcmp(a->action, "deploy") == 0)
+        op_deploy(b->conn, a->id, a->override, &who, &a->r);
+    else
+        op_rollback(b->conn, a->ns, a->app, a->env, a->to, &who, &a->r);
+    b->rc = a->r.code == OP_DB ? (db_last_error(b->conn) ? db_last_error(b->conn) : 1) : 0;
+}
+
+static int act_push(lua_State *L, db_call *b)
+{
+    act_call *a = (act_call *)b;
+    static const char *const codes[] = {"ok", "input", "db", "stale", "notfound"};
+    lua_pushstring(L, codes[a->r.code]);
+    if (a->r.code == OP_OK) {
+        buf j = {0};
+        op_result_json(&j, a->action, &a->r);
+        lua_pushlstring(L, j.p, j.len);
+        buf_free(&j);
+    } else {
+        lua_pushstring(L, a->r.error);
+    }
+    return 2;
+}
+
+static char *opt_dup(lua_State *L, int t, const char *key)
+{
+    lua_getfield(L, t, key);
+    const char *v = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+    char *d = v ? strdup(v) : NULL;
+    if (v && !d)
+        abort();
+    lua_pop(L, 1);
+    return d;
+}
+
+/*
+ * oops.store.act(action, {id =, expect =, override =, app = "ns/app", env =,
+ * to =, actor =, reason =}) -> code, text: an operator's action (operator.c:
+ * the rules and answers of oopsctl stop, deploy, rollback), the event's
+ * server this server's name. code "ok" with the answer's JSON text, else
+ * "input", "notfound", "stale" or "db" with the one-line message. The caller
+ * checked the fields (names, the reason's bounds); a nil connection
+ * (nothing reachable) returns nil, msg, name as every call does.
+ */
+static int l_act(lua_State *L)
+{
+    const char *action = luaL_checkstring(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (strcmp(action, "stop") && strcmp(action, "deploy") && strcmp(action, "rollback"))
+        return luaL_error(L, "oops.store.act: unknown action %s", action);
+    act_call *a = calloc(1, sizeof *a);
+    if (!a)
+        abort();
+    snprintf(a->action, sizeof a->action, "%s", action);
+    a->id = opt_dup(L, 2, "id");
+    a->actor = opt_dup(L, 2, "actor");
+    a->reason = opt_dup(L, 2, "reason");
+    a->ns = opt_dup(L, 2, "namespace");
+    a->app = opt_dup(L, 2, "application");
+    a->env = opt_dup(L, 2, "environment");
+    a->to = opt_dup(L, 2, "to");
+    lua_getfield(L, 2, "override");
+    a->override = lua_toboolean(L, -1);
+    lua_getfield(L, 2, "expect");
+    if (!lua_isnil(L, -1)) {
+        a->expect = check_status(L, lua_gettop(L));
+        a->has_expect = true;
+    }
+    lua_pop(L, 2);
+    oops_ctx *c = runtime_ctx(L);
+    if (!(a->via = strdup(c->server_name[0] ? c->server_name : "oopsd")))
+        abort();
+    bool ok = a->actor && (strcmp(action, "rollback") ? a->id != NULL : a->ns && a->app && a->env);
+    if (!ok) {
+        act_free(&a->base);
+        return luaL_error(L, "oops.store.act: %s needs actor and %s", action,
+                          strcmp(action, "rollback") ? "id"
+                                                     : "namespace, application, environment");
+    }
+    a->base.lane = DB_CALL_WORK;
+    a->base.run = act_run;
+    return dbcall(L, &a->base, act_push, act_free);
+}
+
 void oops_open_db(lua_State *L)
 {
     static const luaL_Reg db[] = {
@@ -928,9 +1040,10 @@ void oops_open_db(lua_State *L)
         {"pool", l_pool},         {NULL, NULL},
     };
     static const luaL_Reg store[] = {
-        {"create", l_create}, {"transition", l_transition}, {"get", l_get},
-        {"list", l_list},     {"events", l_events},         {"free", l_free},
-        {NULL, NULL},
+        {"create", l_create}, {"transition", l_transition},
+        {"get", l_get},       {"list", l_list},
+        {"events", l_events}, {"free", l_free},
+        {"act", l_act},       {NULL, NULL},
     };
     oops_setfuncs_in(L, "db", db);
     oops_setfuncs_in(L, "store", store);

@@ -1,8 +1,9 @@
 # The fleet page's guard (issue 16): --http-token-file. A bearer token read at
 # start (regular file, bounded, never echoed); required when --listen is not
 # loopback; with one, every request but /healthz needs
-# "Authorization: Bearer TOKEN" (401 otherwise); everything is GET only. And
-# the page's JSON: served from memory, bounded statements per refresh.
+# "Authorization: Bearer TOKEN" (401 otherwise) but the page's own code (its
+# sign-in form is in it; no data); a token file is one viewer: nothing but GET.
+# And the page's JSON: served from memory, bounded statements per refresh.
 set -u
 source "$OOPS_ROOT/tests/lib/tap.sh"
 source "$OOPS_ROOT/tests/lib/oopsd.sh"
@@ -45,18 +46,23 @@ start_fails "a token with a space" "one line of printable ASCII" --http-token-fi
 # --- a server with a token -----------------------------------------------------
 start_server t1 "$pol" --http-token-file "$OOPS_TEST_WORK/token"
 code() { curl -s -o /dev/null -w '%{http_code}' -m 5 "$@"; }
-is "$(code "$(url t1 /)")" 401 "the page without a token: 401"
-is "$(code -H "Authorization: Bearer wrong-$token" "$(url t1 /)")" 401 "a wrong token: 401"
+is "$(code "$(url t1 /)")" 200 "the page's code without a token: 200 (it holds no data; its sign-in asks for the token)"
+is "$(code -H "Authorization: Bearer wrong-$token" "$(url t1 /api/fleet)")" 401 "a wrong token: 401"
 is "$(code -H "Authorization: Bearer ${token%?}" "$(url t1 /api/fleet)")" 401 "the token less its last character: 401"
 is "$(code -H "Authorization: Basic $token" "$(url t1 /api/fleet)")" 401 "another scheme: 401"
 is "$(code "$(url t1 /api/fleet)")" 401 "the JSON without a token: 401"
-like "$(curl -s -D - -o /dev/null -m 5 "$(url t1 /)")" "WWW-Authenticate: Bearer" "... with WWW-Authenticate: Bearer"
+like "$(curl -s -D - -o /dev/null -m 5 "$(url t1 /api/fleet)")" "WWW-Authenticate: Bearer" "... with WWW-Authenticate: Bearer"
+is "$(code "$(url t1 /api/me)")" 401 "/api/me without a token: 401"
 is "$(code "$(url t1 /metrics)")" 401 "/metrics needs the token too"
 is "$(code "$(url t1 /status)")" 401 "/status needs the token too"
 is "$(code "$(url t1 /healthz)")" 200 "/healthz stays open (probes)"
 auth=(-H "Authorization: Bearer $token")
 is "$(code "${auth[@]}" "$(url t1 /)")" 200 "the page with the token: 200"
-is "$(code -H "Authorization: bearer $token" "$(url t1 /)")" 200 "the scheme in any case"
+is "$(code -H "Authorization: bearer $token" "$(url t1 /api/me)")" 200 "the scheme in any case"
+is "$(curl -s -m 5 "${auth[@]}" "$(url t1 /api/me)")" '{"name":"token","role":"viewer","actions":false,"users":false}' \
+  "a token file's token is one viewer, who may not act"
+is "$(code "${auth[@]}" -X POST -H 'Content-Type: application/json' -d '{}' "$(url t1 /api/rollback)")" 403 \
+  "an action with it: 403 (actions need --http-users)"
 is "$(code "${auth[@]}" "$(url t1 /metrics)")" 200 "/metrics with the token: 200"
 is "$(code "${auth[@]}" -X POST "$(url t1 /)")" 405 "POST: 405 (read-only)"
 is "$(code "${auth[@]}" "$(url t1 /nothing)")" 404 "an unknown path: 404"
