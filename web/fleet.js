@@ -1,6 +1,15 @@
-// oopsd fleet page: polls the JSON of the oopsd that served it (/api/fleet,
-// /api/pipeline/ID) and redraws; no dependency, no other origin. Every value
-// from the database reaches the page as text (textContent), never as HTML.
+// oopsd fleet page: polls the JSON of the oopsd that served it (/api/me,
+// /api/fleet, /api/pipeline/ID, /api/history/NS/APP/ENV) and redraws; no
+// dependency, no other origin. Every value from the database reaches the page
+// as text (textContent), never as HTML.
+//
+// Sign-in: an oopsd with tokens answers /api/... 401 without one; the page
+// then asks for the token, keeps it in sessionStorage (this tab only; never
+// localStorage, never a cookie) and sends it as "Authorization: Bearer" on
+// every /api request. Actions (stop, release, override a hold, roll back)
+// are drawn only when /api/me says actions: true (the operator role); each
+// is confirmed in a dialog saying what will happen, with a reason kept in the
+// pipeline's history, and is sent as a same-origin JSON POST.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
@@ -11,7 +20,14 @@
     DEPLOYING: [1, "active"], ROLLING_OUT: [2, "active"], SUCCEEDED: [3, "done"],
   };
   const STEP_OF = { INITIALIZED: 0, RUNNING: 0, BUILD_SUCCEEDED: 1, DEPLOYING: 1, ROLLING_OUT: 2 };
-  let fleet = null, fetchedAt = 0, openId = null, detailTimer = null, failures = 0, fetchError = "";
+  const TOKEN_KEY = "oopsd-token";
+  const REASON_MAX = 500; // bytes, as the server counts them
+  const BURST_MS = 8000; // after an action: poll faster this long, to show its effect at once
+  let fleet = null, fetchedAt = 0, failures = 0, fetchError = "";
+  let me = null; // { name, role, actions } from /api/me; null while signed out
+  let gen = 0; // bumped at every sign-in and sign-out: answers of an older one are dropped
+  let openId = null, openHistory = null, burstUntil = 0, pendingAction = null, noticeTimer = null;
+  let memToken = null; // when sessionStorage cannot be used (the tab keeps it in memory)
 
   function h(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -37,9 +53,148 @@
   }
   // "YYYY-MM-DD HH:MM:SS.ffffff" (UTC) -> shorter, still UTC
   const when = (t) => (t ? String(t).slice(0, 19) + "Z" : "");
-  function fill(tbody, rows, empty, cols) {
-    tbody.replaceChildren(...(rows.length ? rows : [h("tr", null, h("td", { colspan: cols, class: "muted" }, empty))]));
+  const muted = (t) => h("span", { class: "muted" }, t);
+  const where = (p) => p.namespace + "/" + p.application + " " + p.environment;
+  // Redraws patch what is shown rather than replace it: an element that is
+  // there already (the same tag and data-key; without a key, at the same
+  // place) keeps its node, its focus and its listeners, and takes the new
+  // attributes and text. So a click or a keyboard focus is never lost to a
+  // redraw (the fleet is redrawn every 1.5 s). Listeners therefore depend on
+  // the key only, and read the data they act on when they run.
+  const keyOf = (n) => (n.nodeType === 1 ? n.dataset.key || "" : "");
+  const sameKind = (o, n) => o.nodeType === n.nodeType &&
+    (o.nodeType !== 1 || (o.tagName === n.tagName && keyOf(o) === keyOf(n)));
+  function patch(o, n) {
+    if (o.nodeType !== 1) {
+      if (o.data !== n.data) o.data = n.data;
+      return;
+    }
+    for (const a of [...o.attributes]) if (!n.hasAttribute(a.name)) o.removeAttribute(a.name);
+    for (const a of [...n.attributes]) if (o.getAttribute(a.name) !== a.value) o.setAttribute(a.name, a.value);
+    patchChildren(o, [...n.childNodes]);
   }
+  function patchChildren(parent, kids) {
+    const old = [...parent.childNodes], byKey = new Map(), used = new Set();
+    for (const o of old) if (keyOf(o)) byKey.set(keyOf(o), o);
+    const next = kids.map((n, i) => {
+      if (!(n instanceof Node)) n = document.createTextNode(String(n));
+      const o = keyOf(n) ? byKey.get(keyOf(n)) : old[i] && !keyOf(old[i]) ? old[i] : undefined;
+      if (o && !used.has(o) && sameKind(o, n)) {
+        used.add(o);
+        patch(o, n);
+        return o;
+      }
+      return n;
+    });
+    next.forEach((node, i) => { if (parent.childNodes[i] !== node) parent.insertBefore(node, parent.childNodes[i] || null); });
+    while (parent.childNodes.length > next.length) parent.lastChild.remove();
+  }
+  function swap(el, kids) {
+    const a = document.activeElement;
+    const key = a && a !== el && el.contains(a) && a.dataset ? a.dataset.key : undefined;
+    patchChildren(el, kids);
+    if (key && !el.contains(document.activeElement)) { // its node was replaced after all: focus the new one
+      const again = [...el.querySelectorAll("[data-key]")].find((n) => n.dataset.key === key);
+      if (again) again.focus();
+    }
+  }
+  function fill(tbody, rows, empty, cols) {
+    swap(tbody, rows.length ? rows : [h("tr", null, h("td", { colspan: cols, class: "muted" }, empty))]);
+  }
+
+  // ------------------------------------------------------------ the token
+
+  function getToken() {
+    try {
+      return window.sessionStorage.getItem(TOKEN_KEY);
+    } catch (e) {
+      return memToken;
+    }
+  }
+  function setToken(t) {
+    memToken = t;
+    try {
+      if (t === null) window.sessionStorage.removeItem(TOKEN_KEY);
+      else window.sessionStorage.setItem(TOKEN_KEY, t);
+    } catch (e) {
+      // no session storage here: kept in memory (this page) only
+    }
+  }
+
+  // ------------------------------------------------------------ requests
+
+  class ApiError extends Error {
+    constructor(status, text) {
+      super(text);
+      this.status = status;
+    }
+  }
+  const describe = (e) => (e.status ? "HTTP " + e.status + (e.message ? ": " + e.message : "") : e.message);
+
+  // One request to this oopsd: the token (if any) as a bearer, a JSON body
+  // for POSTs. -> the JSON, or { pending: true } (202, for GETs); throws
+  // ApiError (status 0: no answer). A 401 for the token in use signs out.
+  async function api(method, url, body) {
+    const t = getToken();
+    const headers = { Accept: "application/json" };
+    if (t) headers.Authorization = "Bearer " + t;
+    const init = { method, headers, cache: "no-store", credentials: "same-origin", redirect: "error" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let r;
+    try {
+      r = await fetch(url, init);
+    } catch (e) {
+      throw new ApiError(0, "oopsd is not answering (" + e.message + ")");
+    }
+    if (r.status === 401) {
+      if (getToken() === t) needSignIn(t ? "The token was refused: sign in again." : "");
+      throw new ApiError(401, "sign-in needed");
+    }
+    if (r.status === 202 && method === "GET") return { pending: true };
+    let data = null;
+    try {
+      data = await r.json();
+    } catch (e) {
+      data = null;
+    }
+    if (!r.ok) throw new ApiError(r.status, data && typeof data.error === "string" ? data.error.slice(0, 500) : "");
+    return data;
+  }
+
+  // A poll loop: run() -> ms until the next run, or null to stop. now()
+  // runs it at once (after the run in flight, if any); never two at once.
+  function poller(run) {
+    let timer = null, busy = false, again = false, on = false;
+    async function tick() {
+      if (busy) { again = true; return; }
+      clearTimeout(timer);
+      timer = null;
+      if (!on) return;
+      busy = true;
+      let next = null;
+      try {
+        next = await run();
+      } catch (e) {
+        next = 4000;
+      }
+      busy = false;
+      if (!on) return;
+      if (again) { again = false; next = 0; }
+      if (next !== null && next !== undefined) timer = setTimeout(tick, next);
+    }
+    return {
+      start() { on = true; tick(); },
+      stop() { on = false; again = false; clearTimeout(timer); timer = null; },
+      now() { if (on) tick(); },
+    };
+  }
+  let burstOf = new Set(); // which polls an action sped up: "fleet", "detail", "history"
+  const burst = (which, ms) => (burstOf.has(which) && Date.now() < burstUntil ? 500 : ms);
+
+  // ------------------------------------------------------------ drawing the fleet
 
   function stepBar(p) {
     let [at, mode] = AT[p.status] || [STEP_OF[p.last_from] ?? 0, p.status === "ERROR" ? "failed" : "stopped"];
@@ -64,7 +219,7 @@
     const live = f.servers.filter((s) => s.live).length;
     $("servers-count").textContent = live + " live of " + f.servers.length;
     fill($("servers").tBodies[0], f.servers.map((s) => h("tr", { class: s.live ? "" : "gone", "data-server": s.name },
-      h("td", null, h("strong", null, s.name), s.name === f.server ? h("span", { class: "muted" }, " (this page)") : null,
+      h("td", null, h("strong", null, s.name), s.name === f.server ? muted(" (this page)") : null,
         h("div", { class: "muted" }, s.host || "")),
       h("td", null, !s.live ? h("span", { class: "badge bad", "data-state": "gone" }, "gone")
         : s.health === "ok" ? h("span", { class: "badge good", "data-state": "healthy" }, "healthy")
@@ -74,25 +229,82 @@
       h("td", { class: "wide mono" }, s.live ? s.lock_session : "—"),
       h("td", null, h("code", null, (s.policy_hash || "?").slice(0, 8)),
         s.policy_differs ? h("span", { class: "badge warn" }, " differs") : null),
-      h("td", null, s.leaders.join(", ") || h("span", { class: "muted" }, "—")),
+      h("td", null, s.leaders.join(", ") || muted("—")),
       h("td", { class: "wide muted" }, s.version || "")
     )), "no server has registered", 7);
+  }
+
+  // The actions an operator may take on a pipeline as the page shows it
+  // (none for a viewer: no button at all).
+  // The pipeline as the page shows it now: in the detail, or in the fleet.
+  let detailPipeline = null;
+  function shown(id, where) {
+    if (where === "detail" && detailPipeline && detailPipeline.id === id) return detailPipeline;
+    return (fleet && fleet.pipelines.find((q) => q.id === id)) || null;
+  }
+  function actionsFor(p, where) {
+    if (!me || !me.actions) return [];
+    const list = [];
+    if (p.status in STEP_OF && p.status !== "ROLLING_OUT") list.push(["stop", "Stop"]);
+    if (p.status === "BUILD_SUCCEEDED" && p.mode === "manual" && !p.deploy_requested) list.push(["release", "Release"]);
+    if (p.status === "BUILD_SUCCEEDED" && (p.hold === "window" || p.hold === "freeze") &&
+      (p.mode !== "manual" || p.deploy_requested)) list.push(["override", "Override hold"]);
+    return list.map(([a, label]) => h("button", {
+      type: "button", class: "act " + a, "data-action": a, "data-id": p.id, "data-key": a + ":" + p.id,
+      "aria-label": label + " pipeline " + p.id,
+      onclick: (e) => { e.stopPropagation(); confirmAction(a, shown(p.id, where) || p); },
+    }, label));
+  }
+  function historyButton(p, key, label) {
+    return h("button", {
+      type: "button", class: "link app", "data-history": p.namespace + "/" + p.application + "/" + p.environment,
+      "data-key": key, title: "release history of " + where(p),
+      onclick: (e) => { e.stopPropagation(); showHistory(p.namespace, p.application, p.environment); },
+    }, label);
+  }
+  const rowOpens = (p) => ({
+    tabindex: 0, "data-id": p.id, onclick: () => openDetail(p.id),
+    onkeydown: (e) => { if (e.key === "Enter" && e.target === e.currentTarget) openDetail(p.id); },
+  });
+
+  // Waiting to deploy: held by a window, freeze or slot (their message says
+  // why), or a manual pipeline waiting for its release.
+  function waiting(p) {
+    if (p.status !== "INITIALIZED" && p.status !== "BUILD_SUCCEEDED") return null;
+    if (p.hold) return p.hold;
+    if (p.status === "BUILD_SUCCEEDED" && p.mode === "manual" && !p.deploy_requested) return "release";
+    return null;
+  }
+  const HOLD_WHY = { release: "a manual pipeline: it deploys once released" };
+  function drawHeld(f) {
+    const held = f.pipelines.filter((p) => waiting(p));
+    $("held-count").textContent = held.length ? String(held.length) : "";
+    fill($("held").tBodies[0], held.map((p) => h("tr", Object.assign({ class: "held-row", "data-key": "w:" + p.id,
+      "data-hold": waiting(p), "data-status": p.status }, rowOpens(p)),
+    h("td", null, h("code", null, p.id)),
+    h("td", null, h("strong", null, historyButton(p, "wh:" + p.id, p.application)), " ", p.environment,
+      h("div", { class: "muted" }, p.namespace + (p.mode === "manual" ? " · manual" : ""))),
+    h("td", null, h("span", { class: "badge warn", "data-hold": waiting(p) },
+      waiting(p) === "release" ? "awaiting release" : p.hold)),
+    h("td", { class: "msg why" }, p.message || HOLD_WHY[waiting(p)] || ""),
+    h("td", { class: "wide" }, dur(p.age_s)),
+    h("td", { class: "act-col" }, h("div", { class: "row-actions" }, actionsFor(p, "fleet")))
+    )), "nothing is waiting to deploy", 6);
   }
 
   function drawPipelines(f) {
     const open = f.pipelines.filter((p) => p.status in STEP_OF).length;
     $("pipelines-count").textContent = open + " unfinished, " + (f.pipelines.length - open) + " recent";
-    fill($("pipelines").tBodies[0], f.pipelines.map((p) => h("tr", {
-      class: "pipeline", tabindex: 0, "data-id": p.id, "data-status": p.status,
-      onclick: () => openDetail(p.id), onkeydown: (e) => { if (e.key === "Enter") openDetail(p.id); },
-    },
+    fill($("pipelines").tBodies[0], f.pipelines.map((p) => h("tr", Object.assign({
+      class: "pipeline", "data-status": p.status, "data-key": "p:" + p.id }, rowOpens(p)),
     h("td", null, h("code", null, p.id), h("div", { class: "muted wide" }, when(p.created_at))),
-    h("td", null, h("strong", null, p.application), " ", p.environment,
+    h("td", null, h("strong", null, historyButton(p, "ph:" + p.id, p.application)), " ", p.environment,
       h("div", { class: "muted" }, p.namespace + (p.mode === "manual" ? " · manual" : "") +
+        (p.mode === "manual" && p.deploy_requested && p.status === "BUILD_SUCCEEDED" ? " · released" : "") +
         (p.trigger === "rollback" ? " · rollback" : ""))),
     h("td", null, stepBar(p), h("div", { class: "status" }, p.status,
       p.hold ? h("span", { class: "badge warn", "data-hold": p.hold, title: p.message || "" }, " held: " + p.hold) : null)),
-    h("td", { class: "wide" }, p.driver || h("span", { class: "muted" }, "—")),
+    h("td", { class: "wide" }, p.driver || muted("—")),
     timer(p),
     h("td", { class: "wide msg" }, p.message || "")
     )), "no pipeline yet", 6);
@@ -106,16 +318,16 @@
       h("td", null, when(r.next), r.next_in_s !== undefined ? h("div", { class: "muted" }, "in " + dur(r.next_in_s)) : null),
       h("td", null, r.last.length ? r.last.map((o) => h("div", null,
         h("span", { class: o.outcome === "ok" ? "good" : o.outcome ? "bad" : "run" }, o.outcome || "running"),
-        h("span", { class: "muted" }, " " + when(o.occurrence) + " by " + o.fired_by))) : h("span", { class: "muted" }, "none yet"))
+        muted(" " + when(o.occurrence) + " by " + o.fired_by))) : muted("none yet"))
     )), "no restart is scheduled", 4);
   }
 
   function drawAlerts(f) {
     $("alerts-count").textContent = f.alerts.length ? String(f.alerts.length) : "";
     const ul = $("alerts");
-    ul.replaceChildren(...(f.alerts.length ? f.alerts.map((a) => h("li", null,
+    swap(ul, (f.alerts.length ? f.alerts.map((a) => h("li", null,
       h("span", { class: "badge bad" }, a.metric), " ", h("strong", null, a.application), " ", a.environment,
-      h("span", { class: "muted" }, " firing for " + dur(a.for_s)))) : [h("li", { class: "muted" }, "none firing")]));
+      muted(" firing for " + dur(a.for_s)))) : [h("li", { class: "muted" }, "none firing")]));
     fill($("routes").tBodies[0], f.routes.map((r) => h("tr", null,
       h("td", null, r.kind, h("div", { class: "muted mono" }, r.where !== r.kind ? r.where : "")),
       h("td", { class: r.pending ? "warn" : "good" }, String(r.pending)),
@@ -125,6 +337,7 @@
   function draw() {
     const f = fleet;
     drawServers(f);
+    drawHeld(f);
     drawPipelines(f);
     drawRestarts(f);
     drawAlerts(f);
@@ -137,7 +350,7 @@
   // snapshot, which must not look live.
   function tickLive() {
     const el = $("live");
-    if (!fetchedAt) return;
+    if (!fetchedAt || !fleet) return;
     const f = fleet;
     const age = (f.snapshot_age_s || 0) + (Date.now() - fetchedAt) / 1000;
     const why = failures > 0 ? "oopsd is not answering (" + fetchError + ")"
@@ -150,90 +363,448 @@
       : "live · updated " + dur(age) + " ago";
     el.title = why || "data age";
   }
-
-  async function getJSON(url) {
-    const r = await fetch(url, { cache: "no-store", credentials: "same-origin" });
-    if (r.status === 202) return { pending: true };
-    if (!r.ok) throw new Error(url + ": HTTP " + r.status);
-    return r.json();
+  function liveSays(state, text) {
+    const el = $("live");
+    el.className = "live";
+    el.dataset.state = state;
+    el.textContent = text;
+    el.title = text;
   }
 
-  async function poll() {
-    let next = 2000;
+  const fleetPoll = poller(async () => {
+    const g = gen;
     try {
-      const f = await getJSON("/api/fleet");
-      if (f.pending) next = 300;
-      else {
-        fleet = f;
-        fetchedAt = Date.now();
-        failures = 0;
-        next = f.refresh_ms || 2000;
-        draw();
-      }
+      const f = await api("GET", "/api/fleet");
+      if (g !== gen || !me) return null;
+      if (f.pending) return 300;
+      fleet = f;
+      fetchedAt = Date.now();
+      failures = 0;
+      draw();
+      return burst("fleet", f.refresh_ms || 2000);
     } catch (e) {
+      if (g !== gen || e.status === 401) return null;
       failures++;
-      fetchError = e.message;
-      next = Math.min(10000, 1000 * failures);
+      fetchError = "/api/fleet: " + describe(e);
+      if (!fleet) liveSays("connecting", "connecting… " + fetchError);
+      return Math.min(10000, 1000 * failures);
+    } finally {
+      tickLive();
     }
-    tickLive();
-    setTimeout(poll, next);
-  }
+  });
+
+  // ------------------------------------------------------------ a pipeline's detail
 
   function drawDetail(d) {
     const p = d.pipeline;
     $("detail-title").textContent = p.application + " " + p.environment + " · " + p.id;
-    $("detail-summary").replaceChildren(stepBar(p), h("dl", null,
-      h("dt", null, "status"), h("dd", { id: "detail-status" }, p.status),
+    swap($("detail-summary"), [stepBar(p), h("dl", null,
+      h("dt", null, "status"), h("dd", { id: "detail-status" }, p.status,
+        p.hold ? h("span", { class: "badge warn", "data-hold": p.hold }, " held: " + p.hold) : null),
       h("dt", null, "namespace"), h("dd", null, p.namespace),
+      h("dt", null, "mode"), h("dd", null, (p.mode || "auto") +
+        (p.mode === "manual" ? (p.deploy_requested ? " · released" : " · waits for a release") : "") +
+        (p.trigger === "rollback" ? " · rollback" : "")),
       h("dt", null, "artifact"), h("dd", null, p.artifact || "—"),
       h("dt", null, "driven by"), h("dd", null, p.driver || "—"),
       h("dt", null, "in status"), h("dd", null, dur(p.age_s) + (p.timeout_s ? " of " + dur(p.timeout_s) : "")),
-      h("dt", null, "message"), h("dd", null, p.message || "—")));
-    fill($("events").tBodies[0], d.events.map((e) => h("tr", { "data-event": e.type },
+      h("dt", null, "message"), h("dd", null, p.message || "—"))]);
+    detailPipeline = p;
+    swap($("detail-actions"), [...actionsFor(p, "detail"), historyButton(p, "dh:" + p.id, "Release history of " + where(p))]);
+    fill($("events").tBodies[0], d.events.map((e) => h("tr", { "data-key": "ev:" + e.id, "data-event": e.type, "data-actor": e.actor || "" },
       h("td", null, when(e.at)),
       h("td", null, (e.from || "—") + " → " + e.to),
-      h("td", null, e.server),
-      h("td", { class: "msg" }, e.message || ""))), "no event", 4);
-    $("logs").replaceChildren(...(d.logs.length ? d.logs.map((l) => h("div", null,
+      h("td", { class: "wide" }, e.server),
+      // no actor: the engine's own transition
+      h("td", { class: "actor" }, e.actor ? e.actor : h("span", { class: "muted", title: "the engine's own transition" }, "—")),
+      h("td", { class: "msg reason" }, e.reason || ""),
+      h("td", { class: "msg" }, e.message || ""))), "no event", 6);
+    swap($("logs"), (d.logs.length ? d.logs.map((l) => h("div", { "data-key": "log:" + l.id },
       h("div", null, h("strong", null, l.step), " on " + l.server + " · " + (l.result || "") +
         (l.duration_ms !== undefined ? " · " + l.duration_ms + " ms" : ""), h("div", { class: "muted mono" }, l.argv)),
       h("pre", null, l.output || "(no output)"))) : [h("p", { class: "muted" },
       "No command output recorded (the simulated gateway runs no command).")]));
   }
 
-  async function pollDetail() {
-    if (!openId) return;
+  let detailShown = null; // the id whose detail is drawn
+  const detailPoll = poller(async () => {
     const id = openId;
-    let next = 2000;
+    if (!id) return null;
     try {
-      const d = await getJSON("/api/pipeline/" + encodeURIComponent(id));
-      if (d.pending) next = 300;
-      else if (openId === id) drawDetail(d);
+      const d = await api("GET", "/api/pipeline/" + encodeURIComponent(id));
+      if (openId !== id) return 0;
+      if (d.pending) return 300;
+      detailShown = id;
+      drawDetail(d);
+      return burst("detail", 2000);
     } catch (e) {
-      next = 4000;
+      if (e.status === 401) return null;
+      if (openId === id && detailShown !== id) {
+        swap($("detail-summary"), [h("p", { class: "bad", role: "alert" }, "Reading pipeline " + id + " failed: " + describe(e))]);
+      }
+      return e.status === 404 ? 5000 : 4000;
     }
-    if (openId === id) detailTimer = setTimeout(pollDetail, next);
-  }
+  });
 
   function openDetail(id) {
     openId = id;
-    clearTimeout(detailTimer);
+    detailPipeline = null;
+    detailShown = null;
     $("detail-title").textContent = id;
     $("detail-summary").replaceChildren(h("p", { class: "muted" }, "loading…"));
+    $("detail-actions").replaceChildren();
     $("events").tBodies[0].replaceChildren();
     $("logs").replaceChildren();
     const dlg = $("detail");
     if (!dlg.open) dlg.showModal();
-    pollDetail();
+    detailPoll.stop();
+    detailPoll.start();
   }
   function closeDetail() {
-    openId = null;
-    clearTimeout(detailTimer);
     if ($("detail").open) $("detail").close();
   }
 
+  // ------------------------------------------------------------ release history
+
+  // The release a rollback without "to" takes (as oopsctl rollback chooses):
+  // the last SUCCEEDED one before the live one whose artifact is set and
+  // differs from the live one's; null when the listed ones hold none.
+  function previousRelease(list) {
+    const i = list.findIndex((r) => r.live);
+    if (i < 0) return null;
+    const live = list[i];
+    return list.slice(i + 1).find((r) => r.status === "SUCCEEDED" && r.artifact && r.artifact !== live.artifact) || null;
+  }
+
+  // A rollback from the history as the page shows it now: to release `to`,
+  // or (null) to the previous one.
+  let historyShown = null; // { key, releases }
+  function rollbackTo(to) {
+    const hs = historyShown;
+    if (!hs || hs.key !== openHistory) return;
+    const live = hs.releases.find((r) => r.live);
+    const target = to === null ? previousRelease(hs.releases) : hs.releases.find((r) => r.id === to);
+    if (!live || !target) return;
+    confirmAction("rollback", { namespace: hs.key.ns, application: hs.key.app, environment: hs.key.env, live,
+      to: target, previous: to === null });
+  }
+
+  function drawHistory(t) {
+    const key = openHistory;
+    const releases = t.releases || [];
+    historyShown = { key, releases };
+    const live = releases.find((r) => r.live) || null;
+    const prev = previousRelease(releases);
+    const app = key.ns + "/" + key.app + "/" + key.env;
+    $("history-title").textContent = "Releases of " + key.ns + "/" + key.app + " " + key.env;
+    $("history-summary").textContent = live ? "live: " + live.id + " (" + (live.artifact || "no artifact") + ", finished " +
+      when(live.finished_at) + ")" : "no release has gone live yet";
+    const acts = [];
+    if (me && me.actions && live && prev) {
+      acts.push(h("button", { type: "button", class: "act rollback", "data-action": "rollback", "data-to": "",
+        "data-key": "rb:prev:" + app, onclick: () => rollbackTo(null) },
+      "Roll back to the previous release (" + prev.id + ")"));
+    }
+    swap($("history-actions"), acts);
+    fill($("releases").tBodies[0], releases.map((r) => h("tr", { "data-key": "rel:" + app + ":" + r.id,
+      "data-release": r.id, "data-live": r.live ? "1" : "0" },
+    h("td", null, h("code", null, r.id), r.live ? h("span", { class: "badge good", "data-state": "live" }, " live") : null),
+    h("td", null, r.trigger || ""),
+    h("td", null, r.finished_at ? when(r.finished_at) : h("span", { class: "run" }, "in progress · " + r.status)),
+    h("td", { class: "mono msg" }, r.artifact || "—"),
+    h("td", { class: "act-col" }, me && me.actions && live && !r.live && r.status === "SUCCEEDED" && r.artifact
+      ? h("button", { type: "button", class: "act rollback", "data-action": "rollback", "data-to": r.id,
+        "data-key": "rb:" + r.id, "aria-label": "Roll back to release " + r.id,
+        onclick: () => rollbackTo(r.id) }, "Roll back to this")
+      : null))), "no release has gone live yet", 5);
+  }
+
+  const historyPoll = poller(async () => {
+    const key = openHistory;
+    if (!key) return null;
+    try {
+      const t = await api("GET", "/api/history/" + [key.ns, key.app, key.env].map(encodeURIComponent).join("/"));
+      if (openHistory !== key) return 0;
+      if (t.pending) return 300;
+      drawHistory(t);
+      return burst("history", 3000);
+    } catch (e) {
+      if (e.status === 401) return null;
+      if (openHistory !== key) return 0;
+      if (e.status === 404) { // none yet (an oopsd that answers 404 rather than an empty list)
+        drawHistory({ releases: [] });
+        $("history-summary").textContent = e.message || "no release yet";
+      } else $("history-summary").textContent = "Reading the release history failed: " + describe(e);
+      return 5000;
+    }
+  });
+
+  function showHistory(ns, app, env) {
+    openHistory = { ns, app, env };
+    historyShown = null;
+    $("history-title").textContent = "Releases of " + ns + "/" + app + " " + env;
+    $("history-summary").textContent = "loading…";
+    $("history-actions").replaceChildren();
+    $("releases").tBodies[0].replaceChildren();
+    const dlg = $("history");
+    if (!dlg.open) dlg.showModal();
+    historyPoll.stop();
+    historyPoll.start();
+  }
+
+  // ------------------------------------------------------------ actions
+
+  const enc = encodeURIComponent;
+  const withReason = (body, reason) => (reason ? Object.assign(body, { reason }) : body);
+  // What each action does, said exactly, and how it is sent.
+  const SPECS = {
+    stop: (p) => ({
+      title: "Stop pipeline " + p.id + "?",
+      what: "Pipeline " + p.id + " of " + where(p) + " is stopped from " + p.status + ": it ends STOPPED and is not " +
+        "deployed" + (p.status === "DEPLOYING" ? " further (a deploy already sent is not undone)" : "") +
+        (p.status === "RUNNING" ? "; its build is cancelled" : "") + ". If it has left " + p.status +
+        " meanwhile, nothing changes.",
+      url: "/api/pipeline/" + enc(p.id) + "/stop",
+      body: (reason) => withReason({ expect: p.status }, reason),
+      done: (r) => "Stopped " + (r.id || p.id) + ": " + (r.from || p.status) + " → " + (r.status || "STOPPED") + ".",
+    }),
+    release: (p) => ({
+      title: "Release pipeline " + p.id + "?",
+      what: "Manual pipeline " + p.id + " of " + where(p) + (p.artifact ? " (artifact " + p.artifact + ")" : "") +
+        " built successfully; releasing it deploys it at the servers' next scan, unless a deploy window, freeze " +
+        "or slot holds it.",
+      url: "/api/pipeline/" + enc(p.id) + "/deploy",
+      body: (reason) => withReason({}, reason),
+      done: (r) => "Released " + (r.id || p.id) + ": its deploy is requested.",
+    }),
+    override: (p) => ({
+      needReason: true,
+      title: "Override the " + p.hold + " holding " + p.id + "?",
+      what: "Pipeline " + p.id + " of " + where(p) + " is held by a deploy " + p.hold +
+        (p.message ? " (" + p.message + ")" : "") + ". Overriding releases it at the next scan, inside the " +
+        p.hold + "; a deploy slot still bounds it. Your name and the reason are kept in its history.",
+      url: "/api/pipeline/" + enc(p.id) + "/deploy",
+      body: (reason) => ({ reason, override: true }),
+      done: (r) => "Hold overridden on " + (r.id || p.id) + ": it deploys at the next scan.",
+    }),
+    rollback: (t) => ({
+      title: "Roll back " + t.namespace + "/" + t.application + " " + t.environment + " to " +
+        (t.previous ? "the previous release" : "release " + t.to.id) + "?",
+      what: "A new pipeline (trigger rollback) redeploys, without a build, the artifact " + t.to.artifact +
+        " of release " + t.to.id + " (finished " + when(t.to.finished_at) + "), replacing the live release " +
+        t.live.id + " (" + (t.live.artifact || "no artifact") + "). Refused while another pipeline of " +
+        t.namespace + "/" + t.application + " " + t.environment + " is unfinished.",
+      url: "/api/rollback",
+      body: (reason) => withReason({ app: t.namespace + "/" + t.application, env: t.environment, to: t.to.id }, reason),
+      done: (r) => "Rollback pipeline " + (r.id || "?") + " created: it redeploys " + (r.artifact || t.to.artifact) +
+        " (release " + (r.rollback_to || t.to.id) + ").",
+    }),
+  };
+
+  function reasonProblem(reason, required) {
+    if (!reason) return required ? "A reason is required: it is kept in the pipeline's history." : "";
+    const n = new TextEncoder().encode(reason).length;
+    if (n > REASON_MAX) return "The reason is " + n + " bytes long; at most " + REASON_MAX + ".";
+    if (/[\u0000-\u001f\u007f]/.test(reason)) return "The reason may not hold a control character.";
+    return "";
+  }
+  function setResult(state, text) {
+    const el = $("confirm-result");
+    el.dataset.state = state;
+    el.textContent = text;
+  }
+  function notice(state, text) {
+    const el = $("notice");
+    el.dataset.state = state;
+    el.textContent = text;
+    el.hidden = false;
+    clearTimeout(noticeTimer);
+    noticeTimer = setTimeout(() => { el.hidden = true; }, 30000);
+  }
+
+  function confirmAction(kind, target) {
+    if (!me || !me.actions) return;
+    const spec = SPECS[kind](target);
+    spec.kind = kind;
+    pendingAction = spec;
+    $("confirm").dataset.action = kind;
+    $("confirm-title").textContent = spec.title;
+    $("confirm-what").textContent = spec.what;
+    $("confirm-need").textContent = spec.needReason ? "(required; kept in the history)" : "(optional; kept in the history)";
+    const input = $("confirm-reason");
+    input.value = "";
+    input.required = !!spec.needReason;
+    input.removeAttribute("aria-invalid");
+    input.disabled = false;
+    setResult("", "");
+    $("confirm-ok").hidden = false;
+    $("confirm-ok").disabled = false;
+    $("confirm-cancel").textContent = "Cancel";
+    const dlg = $("confirm");
+    if (!dlg.open) dlg.showModal();
+    input.focus();
+  }
+
+  async function submitAction(ev) {
+    ev.preventDefault();
+    const spec = pendingAction;
+    if (!spec || spec.busy || spec.sent) return;
+    const input = $("confirm-reason");
+    const reason = input.value.trim();
+    const bad = reasonProblem(reason, spec.needReason);
+    if (bad) {
+      setResult("bad", bad);
+      input.setAttribute("aria-invalid", "true");
+      input.focus();
+      return;
+    }
+    input.removeAttribute("aria-invalid");
+    spec.busy = true;
+    $("confirm-ok").disabled = true;
+    setResult("busy", "Sending…");
+    try {
+      const r = (await api("POST", spec.url, spec.body(reason))) || {};
+      spec.sent = true;
+      const text = spec.done(r);
+      if (pendingAction === spec) {
+        setResult("ok", text);
+        input.disabled = true;
+        $("confirm-ok").hidden = true;
+        $("confirm-cancel").textContent = "Close";
+        $("confirm-cancel").focus();
+      }
+      notice("ok", text);
+    } catch (e) {
+      if (e.status === 401) return; // signed out: the sign-in form says why
+      const text = "Refused: " + describe(e) + (e.status === 409 ? ". The page shows its state now." : "");
+      if (pendingAction === spec) {
+        setResult("bad", text);
+        $("confirm-ok").disabled = false;
+      } else notice("bad", text);
+    } finally {
+      spec.busy = false;
+      // Show the effect (a new event, status, release) at once.
+      burstUntil = Date.now() + BURST_MS;
+      burstOf = new Set(["fleet", spec.kind === "rollback" ? "history" : "detail"]);
+      fleetPoll.now();
+      detailPoll.now();
+      historyPoll.now();
+    }
+  }
+
+  // ------------------------------------------------------------ sign-in
+
+  function closeDialogs() {
+    for (const id of ["confirm", "history", "detail"]) if ($(id).open) $(id).close();
+  }
+  function showWho() {
+    const who = $("who-name");
+    who.dataset.role = me.role;
+    who.textContent = me.name ? me.name + " · " + me.role : "not signed in · read-only";
+    who.title = me.actions ? "you may stop, release and roll back" : "read-only: actions need the operator role";
+    $("signout").hidden = !getToken();
+    $("who").hidden = false;
+  }
+
+  // Forget the token and the data; ask for a token (why: a refusal to show).
+  function needSignIn(why, intro) {
+    gen++;
+    setToken(null);
+    me = null;
+    fleet = null;
+    fetchedAt = 0;
+    failures = 0;
+    openId = null;
+    openHistory = null;
+    pendingAction = null;
+    fleetPoll.stop();
+    detailPoll.stop();
+    historyPoll.stop();
+    closeDialogs();
+    document.body.classList.remove("can-act");
+    for (const t of document.querySelectorAll("main tbody")) t.replaceChildren();
+    $("alerts").replaceChildren();
+    $("footer").textContent = "";
+    $("notice").hidden = true;
+    $("fleet").hidden = true;
+    $("who").hidden = true;
+    $("signin-why").textContent = intro || "This oopsd asks for a token.";
+    $("signin-error").textContent = why || "";
+    $("signin-wrap").hidden = false;
+    liveSays("signed-out", "signed out");
+    $("signin-token").focus();
+  }
+
+  let startTimer = null;
+  async function start() {
+    clearTimeout(startTimer);
+    const g = ++gen;
+    let m;
+    try {
+      m = await api("GET", "/api/me");
+    } catch (e) {
+      if (g !== gen || e.status === 401) return;
+      if (e.status === 404) m = { name: null, role: "viewer", actions: false }; // an oopsd without /api/me
+      else {
+        if (!$("signin-wrap").hidden) $("signin-error").textContent = "Cannot sign in: " + describe(e);
+        else liveSays("connecting", "connecting… /api/me: " + describe(e));
+        startTimer = setTimeout(start, 3000);
+        return;
+      }
+    }
+    if (g !== gen) return;
+    me = { name: typeof m.name === "string" ? m.name : null, role: String(m.role || "viewer"), actions: m.actions === true };
+    document.body.classList.toggle("can-act", me.actions);
+    showWho();
+    $("signin-wrap").hidden = true;
+    $("signin-error").textContent = "";
+    $("fleet").hidden = false;
+    if (!fleet) liveSays("connecting", "connecting…");
+    fleetPoll.stop();
+    fleetPoll.start();
+  }
+
+  $("signin").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const input = $("signin-token");
+    const t = input.value.trim();
+    if (!/^[\x21-\x7e]{1,4096}$/.test(t)) {
+      $("signin-error").textContent = t ? "A token is printable ASCII without spaces." : "Enter your token.";
+      input.focus();
+      return;
+    }
+    setToken(t);
+    input.value = "";
+    $("signin-error").textContent = "";
+    $("signin-submit").disabled = true;
+    try {
+      await start();
+    } finally {
+      $("signin-submit").disabled = false;
+    }
+  });
+  $("signout").addEventListener("click", () => needSignIn("", "Signed out: the token is forgotten in this tab."));
   $("detail-close").addEventListener("click", closeDetail);
-  $("detail").addEventListener("close", () => { openId = null; clearTimeout(detailTimer); });
+  $("detail").addEventListener("close", () => { openId = null; detailShown = null; detailPoll.stop(); });
+  $("history-close").addEventListener("click", () => $("history").close());
+  $("history").addEventListener("close", () => { openHistory = null; historyPoll.stop(); });
+  $("confirm-form").addEventListener("submit", submitAction);
+  $("confirm-cancel").addEventListener("click", () => $("confirm").close());
+  $("confirm").addEventListener("close", () => {
+    pendingAction = null;
+    // The button that opened it may have been redrawn meanwhile: keep the focus in the dialog below.
+    setTimeout(() => {
+      if (document.activeElement && document.activeElement !== document.body) return;
+      const below = $("history").open ? "history-close" : $("detail").open ? "detail-close" : null;
+      if (below) $(below).focus();
+    }, 0);
+  });
+  $("confirm-reason").addEventListener("input", () => {
+    if ($("confirm-reason").getAttribute("aria-invalid") === "true") {
+      $("confirm-reason").removeAttribute("aria-invalid");
+      setResult("", "");
+    }
+  });
   setInterval(tickLive, 1000);
-  poll();
+  start();
 })();

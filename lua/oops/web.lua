@@ -343,7 +343,7 @@ M.HISTORY = 20
 
 -- An application's releases in an environment, what `oopsctl history --json`
 -- prints: the one in progress first, then the releases that went live, the
--- newest SUCCEEDED one live. nil when it has none at all.
+-- newest SUCCEEDED one live (none yet: an empty list, as oopsctl prints).
 function M.read_history(ns, app, env)
   local c = { n = 0 }
   local releases, live = {}, nil
@@ -353,7 +353,6 @@ function M.read_history(ns, app, env)
     releases[#releases + 1] = { id = r.id, trigger = r.trigger_type, status = r.status, artifact = r.artifact,
       created_at = r.created_at, finished_at = ok and r.status_changed_at or json.null, live = r.id == live }
   end
-  if #releases == 0 then return nil end
   return { namespace = ns, application = app, environment = env, live = live or json.null,
     releases = json.array(releases), statements = c.n }
 end
@@ -517,16 +516,11 @@ local function fleet(now)
   return 200, head:sub(1, -2) .. "," .. state.snapshot:sub(2)
 end
 
-local function missing_text(key)
-  local target = key:match("^history:(.*)$")
-  return target and (target:gsub("/([^/]+)$", " %1") .. " has no release yet") or "no pipeline " .. key
-end
-
 -- A detail read on demand: the pipeline (key = its id) or a history (key
 -- "history:NS/APP/ENV"), read by read(...) in a task.
 local function detail(id, client, now, read, ...)
   local missed = state.misses[id]
-  if missed and now - missed < M.MISS_TTL_MS then return answer(404, { error = missing_text(id) }) end
+  if missed and now - missed < M.MISS_TTL_MS then return answer(404, { error = "no pipeline " .. id }) end
   local d = state.details[id]
   local fresh = d and now - d.at < M.DETAIL_TTL_MS
   if not fresh and not state.fetching[id] and state.nfetching < M.MAX_FETCHING then
@@ -540,7 +534,7 @@ local function detail(id, client, now, read, ...)
     end
   end
   if d then return 200, d.json end
-  if missed then return answer(404, { error = missing_text(id) }) end -- read again meanwhile
+  if missed then return answer(404, { error = "no pipeline " .. id }) end -- read again meanwhile
   return answer(202, { pending = true })
 end
 

@@ -1025,6 +1025,13 @@ static int l_act(lua_State *L)
                           strcmp(action, "rollback") ? "id"
                                                      : "namespace, application, environment");
     }
+    char why[256];
+    if (a->reason && pipeline_reason_check("reason", a->reason, why, sizeof why) != 0) {
+        act_free(&a->base);
+        lua_pushstring(L, "input");
+        lua_pushstring(L, why);
+        return 2;
+    }
     a->base.lane = DB_CALL_WORK;
     a->base.run = act_run;
     return dbcall(L, &a->base, act_push, act_free);

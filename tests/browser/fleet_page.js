@@ -98,7 +98,8 @@ async function until(page, seconds, fn, ...args) {
     check(await page.evaluate(() => window.__sameDocument === true), "... without a reload of the page");
 
     // An event history, with the server of each transition.
-    await page.click(`tr.pipeline[data-id="${env.FLEET_DETAIL}"]`);
+    // the first cell (the id): the application's name is a button of its own (its release history)
+    await page.click(`tr.pipeline[data-id="${env.FLEET_DETAIL}"] td:first-child`);
     const opened = await until(page, 20, () => document.querySelector("#detail[open]") &&
       document.querySelectorAll("#events tbody tr[data-event]").length >= 4);
     const events = await page.$eval("#events", (t) => t.innerText);

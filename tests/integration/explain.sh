@@ -134,6 +134,8 @@ wait_for 20 "the fleet page's JSON is served (its statements are in the log)" \
   bash -c "curl -s -m 5 '$(url ex1 /api/fleet)' | grep -q '\"pipelines\"'"
 wait_for 20 "... and a pipeline's detail" \
   bash -c "curl -s -m 5 '$(url ex1 "/api/pipeline/$id")' | grep -q '\"events\"'"
+wait_for 20 "... and an application's release history" \
+  bash -c "curl -s -m 5 '$(url ex1 /api/history/t/web/prod)' | grep -q '\"releases\"'"
 stop_servers
 root -e "SET GLOBAL general_log = 0"
 

@@ -78,6 +78,7 @@ big=$(printf '{"reason":"%05000d"}' 0)
 is "$(status_of "$(post A "/api/pipeline/$man/deploy" "$big")")" 413 "a body over 4 KiB: 413"
 out=$(post A "/api/pipeline/$man/deploy" "$(printf '{"reason":"%0501d"}' 0)"); is "$(status_of "$out")" 422 "a reason over 500 bytes: 422"
 is "$(status_of "$(post A "/api/pipeline/$man/deploy" '{"reason":"a\u0007b"}')")" 422 "a reason with a control character: 422"
+is "$(status_of "$(post A "/api/pipeline/$man/deploy" '{"reason":"a\u0085b"}')")" 422 "... a C1 control character too: 422"
 is "$(sql "SELECT deploy_requested_at IS NULL FROM pipeline WHERE id = '$man'")|$(sql "SELECT COUNT(*) FROM operator_action WHERE pipeline_id = '$man' AND actor = 'alice@page'")" \
   "1|0" "... nothing changed or recorded by any of them"
 out=$(post A "/api/pipeline/nosuchid0000/stop" '{}'); is "$(status_of "$out")" 404 "an unknown pipeline: 404"
