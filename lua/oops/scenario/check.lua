@@ -61,7 +61,8 @@ local function late_transitions(ctx)
           SELECT x.pipeline_id, x.from_status, x.to_status, x.created_at, y.server AS taker
           FROM pipeline_event x
           JOIN pipeline_event y ON y.pipeline_id = x.pipeline_id AND y.server <> x.server
-            AND y.server NOT LIKE 'oopsctl@%' AND y.id < x.id AND UNIX_TIMESTAMP(y.created_at) >= ?
+            AND y.server NOT LIKE 'oopsctl@%' AND y.actor IS NULL AND y.id < x.id
+            AND UNIX_TIMESTAMP(y.created_at) >= ?
           WHERE x.server = ? AND UNIX_TIMESTAMP(x.created_at) >= ? AND UNIX_TIMESTAMP(x.created_at) < ?
             AND (? = 0 OR x.lock_session = ?)
           GROUP BY x.id]], f.at, f.server, f.at, next_restart(f.at), f.session or 0, f.session or 0)) do
@@ -300,7 +301,7 @@ function M.takeovers(ctx)
         SELECT e.pipeline_id, MIN(UNIX_TIMESTAMP(a.created_at)) AS first_at, MIN(a.id) AS first_id
         FROM pipeline_event e
         JOIN pipeline_event a ON a.pipeline_id = e.pipeline_id AND a.server <> ?
-          AND a.server NOT LIKE 'oopsctl@%' AND UNIX_TIMESTAMP(a.created_at) >= ?
+          AND a.server NOT LIKE 'oopsctl@%' AND a.actor IS NULL AND UNIX_TIMESTAMP(a.created_at) >= ?
         WHERE e.server = ? AND e.id = (SELECT MAX(id) FROM pipeline_event l
             WHERE l.pipeline_id = e.pipeline_id AND UNIX_TIMESTAMP(l.created_at) < ?)
           AND e.to_status IN ('INITIALIZED', 'RUNNING', 'DEPLOYING', 'ROLLING_OUT')
