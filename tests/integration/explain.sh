@@ -155,8 +155,8 @@ for want in "FROM pipeline WHERE 1 = 1 AND status IN" "FROM pipeline_event WHERE
   "FROM restart_run WHERE finished_at IS NULL" "FROM exec_job" "UPDATE outbox SET" "DELETE FROM pipeline" \
   "UNION ALL (SELECT" "IF(status = 'SUCCEEDED', status_changed_at, created_at) DESC" \
   "FROM pipeline ORDER BY created_at DESC LIMIT" "FROM outbox WHERE delivered_at IS NULL GROUP BY delivered_routes" \
-  "FROM operator_action WHERE 1 = 1 ORDER BY" "FROM operator_action WHERE 1 = 1 AND actor = ?" \
-  "FROM operator_action WHERE 1 = 1 AND namespace = ?" "AND e.actor IS NOT NULL ORDER BY e.id DESC LIMIT"; do
+  "FROM operator_action WHERE 1 = 1 ORDER BY" "FROM operator_action WHERE N = N AND actor = ?" \
+  "FROM operator_action WHERE N = N AND namespace = ?" "AND e.actor IS NOT NULL ORDER BY e.id DESC LIMIT"; do
   check "... among them: $want" grep -qF "$want" "$work/distinct.tsv"
 done
 
