@@ -12,6 +12,8 @@
 #include "http_client.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -20,9 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define DEFAULT_TIMEOUT_MS 10000u
 #define DEFAULT_MAX_BODY ((size_t)4 << 20)
+/* How long libcurl keeps a parsed CA file: a replaced ca_file counts within a
+ * minute (libcurl's default is a day). */
+#define CA_CACHE_S 60L
 
 typedef struct http_sock http_sock;
 typedef struct http_req http_req;
@@ -55,8 +62,12 @@ struct http_req {
     size_t max_body;
     char *buf; /* response body, NUL-terminated once non-NULL */
     size_t len, cap;
+    bool truncate;   /* keep the first max_body bytes rather than fail */
     bool too_large;  /* the write callback refused data beyond max_body */
+    bool truncated;  /* ... and kept the first max_body bytes (truncate) */
+    bool no_memory;  /* the write callback could not grow buf */
     char *authority; /* "host:port" from the URL, for error messages */
+    char *ca_file;   /* the caller's CA bundle, NULL for the system store */
     char errbuf[CURL_ERROR_SIZE];
     http_req *prev, *next;
 };
@@ -254,34 +265,42 @@ static void req_free(http_req *r)
         curl_easy_cleanup(r->easy);
     curl_slist_free_all(r->headers);
     free(r->authority);
+    free(r->ca_file);
     free(r->buf);
     free(r);
 }
 
-/* CURLOPT_WRITEFUNCTION: accumulate the body, refusing to go past max_body
- * (returning short makes libcurl abort with CURLE_WRITE_ERROR). */
+/* CURLOPT_WRITEFUNCTION: accumulate the body up to max_body. Past it the
+ * transfer is aborted (returning short makes libcurl stop with
+ * CURLE_WRITE_ERROR); with truncate, after keeping what fits. */
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 {
     http_req *r = ud;
-    size_t n = size * nmemb;
+    size_t n = size * nmemb, keep = n;
     if (n > r->max_body - r->len) {
-        r->too_large = true;
-        return 0;
+        if (!r->truncate) {
+            r->too_large = true;
+            return 0;
+        }
+        r->truncated = true;
+        keep = r->max_body - r->len;
     }
-    if (r->len + n + 1 > r->cap) {
+    if (r->len + keep + 1 > r->cap) {
         size_t cap = r->cap ? r->cap : 1024;
-        while (cap < r->len + n + 1)
+        while (cap < r->len + keep + 1)
             cap *= 2;
         char *buf = realloc(r->buf, cap);
-        if (!buf)
+        if (!buf) {
+            r->no_memory = true;
             return 0;
+        }
         r->buf = buf;
         r->cap = cap;
     }
-    memcpy(r->buf + r->len, data, n);
-    r->len += n;
+    memcpy(r->buf + r->len, data, keep);
+    r->len += keep;
     r->buf[r->len] = '\0';
-    return n;
+    return r->truncated ? 0 : n;
 }
 
 /* "ip:port" of the address libcurl last tried, else the URL's host:port. */
@@ -312,14 +331,23 @@ static void connect_error(const http_req *r, char *out, size_t outlen)
 /* Turns a failed transfer into the one-line message of http_result.error. */
 static const char *describe_error(const http_req *r, CURLcode code, char *out, size_t outlen)
 {
+    const char *why = r->errbuf[0] ? r->errbuf : curl_easy_strerror(code);
     if (r->too_large || code == CURLE_FILESIZE_EXCEEDED)
         snprintf(out, outlen, "response body exceeds %zu bytes", r->max_body);
+    else if (r->no_memory)
+        snprintf(out, outlen, "out of memory for the response body");
     else if (code == CURLE_OPERATION_TIMEDOUT)
         snprintf(out, outlen, "timed out after %" PRIu64 " ms", r->timeout_ms);
     else if (code == CURLE_COULDNT_CONNECT)
         connect_error(r, out, outlen);
+    else if (code == CURLE_PEER_FAILED_VERIFICATION)
+        snprintf(out, outlen, "TLS certificate of %s refused%s: %s", r->authority,
+                 r->ca_file ? " (CA file given)" : " (system CA store)", why);
+    else if (code == CURLE_SSL_CACERT_BADFILE)
+        snprintf(out, outlen, "cannot use CA file %s: %s", r->ca_file ? r->ca_file : "(system)",
+                 why);
     else
-        snprintf(out, outlen, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(code));
+        snprintf(out, outlen, "%s", why);
     one_line(out);
     return out;
 }
@@ -330,7 +358,7 @@ static const char *describe_error(const http_req *r, CURLcode code, char *out, s
 static void req_finish(http_req *r, CURLcode code, const char *forced_error)
 {
     http_client *c = r->c;
-    char msg[CURL_ERROR_SIZE + 320];
+    char msg[CURL_ERROR_SIZE + HTTP_CLIENT_CA_PATH_MAX + 320];
     http_result res = {0};
     req_unlink(c, r);
     curl_multi_remove_handle(c->multi, r->easy);
@@ -338,7 +366,9 @@ static void req_finish(http_req *r, CURLcode code, const char *forced_error)
         res.error = forced_error;
     else {
         curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &res.status);
-        if (code != CURLE_OK)
+        /* A truncation is the abort we asked for, once the headers were in. */
+        res.truncated = r->truncated && code == CURLE_WRITE_ERROR && res.status > 0;
+        if (code != CURLE_OK && !res.truncated)
             res.error = describe_error(r, code, msg, sizeof msg);
     }
     res.body = r->buf ? r->buf : "";
@@ -364,25 +394,44 @@ static void drain_completed(http_client *c)
 
 /* ------------------------------------------------------ request building */
 
+/* True when the URL carries a user or password: "http://user:pw@host",
+ * "http://user@host", "http://:pw@host", "http://@host". */
+static bool has_userinfo(CURLU *u)
+{
+    char *part = NULL;
+    bool has = curl_url_get(u, CURLUPART_USER, &part, 0) == CURLUE_OK;
+    curl_free(part);
+    part = NULL;
+    has = has || curl_url_get(u, CURLUPART_PASSWORD, &part, 0) == CURLUE_OK;
+    curl_free(part);
+    return has;
+}
+
 /* Checks scheme and syntax up front (libcurl would only fail later, inside
- * the loop) and records "host:port" for error messages. */
-static int parse_url(http_req *r, const char *url, char *err, size_t errlen)
+ * the loop) and records "host:port" for error messages. No error names the
+ * URL beyond its scheme, host and port: the rest may be a secret. */
+static int parse_url(http_req *r, const http_request *req, char *err, size_t errlen)
 {
     CURLU *u = curl_url();
     char *scheme = NULL, *host = NULL, *port = NULL;
     int rc = -1;
     if (!u)
         return fail(err, errlen, "out of memory");
-    CURLUcode uc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
+    CURLUcode uc = curl_url_set(u, CURLUPART_URL, req->url, CURLU_NON_SUPPORT_SCHEME);
     if (uc != CURLUE_OK)
         fail(err, errlen, "malformed URL: %s", curl_url_strerror(uc));
     else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
              (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0))
-        fail(err, errlen, "unsupported URL scheme '%s' (only http and https)",
+        fail(err, errlen, "unsupported URL scheme '%.16s' (only http and https)",
              scheme ? scheme : "");
     else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
              curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK)
         fail(err, errlen, "malformed URL: missing host");
+    else if (!req->allow_userinfo && has_userinfo(u))
+        fail(err, errlen,
+             "URL with userinfo refused (%s://***@%.300s:%s): credentials in a URL end up in "
+             "logs; send them in a header",
+             scheme, host, port);
     else if (!(r->authority = malloc(strlen(host) + strlen(port) + 2)))
         fail(err, errlen, "out of memory");
     else {
@@ -394,6 +443,32 @@ static int parse_url(http_req *r, const char *url, char *err, size_t errlen)
     curl_free(port);
     curl_url_cleanup(u);
     return rc;
+}
+
+/* The caller's CA bundle must be a file we can open now: a path mistake is
+ * reported when the request is made, not as a TLS failure later. Its
+ * contents are for the TLS library to judge (CURLE_SSL_CACERT_BADFILE). */
+static int check_ca_file(http_req *r, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    size_t n = strlen(path);
+    if (n == 0)
+        return fail(err, errlen, "CA file: empty path");
+    if (n > HTTP_CLIENT_CA_PATH_MAX)
+        return fail(err, errlen, "CA file: path longer than %d bytes", HTTP_CLIENT_CA_PATH_MAX);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        char tmp[128];
+        return fail(err, errlen, "cannot read CA file %.300s: %s", path,
+                    strerror_r(errno, tmp, sizeof tmp));
+    }
+    int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+    if (!regular)
+        return fail(err, errlen, "cannot read CA file %.300s: not a regular file", path);
+    if (!(r->ca_file = strdup(path)))
+        return fail(err, errlen, "out of memory");
+    return 0;
 }
 
 static int has_header(const char *const *headers, const char *name)
@@ -444,6 +519,25 @@ static CURLcode set_method(CURL *e, const http_request *req)
     return rc;
 }
 
+/* Verification always on; a ca_file replaces the system store (CA file and
+ * CA directory both: the caller's CAs alone are trusted then). */
+static CURLcode set_tls(http_req *r)
+{
+    CURL *e = r->easy;
+    CURLcode rc = curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+    if (!rc)
+        rc = curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (!rc && r->ca_file)
+        rc = curl_easy_setopt(e, CURLOPT_CAINFO, r->ca_file);
+    if (!rc && r->ca_file)
+        rc = curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+#if LIBCURL_VERSION_NUM >= 0x075700 /* 7.87.0 */
+    if (!rc && r->ca_file)
+        rc = curl_easy_setopt(e, CURLOPT_CA_CACHE_TIMEOUT, CA_CACHE_S);
+#endif
+    return rc;
+}
+
 static CURLcode set_options(http_req *r, const http_request *req)
 {
     CURL *e = r->easy;
@@ -457,9 +551,12 @@ static CURLcode set_options(http_req *r, const http_request *req)
         rc = curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     if (!rc)
         rc = curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout);
-    /* Rejects an announced oversized body before any of it is read. */
-    if (!rc)
+    /* Rejects an announced oversized body before any of it is read (with
+     * truncate its first max_body bytes are wanted: on_body stops there). */
+    if (!rc && !r->truncate)
         rc = curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_body);
+    if (!rc)
+        rc = set_tls(r);
     if (!rc)
         rc = curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     if (!rc)
@@ -504,7 +601,9 @@ static http_req *req_new(http_client *c, const http_request *req, http_done_cb d
     r->ud = ud;
     r->timeout_ms = req->timeout_ms ? req->timeout_ms : DEFAULT_TIMEOUT_MS;
     r->max_body = req->max_body ? req->max_body : DEFAULT_MAX_BODY;
-    if (parse_url(r, req->url, err, errlen) != 0 || build_headers(r, req, err, errlen) != 0)
+    r->truncate = req->truncate;
+    if (parse_url(r, req, err, errlen) != 0 || build_headers(r, req, err, errlen) != 0 ||
+        (req->ca_file && check_ca_file(r, req->ca_file, err, errlen) != 0))
         goto bad;
     if (!(r->easy = curl_easy_init())) {
         fail(err, errlen, "curl_easy_init failed");
@@ -541,6 +640,9 @@ http_client *http_client_new(uv_loop_t *loop)
     curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
     curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
     curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    /* libcurl's default cache is 4 x the transfers in flight, so one at a
+     * time keeps 4 idle connections: a fixed size keeps a few receivers'. */
+    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)HTTP_CLIENT_MAX_IDLE);
     return c;
 }
 

@@ -738,21 +738,40 @@ function ProcHandle:running() end
 oops.http = {}
 
 ---@class oops.HttpRequest
----@field url string absolute http:// or https:// URL
+---@field url string absolute http:// or https:// URL, without user:password@ unless allow_userinfo
 ---@field method? "GET"|"POST" default "GET"
 ---@field headers? table<string, string>|string[] {["Name"] = "value"} or {"Name: value", ...}, at most 32
 ---@field body? string POST body
----@field timeout_ms? integer the whole exchange (default 10000)
+--- the whole exchange (default 10000): a receiver that accepts and stays
+--- silent, or trickles its body, is cut there
+---@field timeout_ms? integer
+---@field max_body? integer response body bound in bytes, 1 to 64 MiB (default 4 MiB)
+--- past max_body, keep its first max_body bytes, stop reading and return the
+--- response with truncated = true (default false: nil, "response body exceeds
+--- N bytes", "io")
+---@field truncate? boolean
+--- path of a PEM bundle of the CAs trusted for https:// instead of the system
+--- store (a private receiver's CA); peer and host name are verified either way
+---@field ca? string
+--- send a URL's user:password@ as Basic authentication (default false: refused, "invalid")
+---@field allow_userinfo? boolean
 
 ---@class oops.HttpResponse
 ---@field status integer any status: a 404 or 500 is a response, not an error
 ---@field body string
+---@field truncated boolean the body went past max_body and holds its first max_body bytes (with truncate)
 
---- Send one request and wait for the response (redirects are not followed).
---- Raises outside a task and when opts or url has the wrong type. Returns
---- nil, msg, "io" when no response came ("connect to 127.0.0.1:9 failed:
---- Connection refused", "timed out after 2000 ms"), nil, msg, "invalid" when
---- the request was refused before sending (unsupported scheme or method).
+--- Send one request and wait for the response (redirects are not followed;
+--- TLS always verified; a kept connection to the same host is reused).
+--- Raises outside a task and when opts, url or another option has the wrong
+--- type (max_body out of range). Returns nil, msg, "io" when no response came
+--- ("connect to 127.0.0.1:9 failed: Connection refused", "timed out after
+--- 2000 ms", "TLS certificate of hooks.example:443 refused (system CA store):
+--- SSL certificate problem: unable to get local issuer certificate"), nil,
+--- msg, "invalid" when the request was refused before sending (unsupported
+--- scheme or method; userinfo in the URL, never shown: "URL with userinfo
+--- refused (https://***@hooks.example:443): ..."; a ca that cannot be read:
+--- "cannot read CA file /etc/x.pem: No such file or directory").
 ---@async
 ---@param opts oops.HttpRequest
 ---@return oops.HttpResponse|nil response

@@ -1,7 +1,9 @@
 /*
- * oops.http.request{method=, url=, headers=, body=, timeout_ms=} waits (in a
- * task) and returns {status=, body=}, or nil, "why", "io" when no response
- * came ("invalid" when the request was refused before sending).
+ * oops.http.request{method=, url=, headers=, body=, timeout_ms=, max_body=,
+ * truncate=, ca=, allow_userinfo=} waits (in a task) and returns {status=,
+ * body=, truncated=}, or nil, "why", "io" when no response came ("invalid"
+ * when the request was refused before sending: scheme, method, header,
+ * userinfo, a CA file that cannot be read).
  * headers: {["Name"] = "value"} or {"Name: value", ...}.
  *
  * oops.http.serve{listen=, handler=, max_body=} returns a server (methods
@@ -11,6 +13,7 @@
  */
 #include <ctype.h>
 #include <lauxlib.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,12 +35,51 @@ static void request_done(void *ud, const http_result *r)
         runtime_resume(co, oops_fail(co, r->error, OOPS_E_IO));
         return;
     }
-    lua_createtable(co, 0, 2);
+    lua_createtable(co, 0, 3);
     lua_pushinteger(co, r->status);
     lua_setfield(co, -2, "status");
     lua_pushlstring(co, r->body, r->body_len);
     lua_setfield(co, -2, "body");
+    lua_pushboolean(co, r->truncated);
+    lua_setfield(co, -2, "truncated");
     runtime_resume(co, 1);
+}
+
+/* The largest max_body oops.http.request takes: the body becomes a string. */
+#define LUA_MAX_BODY ((lua_Integer)64 << 20)
+
+/* opts[name]: nil (false) or a boolean, else raises. */
+static bool opt_boolean(lua_State *L, const char *name)
+{
+    int t = lua_getfield(L, 1, name);
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+        luaL_error(L, "%s must be true or false, not a %s", name, lua_typename(L, t));
+    return lua_toboolean(L, -1);
+}
+
+/* The options past the request itself: max_body, truncate, ca,
+ * allow_userinfo. Type errors raise; NULL, or why the request is refused. */
+static const char *request_limits(lua_State *L, http_request *req)
+{
+    if (lua_getfield(L, 1, "max_body") != LUA_TNIL) {
+        lua_Integer n = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+        if (n < 1 || n > LUA_MAX_BODY)
+            luaL_error(L, "max_body must be a whole number of bytes from 1 to %d",
+                       (int)LUA_MAX_BODY);
+        req->max_body = (size_t)n;
+    }
+    req->truncate = opt_boolean(L, "truncate");
+    req->allow_userinfo = opt_boolean(L, "allow_userinfo");
+    int t = lua_getfield(L, 1, "ca");
+    if (t != LUA_TNIL) {
+        size_t len = 0;
+        if (t != LUA_TSTRING)
+            luaL_error(L, "ca must be a string (a PEM file's path), not a %s", lua_typename(L, t));
+        req->ca_file = lua_tolstring(L, -1, &len); /* its length: http_client_request */
+        if (strlen(req->ca_file) != len)
+            return "CA file: path contains a NUL byte";
+    }
+    return NULL;
 }
 
 static int l_request(lua_State *L)
@@ -56,6 +98,7 @@ static int l_request(lua_State *L)
     req.body_len = blen;
     lua_getfield(L, 1, "timeout_ms");
     req.timeout_ms = (uint64_t)luaL_optinteger(L, -1, 0);
+    const char *refused = request_limits(L, &req); /* values anchored in opts */
     /* headers as "Name: value" strings, anchored on the stack until the request copied them */
     lua_getfield(L, 1, "headers");
     int ht = lua_gettop(L);
@@ -77,6 +120,8 @@ static int l_request(lua_State *L)
     }
     hv[nh] = NULL;
     req.headers = nh ? hv : NULL;
+    if (refused)
+        return oops_fail(L, refused, OOPS_E_INVALID);
     if (!c->http && c->closing) /* its client is closed for good: nothing may start now */
         return oops_fail(L, "the process is shutting down", OOPS_E_IO);
     if (!c->http && !(c->http = http_client_new(c->loop)))
@@ -85,7 +130,7 @@ static int l_request(lua_State *L)
     q->co = L;
     char err[512];
     if (http_client_request(c->http, &req, request_done, q, err, sizeof err) != 0) {
-        free(q); /* refused before sending: scheme, method, URL or header */
+        free(q); /* refused before sending: scheme, method, URL, header or CA file */
         return oops_fail(L, err, OOPS_E_INVALID);
     }
     return lua_yield(L, 0);

@@ -7,7 +7,13 @@
  *   delay=MS   wait MS milliseconds before answering (cut short at shutdown)
  *   size=N     answer N bytes of 'x' instead of "<METHOD> <path>"
  *   chunked=1  with size: send chunked, without Content-Length
- * It records the last request's method, path, a few headers and its body.
+ *   endless=1  send 'x' chunked without end (until the client goes)
+ *   trickle=1  send one byte every 20 ms without end
+ * It records the last request's method, path, a few headers and its body, and
+ * counts the TCP connections it accepted. The same server speaks TLS for the
+ * https tests (a CA and a certificate for 127.0.0.1 made with openssl in a
+ * temporary directory). A second, raw server accepts connections and never
+ * answers.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +22,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <curl/curl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -25,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +49,9 @@ typedef struct server {
     atomic_int started;    /* requests whose handler has begun answering */
     atomic_int in_handler; /* ... and have not finished yet */
     atomic_int max_in_handler;
-    pthread_mutex_t mu; /* guards the record below */
+    atomic_int connections; /* TCP connections accepted */
+    int tls;                /* serve https with the test certificate */
+    pthread_mutex_t mu;     /* guards the record below */
     char method[16];
     char path[256];
     char *content_type, *authorization, *expect;
@@ -112,10 +122,39 @@ static ssize_t chunk_reader(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
-static struct MHD_Response *make_response(struct MHD_Connection *conn, const char *path,
+/* Endless 'x', in slices, until the client goes or the server stops. */
+static ssize_t endless_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    server *s = cls;
+    (void)pos;
+    if (atomic_load(&s->stopping))
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    size_t n = max > 4096 ? 4096 : max;
+    memset(buf, 'x', n);
+    return (ssize_t)n;
+}
+
+/* One byte every 20 ms without end. */
+static ssize_t trickle_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    server *s = cls;
+    struct timespec slice = {0, 20 * 1000 * 1000};
+    (void)pos, (void)max;
+    nanosleep(&slice, NULL);
+    if (atomic_load(&s->stopping))
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    buf[0] = 'x';
+    return 1;
+}
+
+static struct MHD_Response *make_response(server *s, struct MHD_Connection *conn, const char *path,
                                           const char *method)
 {
     long size = query_long(conn, "size", -1);
+    if (query_long(conn, "endless", 0))
+        return MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, endless_reader, s, NULL);
+    if (query_long(conn, "trickle", 0))
+        return MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16, trickle_reader, s, NULL);
     if (size >= 0 && query_long(conn, "chunked", 0)) {
         size_t *total = malloc(sizeof *total);
         *total = (size_t)size;
@@ -152,7 +191,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
     record_request(s, conn, path, method, up);
     note_busy(s);
     delay_ms(s, query_long(conn, "delay", 0));
-    struct MHD_Response *resp = make_response(conn, path, method);
+    struct MHD_Response *resp = make_response(s, conn, path, method);
     enum MHD_Result rc = MHD_queue_response(conn, (unsigned)query_long(conn, "status", 200), resp);
     MHD_destroy_response(resp);
     atomic_fetch_sub(&s->in_handler, 1);
@@ -171,15 +210,52 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
 }
 
+static void connection_event(void *cls, struct MHD_Connection *conn, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe)
+{
+    server *s = cls;
+    (void)conn, (void)socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&s->connections, 1);
+}
+
+/* The test CA and server certificate (tls_setup), PEM text. */
+static char tls_dir[64];
+static char tls_ca[128], tls_other_ca[128], tls_garbage[128];
+static char *tls_cert_pem, *tls_key_pem;
+
+/* libmicrohttpd's complaints (a client that went away on purpose, a refused
+ * handshake) as TAP comments. */
+static void server_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+    (void)cls;
+    vsnprintf(line, sizeof line, fmt, ap);
+    line[strcspn(line, "\r\n")] = '\0';
+    fprintf(stderr, "# test server: %s\n", line);
+}
+
 static void server_start(server *s)
 {
     struct sockaddr_in sa = {
         .sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     pthread_mutex_init(&s->mu, NULL);
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                                MHD_USE_ERROR_LOG,
-                            0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
+    if (s->tls && (!tls_cert_pem || !tls_key_pem))
+        fail_msg("no test certificate: making it with openssl failed (see above)");
+    /* the logger first, or libmicrohttpd says so through its own */
+    if (s->tls)
+        s->d = MHD_start_daemon(
+            flags | MHD_USE_TLS, 0, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, server_log,
+            NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+            MHD_OPTION_NOTIFY_CONNECTION, connection_event, s, MHD_OPTION_HTTPS_MEM_KEY,
+            tls_key_pem, MHD_OPTION_HTTPS_MEM_CERT, tls_cert_pem, MHD_OPTION_END);
+    else
+        s->d = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                server_log, NULL, MHD_OPTION_SOCK_ADDR, &sa,
+                                MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                                MHD_OPTION_NOTIFY_CONNECTION, connection_event, s, MHD_OPTION_END);
     assert_non_null(s->d);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     assert_non_null(info);
@@ -209,6 +285,7 @@ typedef struct outcome {
     char *body;
     size_t body_len;
     char *error;
+    bool truncated;
     void (*then)(struct outcome *o); /* runs inside the done callback */
 } outcome;
 
@@ -242,6 +319,7 @@ static void on_done(void *ud, const http_result *r)
     memcpy(o->body, r->body, r->body_len + 1);
     o->body_len = r->body_len;
     o->error = dup_or_null(r->error);
+    o->truncated = r->truncated;
     f->finished++;
     if (o->then)
         o->then(o);
@@ -251,7 +329,8 @@ static void on_done(void *ud, const http_result *r)
 
 static void url_for(const fixture *f, const char *path, char *url, size_t len)
 {
-    snprintf(url, len, "http://127.0.0.1:%u%s", (unsigned)f->srv.port, path);
+    snprintf(url, len, "%s://127.0.0.1:%u%s", f->srv.tls ? "https" : "http", (unsigned)f->srv.port,
+             path);
 }
 
 static outcome *start_req(fixture *f, const http_request *req)
@@ -294,9 +373,10 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int setup(void **state)
+static int setup_with(void **state, int tls)
 {
     fixture *f = calloc(1, sizeof *f);
+    f->srv.tls = tls;
     server_start(&f->srv);
     assert_int_equal(uv_loop_init(&f->loop), 0);
     f->c = http_client_new(&f->loop);
@@ -305,6 +385,9 @@ static int setup(void **state)
     *state = f;
     return 0;
 }
+
+static int setup(void **state) { return setup_with(state, 0); }
+static int setup_tls(void **state) { return setup_with(state, 1); }
 
 static int teardown(void **state)
 {
@@ -607,6 +690,565 @@ static void test_close_idle_client(void **state)
     run(f);
 }
 
+/* ------------------------------------------------------------- truncate */
+
+static outcome *start_truncated(fixture *f, const char *path, size_t max_body)
+{
+    char url[300];
+    url_for(f, path, url, sizeof url);
+    http_request req = {.method = "GET", .url = url, .max_body = max_body, .truncate = true};
+    return start_req(f, &req);
+}
+
+static void assert_all_x(const outcome *o, size_t len)
+{
+    assert_int_equal(o->body_len, len);
+    for (size_t i = 0; i < len; i++)
+        if (o->body[i] != 'x')
+            fail_msg("byte %zu of the body is %d", i, o->body[i]);
+}
+
+/* With truncate, a body past max_body is cut there: the status counts, the
+ * first max_body bytes are kept, no error. Announced or chunked, 2xx or not,
+ * and an endless one (the client stops reading). One that fits is whole. */
+static void test_truncate(void **state)
+{
+    fixture *f = *state;
+    outcome *fits = start_truncated(f, "/t?size=1000", 1000);
+    outcome *announced = start_truncated(f, "/t?size=5000", 1000);
+    start_truncated(f, "/t?size=5000&chunked=1", 1000);
+    outcome *err500 = start_truncated(f, "/t?size=5000&status=500", 1000);
+    outcome *endless = start_truncated(f, "/t?endless=1", 1000);
+    outcome *dflt = start_truncated(f, "/t?endless=1&status=202", 0);
+    uint64_t t0 = now_ms();
+    run(f);
+    assert_true(now_ms() - t0 < 10000);
+    assert_null(fits->error);
+    assert_int_equal(fits->status, 200);
+    assert_false(fits->truncated);
+    assert_all_x(fits, 1000);
+    for (outcome *o = announced; o <= endless; o++) { /* announced, chunked, 500, endless */
+        if (o->error)
+            fail_msg("request %d: %s", (int)(o - f->out), o->error);
+        assert_int_equal(o->status, o == err500 ? 500 : 200);
+        assert_true(o->truncated);
+        assert_all_x(o, 1000);
+    }
+    assert_null(dflt->error); /* the default bound, 4 MiB */
+    assert_int_equal(dflt->status, 202);
+    assert_true(dflt->truncated);
+    assert_int_equal(dflt->body_len, (size_t)4 << 20);
+}
+
+/* Without truncate the old rule holds (test_max_body): truncated stays false. */
+static void test_no_truncate_by_default(void **state)
+{
+    fixture *f = *state;
+    outcome *o = start_get(f, "/t?size=5000&chunked=1", 0, 1000);
+    run(f);
+    assert_string_equal(o->error, "response body exceeds 1000 bytes");
+    assert_int_equal(o->truncated, 0);
+}
+
+/* -------------------------------------------------------------- userinfo */
+
+static void test_userinfo_refused(void **state)
+{
+    fixture *f = *state;
+    static const char *const urls[] = {"http://hookuser:SECRET-PW@127.0.0.1:9/hook",
+                                       "http://hookuser@127.0.0.1:9/",
+                                       "https://:SECRET-PW@hooks.example/x", "http://@127.0.0.1:9/",
+                                       "http://hookuser:SECRET%40PW@[::1]:9/"};
+    for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+        char err[512] = "";
+        http_request req = {.method = "POST", .url = urls[i]};
+        assert_int_equal(http_client_request(f->c, &req, on_done, &f->out[0], err, sizeof err), -1);
+        if (!strstr(err, "URL with userinfo refused"))
+            fail_msg("%s: %s", urls[i], err);
+        if (strstr(err, "hookuser") || strstr(err, "SECRET") || strchr(err, '\n'))
+            fail_msg("%s: the error shows the userinfo: %s", urls[i], err);
+    }
+    char err[512] = "";
+    http_request req = {.method = "GET", .url = urls[0]};
+    http_client_request(f->c, &req, on_done, &f->out[0], err, sizeof err);
+    assert_string_equal(err, "URL with userinfo refused (http://***@127.0.0.1:9): credentials in "
+                             "a URL end up in logs; send them in a header");
+    close_client(f);
+    run(f);
+    assert_int_equal(f->out[0].calls, 0);
+}
+
+/* allow_userinfo: sent, as Basic authentication. */
+static void test_userinfo_allowed(void **state)
+{
+    fixture *f = *state;
+    char url[300];
+    snprintf(url, sizeof url, "http://hookuser:pw@127.0.0.1:%u/auth", (unsigned)f->srv.port);
+    http_request req = {.method = "GET", .url = url, .allow_userinfo = true};
+    outcome *o = start_req(f, &req);
+    run(f);
+    assert_null(o->error);
+    assert_int_equal(o->status, 200);
+    assert_string_equal(f->srv.authorization, "Basic aG9va3VzZXI6cHc="); /* hookuser:pw */
+}
+
+/* ------------------------------------------------------------- timeouts */
+
+/* A raw server that accepts connections and never reads nor answers. */
+typedef struct silent {
+    int fd;
+    uint16_t port;
+    pthread_t thread;
+    int conns[MAX_OUT];
+    atomic_int n;
+} silent;
+
+static void *silent_accept(void *ud)
+{
+    silent *sv = ud;
+    for (;;) {
+        int fd = accept(sv->fd, NULL, NULL);
+        if (fd < 0) {
+            if (errno == EINTR)
+                continue;
+            return NULL; /* shutdown: the test is over */
+        }
+        int i = atomic_load(&sv->n);
+        if (i < MAX_OUT) {
+            sv->conns[i] = fd;
+            atomic_store(&sv->n, i + 1);
+        } else
+            close(fd);
+    }
+}
+
+static void silent_start(silent *sv)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t salen = sizeof sa;
+    memset(sv, 0, sizeof *sv);
+    sv->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(sv->fd >= 0);
+    assert_int_equal(bind(sv->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(sv->fd, 16), 0);
+    assert_int_equal(getsockname(sv->fd, (struct sockaddr *)&sa, &salen), 0);
+    sv->port = ntohs(sa.sin_port);
+    assert_int_equal(pthread_create(&sv->thread, NULL, silent_accept, sv), 0);
+}
+
+static void silent_stop(silent *sv)
+{
+    shutdown(sv->fd, SHUT_RDWR); /* wakes accept() */
+    pthread_join(sv->thread, NULL);
+    close(sv->fd);
+    for (int i = 0; i < atomic_load(&sv->n); i++)
+        close(sv->conns[i]);
+}
+
+/* Accepted, then silence: cut at timeout_ms, plain HTTP (request sent, no
+ * answer) and TLS (no handshake answer), a POST too. */
+static void test_silent_server_timeout(void **state)
+{
+    fixture *f = *state;
+    silent sv;
+    silent_start(&sv);
+    char http[100], https[100];
+    snprintf(http, sizeof http, "http://127.0.0.1:%u/hook", (unsigned)sv.port);
+    snprintf(https, sizeof https, "https://127.0.0.1:%u/hook", (unsigned)sv.port);
+    uint64_t t0 = now_ms();
+    outcome *get = start_req(f, &(http_request){.method = "GET", .url = http, .timeout_ms = 300});
+    start_req(f, &(http_request){.method = "POST",
+                                 .url = http,
+                                 .body = "{}",
+                                 .body_len = 2,
+                                 .timeout_ms = 300,
+                                 .truncate = true});
+    outcome *tls = start_req(f, &(http_request){.method = "GET", .url = https, .timeout_ms = 300});
+    run(f);
+    uint64_t took = now_ms() - t0;
+    silent_stop(&sv);
+    assert_true(atomic_load(&sv.n) >= 3);   /* each was accepted */
+    for (outcome *o = get; o <= tls; o++) { /* GET, POST, TLS */
+        assert_int_equal(o->status, 0);
+        assert_non_null(o->error);
+        assert_string_equal(o->error, "timed out after 300 ms");
+    }
+    assert_true(took >= 290);
+    assert_true(took < 5000);
+}
+
+/* A body trickling forever is cut at the timeout too (status received, error
+ * set), with truncate as without. */
+static void test_trickle_timeout(void **state)
+{
+    fixture *f = *state;
+    uint64_t t0 = now_ms();
+    outcome *plain = start_get(f, "/trickle?trickle=1", 400, 0);
+    char url[300];
+    url_for(f, "/trickle?trickle=1", url, sizeof url);
+    outcome *cut = start_req(
+        f, &(http_request){.method = "GET", .url = url, .timeout_ms = 400, .truncate = true});
+    run(f);
+    uint64_t took = now_ms() - t0;
+    for (outcome *o = plain; o <= cut; o++) {
+        assert_non_null(o->error);
+        assert_string_equal(o->error, "timed out after 400 ms");
+        assert_int_equal(o->status, 200);
+        assert_true(o->body_len > 0); /* some bytes came */
+        assert_true(o->body_len < 400);
+    }
+    assert_true(took >= 390);
+    assert_true(took < 5000);
+}
+
+/* ---------------------------------------------------- connection reuse */
+
+static void start_next_of_chain(outcome *o);
+
+/* Requests one after the other (each started from the previous one's
+ * callback) go over one TCP connection. */
+static void test_sequential_requests_reuse_connection(void **state)
+{
+    fixture *f = *state;
+    outcome *o = start_get(f, "/seq", 0, 0);
+    o->then = start_next_of_chain;
+    run(f);
+    assert_int_equal(f->expected, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_null(f->out[i].error);
+        assert_int_equal(f->out[i].status, 200);
+    }
+    assert_int_equal(atomic_load(&f->srv.started), 4);
+    assert_int_equal(atomic_load(&f->srv.connections), 1);
+}
+
+static void start_next_of_chain(outcome *o)
+{
+    fixture *f = o->f;
+    if (f->expected == 4) {
+        close_client(f);
+        return;
+    }
+    /* a POST too: the kept connection serves any method */
+    char url[300];
+    url_for(f, "/seq", url, sizeof url);
+    http_request req = {.method = f->expected % 2 ? "POST" : "GET", .url = url};
+    start_req(f, &req)->then = start_next_of_chain;
+}
+
+/* After a pause (the loop idle in between, the kept connection unwatched),
+ * the next request still takes the kept connection. */
+static void second_after_pause(uv_timer_t *t)
+{
+    fixture *f = t->data;
+    uv_close((uv_handle_t *)t, NULL);
+    start_get(f, "/later", 0, 0);
+}
+
+static void pause_then_second(outcome *o)
+{
+    fixture *f = o->f;
+    static uv_timer_t pause;
+    uv_timer_init(&f->loop, &pause);
+    pause.data = f;
+    uv_timer_start(&pause, second_after_pause, 300, 0);
+}
+
+static void test_reuse_after_idle_pause(void **state)
+{
+    fixture *f = *state;
+    start_get(f, "/first", 0, 0)->then = pause_then_second;
+    run(f); /* the second closes the client: f->expected == f->finished */
+    assert_int_equal(f->expected, 2);
+    assert_null(f->out[0].error);
+    assert_null(f->out[1].error);
+    assert_int_equal(f->out[1].status, 200);
+    assert_int_equal(atomic_load(&f->srv.connections), 1);
+}
+
+/* 8 at once to one host all complete; the 8 connections they open are kept
+ * and a second round of 8 takes them. */
+static void start_round(fixture *f)
+{
+    for (int i = 0; i < 8; i++)
+        start_get(f, "/p?delay=100", 0, 0);
+}
+
+/* the first round's callbacks: the last one starts the second round, whose
+ * last callback closes the client (close_when_done) */
+static void second_round(outcome *o)
+{
+    if (o->f->finished == 8)
+        start_round(o->f);
+}
+
+static void test_8_parallel_then_reused(void **state)
+{
+    fixture *f = *state;
+    start_round(f);
+    for (int i = 0; i < 8; i++)
+        f->out[i].then = second_round;
+    run(f);
+    assert_int_equal(f->expected, 16);
+    for (int i = 0; i < 16; i++) {
+        assert_null(f->out[i].error);
+        assert_int_equal(f->out[i].status, 200);
+    }
+    assert_int_equal(atomic_load(&f->srv.started), 16);
+    assert_true(atomic_load(&f->srv.max_in_handler) > 1);
+    int conns = atomic_load(&f->srv.connections);
+    if (conns > 8)
+        fail_msg("16 requests, 8 at a time, opened %d connections", conns);
+}
+
+/* One request at a time to 6 receivers, twice round: each keeps its one
+ * connection (libcurl's default cache, 4 per transfer in flight, would
+ * close the oldest when the 5th came back). */
+#define ROUND_HOSTS 6
+static server round_srv[ROUND_HOSTS - 1];
+
+static void next_host(outcome *o);
+
+static void start_host(fixture *f)
+{
+    int i = f->expected;
+    if (i == 2 * ROUND_HOSTS) {
+        close_client(f);
+        return;
+    }
+    int h = i % ROUND_HOSTS;
+    uint16_t port = h == 0 ? f->srv.port : round_srv[h - 1].port;
+    char url[100];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/round", (unsigned)port);
+    start_req(f, &(http_request){.method = "POST", .url = url, .body = "{}", .body_len = 2})->then =
+        next_host;
+}
+
+static void next_host(outcome *o) { start_host(o->f); }
+
+static void test_idle_connections_to_6_hosts_kept(void **state)
+{
+    fixture *f = *state;
+    for (int h = 0; h < ROUND_HOSTS - 1; h++) {
+        memset(&round_srv[h], 0, sizeof round_srv[h]);
+        server_start(&round_srv[h]);
+    }
+    start_host(f);
+    run(f);
+    int conns[ROUND_HOSTS] = {atomic_load(&f->srv.connections)};
+    for (int h = 1; h < ROUND_HOSTS; h++) {
+        conns[h] = atomic_load(&round_srv[h - 1].connections);
+        server_stop(&round_srv[h - 1]);
+    }
+    assert_int_equal(f->expected, 2 * ROUND_HOSTS);
+    for (int i = 0; i < 2 * ROUND_HOSTS; i++)
+        assert_null(f->out[i].error);
+    for (int h = 0; h < ROUND_HOSTS; h++)
+        if (conns[h] != 1)
+            fail_msg("receiver %d: 2 requests over %d connections", h, conns[h]);
+}
+
+/* ------------------------------------------------------------------ TLS */
+
+static outcome *start_tls(fixture *f, const char *host, const char *ca_file)
+{
+    char url[300];
+    snprintf(url, sizeof url, "https://%s:%u/tls", host, (unsigned)f->srv.port);
+    http_request req = {.method = "GET", .url = url, .ca_file = ca_file, .timeout_ms = 10000};
+    return start_req(f, &req);
+}
+
+static void test_tls_with_ca_file(void **state)
+{
+    fixture *f = *state;
+    outcome *a = start_tls(f, "127.0.0.1", tls_ca);
+    outcome *b = start_tls(f, "127.0.0.1", tls_ca);
+    run(f);
+    assert_null(a->error);
+    assert_int_equal(a->status, 200);
+    assert_string_equal(a->body, "GET /tls");
+    assert_null(b->error);
+}
+
+static void test_tls_refused_without_ca_file(void **state)
+{
+    fixture *f = *state;
+    outcome *o = start_tls(f, "127.0.0.1", NULL);
+    run(f);
+    assert_int_equal(o->status, 0);
+    assert_non_null(o->error);
+    char want[200];
+    snprintf(want, sizeof want,
+             "TLS certificate of 127.0.0.1:%u refused (system CA store): ", (unsigned)f->srv.port);
+    if (strncmp(o->error, want, strlen(want)) != 0 || strchr(o->error, '\n'))
+        fail_msg("unexpected error: %s", o->error);
+    assert_int_equal(atomic_load(&f->srv.started), 0);
+}
+
+static void test_tls_refused_by_another_ca(void **state)
+{
+    fixture *f = *state;
+    outcome *o = start_tls(f, "127.0.0.1", tls_other_ca);
+    run(f);
+    assert_int_equal(o->status, 0);
+    if (!o->error || !strstr(o->error, "refused (CA file given): SSL certificate problem"))
+        fail_msg("unexpected error: %s", o->error ? o->error : "(none)");
+    assert_int_equal(atomic_load(&f->srv.started), 0);
+}
+
+/* The certificate is for 127.0.0.1 only: "localhost" is the wrong name, even
+ * signed by the CA given. */
+static void test_tls_wrong_host_refused(void **state)
+{
+    fixture *f = *state;
+    outcome *o = start_tls(f, "localhost", tls_ca);
+    run(f);
+    assert_int_equal(o->status, 0);
+    assert_non_null(o->error);
+    if (!strstr(o->error, "refused (CA file given)") || !strstr(o->error, "'localhost'"))
+        fail_msg("unexpected error: %s", o->error);
+    assert_int_equal(atomic_load(&f->srv.started), 0);
+}
+
+static void test_ca_file_errors(void **state)
+{
+    fixture *f = *state;
+    char url[300], err[512], missing[600], longpath[HTTP_CLIENT_CA_PATH_MAX + 2];
+    url_for(f, "/x", url, sizeof url);
+    snprintf(missing, sizeof missing, "%s/no-such.pem", tls_dir);
+    memset(longpath, 'a', sizeof longpath - 1);
+    longpath[sizeof longpath - 1] = '\0';
+    struct {
+        const char *ca, *want;
+    } cases[] = {
+        {missing, "cannot read CA file "},
+        {tls_dir, "cannot read CA file "},
+        {"", "CA file: empty path"},
+        {longpath, "CA file: path longer than 4095 bytes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        http_request req = {.method = "GET", .url = url, .ca_file = cases[i].ca};
+        assert_int_equal(http_client_request(f->c, &req, on_done, &f->out[0], err, sizeof err), -1);
+        if (strncmp(err, cases[i].want, strlen(cases[i].want)) != 0)
+            fail_msg("case %zu: %s", i, err);
+    }
+    char want[700];
+    snprintf(want, sizeof want, "cannot read CA file %s: No such file or directory", missing);
+    http_request req = {.method = "GET", .url = url, .ca_file = missing};
+    http_client_request(f->c, &req, on_done, &f->out[0], err, sizeof err);
+    assert_string_equal(err, want);
+    snprintf(want, sizeof want, "cannot read CA file %s: not a regular file", tls_dir);
+    req.ca_file = tls_dir;
+    http_client_request(f->c, &req, on_done, &f->out[0], err, sizeof err);
+    assert_string_equal(err, want);
+    close_client(f);
+    run(f);
+    assert_int_equal(f->out[0].calls, 0);
+}
+
+/* A readable file that holds no certificate fails at the handshake, saying so. */
+static void test_ca_file_not_pem(void **state)
+{
+    fixture *f = *state;
+    outcome *o = start_tls(f, "127.0.0.1", tls_garbage);
+    run(f);
+    assert_int_equal(o->status, 0);
+    char want[300];
+    snprintf(want, sizeof want, "cannot use CA file %s: ", tls_garbage);
+    if (!o->error || strncmp(o->error, want, strlen(want)) != 0)
+        fail_msg("unexpected error: %s", o->error ? o->error : "(none)");
+}
+
+static void start_next_tls(outcome *o)
+{
+    fixture *f = o->f;
+    if (f->expected == 3) {
+        close_client(f);
+        return;
+    }
+    start_tls(f, "127.0.0.1", tls_ca)->then = start_next_tls;
+}
+
+static void test_tls_reuses_connection(void **state)
+{
+    fixture *f = *state;
+    outcome *o = start_tls(f, "127.0.0.1", tls_ca);
+    o->then = start_next_tls;
+    run(f);
+    assert_int_equal(f->expected, 3);
+    for (int i = 0; i < 3; i++)
+        assert_null(f->out[i].error);
+    assert_int_equal(atomic_load(&f->srv.connections), 1);
+}
+
+/* The CA, a second CA and a certificate for IP 127.0.0.1 only (so
+ * "localhost" is a wrong name), signed by the first, in a temporary
+ * directory; and a file that is not PEM. */
+static char *read_text(const char *dir, const char *name)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return NULL;
+    char *text = calloc(1, 16384);
+    size_t n = fread(text, 1, 16383, fp);
+    fclose(fp);
+    text[n] = '\0';
+    return text;
+}
+
+static void tls_make(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tls_dir, sizeof tls_dir, "%s/oops-http-tls.XXXXXX",
+             tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+    if (!mkdtemp(tls_dir)) {
+        perror("mkdtemp");
+        tls_dir[0] = '\0';
+        return;
+    }
+    snprintf(tls_ca, sizeof tls_ca, "%s/ca.pem", tls_dir);
+    snprintf(tls_other_ca, sizeof tls_other_ca, "%s/other-ca.pem", tls_dir);
+    snprintf(tls_garbage, sizeof tls_garbage, "%s/garbage.pem", tls_dir);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd '%s'; exec >openssl.log 2>&1\n"
+             "k='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
+             "for ca in ca other-ca; do openssl req -x509 $k -days 2 -subj \"/CN=oops test $ca\" "
+             "-addext basicConstraints=critical,CA:TRUE "
+             "-addext keyUsage=critical,keyCertSign,cRLSign -keyout $ca.key -out $ca.pem; done\n"
+             "openssl req -new $k -subj /CN=127.0.0.1 -keyout server.key -out server.csr\n"
+             "printf '%%s\\n' basicConstraints=CA:FALSE "
+             "keyUsage=critical,digitalSignature,keyEncipherment extendedKeyUsage=serverAuth "
+             "subjectAltName=IP:127.0.0.1 >server.ext\n"
+             "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+             "-out server.pem -extfile server.ext\n"
+             "echo 'not a certificate' >garbage.pem\n",
+             tls_dir);
+    if (system(cmd) != 0) {
+        snprintf(cmd, sizeof cmd, "sed 's/^/# openssl: /' '%s/openssl.log' >&2", tls_dir);
+        fprintf(stderr, "# making the test certificates with openssl failed:\n");
+        if (system(cmd) != 0)
+            fprintf(stderr, "# (no openssl.log)\n");
+        return;
+    }
+    tls_cert_pem = read_text(tls_dir, "server.pem");
+    tls_key_pem = read_text(tls_dir, "server.key");
+}
+
+static void tls_remove(void)
+{
+    char cmd[200];
+    free(tls_cert_pem);
+    free(tls_key_pem);
+    if (!tls_dir[0])
+        return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tls_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "# could not remove %s\n", tls_dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -625,10 +1267,29 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_max_body, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rejects_bad_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_idle_client, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_truncate_by_default, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_userinfo_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_userinfo_allowed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silent_server_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trickle_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sequential_requests_reuse_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reuse_after_idle_pause, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_8_parallel_then_reused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_connections_to_6_hosts_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_with_ca_file, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_refused_without_ca_file, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_refused_by_another_ca, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_wrong_host_refused, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_ca_file_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ca_file_not_pem, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_reuses_connection, setup_tls, teardown),
     };
     alarm(120); /* a hung loop should fail the run, not stall it */
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    tls_make();
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    tls_remove();
     curl_global_cleanup();
     return failed;
 }

@@ -67,6 +67,9 @@ function M.request(t, cfg)
     method = "GET",
     headers = headers,
     timeout_ms = M.TIMEOUT_MS,
+    -- the operator's URL, as the policy wrote it (userinfo included); it is
+    -- masked wherever it is shown (oops.url)
+    allow_userinfo = true,
   }
 end
 
