@@ -28,6 +28,7 @@
   let gen = 0; // bumped at every sign-in and sign-out: answers of an older one are dropped
   let openId = null, openHistory = null, burstUntil = 0, pendingAction = null, noticeTimer = null;
   let memToken = null; // when sessionStorage cannot be used (the tab keeps it in memory)
+  let hashTried = false; // #pipeline=ID looked at after the first fleet load
 
   function h(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -381,6 +382,10 @@
       fetchedAt = Date.now();
       failures = 0;
       draw();
+      if (!hashTried) {
+        hashTried = true;
+        openFromHash();
+      }
       return burst("fleet", f.refresh_ms || 2000);
     } catch (e) {
       if (g !== gen || e.status === 401) return null;
@@ -459,6 +464,13 @@
     if (!dlg.open) dlg.showModal();
     detailPoll.stop();
     detailPoll.start();
+  }
+  // A notification's link (lua/oops/formats: PAGE#pipeline=ID) opens that
+  // pipeline's detail once the fleet has loaded, as a click on its row does;
+  // a hash that is not exactly that is ignored.
+  function openFromHash() {
+    const m = /^#pipeline=([a-z0-9]{1,24})$/.exec(location.hash);
+    if (m && me) openDetail(m[1]);
   }
   function closeDetail() {
     if ($("detail").open) $("detail").close();
@@ -805,6 +817,8 @@
       setResult("", "");
     }
   });
+  // A link followed while the page is open changes only the hash.
+  window.addEventListener("hashchange", () => { if (fleet) openFromHash(); });
   setInterval(tickLive, 1000);
   start();
 })();
