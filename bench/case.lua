@@ -3,6 +3,8 @@
 --   oopsd lua bench/case.lua scale    N SERVERS WORKDIR
 --   oopsd lua bench/case.lua reaction N SERVERS WORKDIR
 --   oopsd lua bench/case.lua idle     POLICY_DIR SECONDS WORKDIR
+--   oopsd lua bench/case.lua notify   N WORKDIR
+--   oopsd lua bench/case.lua receiver PORT_FILE STOP_FILE
 --   oopsd lua bench/case.lua probe    INTERVAL_MS TIMEOUT_MS STOP_FILE PORT...
 -- OOPSD: the oopsd binary to run as servers. Servers log to WORKDIR/*.log.
 -- OOPSCTL (optional): migrate the case's database with that oopsctl (the
@@ -59,6 +61,37 @@ if mode == "probe" then
     os.exit(1)
   end
   io.write(json.encode({ samples = samples }), "\n")
+  os.exit(0)
+end
+
+---------------------------------------------------------------- a receiver
+-- `case.lua receiver PORT_FILE STOP_FILE`: a webhook receiver answering 200
+-- at once, in a process of its own (the case's blocking database calls must
+-- not delay its answers). Writes its port to PORT_FILE, counts the requests
+-- by X-Oops-Event-Id until STOP_FILE exists, prints one JSON object:
+-- { received, distinct, duplicates, first_at, last_at } (oops.time()).
+if mode == "receiver" then
+  local port_file, stop_file = arg[2], arg[3]
+  local seen, out = {}, { received = 0, distinct = 0, duplicates = 0 }
+  local ok, err = pcall(oops.wait, function()
+    local srv = assert(oops.http.serve { listen = "127.0.0.1:0", max_body = 1 << 20, handler = function(req)
+      local id = req.headers["x-oops-event-id"] or "?"
+      out.received = out.received + 1
+      local now = oops.time()
+      out.first_at, out.last_at = out.first_at or now, now
+      if seen[id] then out.duplicates = out.duplicates + 1 else seen[id], out.distinct = true, out.distinct + 1 end
+      return 200, "ok"
+    end })
+    files.write(port_file, tostring(srv:port()) .. "\n")
+    local lfs = require("lfs")
+    while not lfs.attributes(stop_file) do oops.sleep(100) end
+    srv:close()
+  end)
+  if not ok then
+    io.stderr:write("bench receiver: " .. tostring(err) .. "\n")
+    os.exit(1)
+  end
+  io.write(json.encode(out), "\n")
   os.exit(0)
 end
 
@@ -333,6 +366,68 @@ gateway "simulated" { build = "1h", deploy = "0s", rollout = "0s" }
   return { n = n, servers = nservers, interval_s = 0.5, reaction = summary(xs), samples = xs }
 end
 
+-- Notifications at flood scale (issue 28): N pipelines on an instant gateway,
+-- one server, one webhook route to a receiver of its own that answers at
+-- once. The drain: from the last pipeline's SUCCEEDED to the last outbox row
+-- delivered (both on the database's clock), bounded by NOTIFY_WAIT_S; what
+-- was still undelivered 30 s after the last SUCCEEDED; every id received, and
+-- how many twice.
+local NOTIFY_WAIT_S = 180
+function cases.notify(n, workdir)
+  n = tonumber(n)
+  local lua = os.getenv("BENCH_LUA") or OOPSD
+  local port_file, stop_file = workdir .. "/receiver.port", workdir .. "/receiver.stop"
+  local result
+  local rec = {}
+  local h = assert(oops.proc.start { argv = { lua, "lua", arg[0], "receiver", port_file, stop_file },
+    inherit_env = true, max_output = 16 * 1024 * 1024, timeout_ms = 3600 * 1000,
+    on_exit = function(r) result, rec.exit = r, r end })
+  rec.proc = h
+  C.started[#C.started + 1] = rec
+  local deadline = oops.now_ms() + 20000
+  while not files.read(port_file) do
+    if oops.now_ms() > deadline or result then error("the receiver did not start") end
+    C.sleep(0.05)
+  end
+  local port = tonumber(files.read(port_file))
+  local dir = policy_dir(workdir, "notify", ([[
+scan    { interval = "500ms" }
+gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
+notify  { webhook = "http://127.0.0.1:%d/hook" }
+]]):format(port))
+  local s = start_servers(1, dir, workdir)[1]
+  C.sleep(1)
+  local t0 = db_now()
+  insert_pipelines(n)
+  wait_all(n, "SUCCEEDED", 1800)
+  local last = tonumber(sql("SELECT UNIX_TIMESTAMP(MAX(status_changed_at)) AS t FROM pipeline")[1].t)
+  local events = tonumber(sql("SELECT COUNT(*) AS n FROM outbox")[1].n)
+  local pending_30, drained_at
+  local stop_at = last + NOTIFY_WAIT_S
+  while true do
+    local r = sql("SELECT COUNT(*) AS n, UNIX_TIMESTAMP(NOW(6)) AS now FROM outbox WHERE delivered_at IS NULL")[1]
+    local undelivered, now = tonumber(r.n), tonumber(r.now)
+    if not pending_30 and now >= last + 30 then pending_30 = undelivered end
+    if undelivered == 0 then
+      drained_at = tonumber(sql("SELECT UNIX_TIMESTAMP(MAX(delivered_at)) AS t FROM outbox")[1].t)
+      break
+    end
+    if now > stop_at then break end
+    C.sleep(0.1)
+  end
+  local first = tonumber(sql("SELECT UNIX_TIMESTAMP(MIN(created_at)) AS t FROM outbox")[1].t)
+  C.stop_server(s)
+  files.write(stop_file, "stop\n")
+  deadline = oops.now_ms() + 20000
+  while not result and oops.now_ms() < deadline do C.sleep(0.05) end
+  local got = result and result.ok and json.decode(result.stdout:match("[^\n]*\n?$") or "") or {}
+  local drain = drained_at and math.max(0, drained_at - last) or nil
+  return { n = n, events = events, drive_s = last - t0, drain_s = drain, wait_s = NOTIFY_WAIT_S,
+    undelivered_after_30s = pending_30 or 0,
+    events_per_s = drained_at and events / math.max(0.001, drained_at - first) or nil,
+    received = got.received, distinct = got.distinct, duplicates = got.duplicates }
+end
+
 -- One server, no pipelines: CPU, memory and statements over `seconds`.
 function cases.idle(policies, seconds, workdir)
   seconds = tonumber(seconds)
@@ -368,7 +463,7 @@ local ran, err = pcall(oops.wait, function()
     assert(oops.migrate())
   end
   local fn = cases[mode]
-  if not fn then error("unknown case " .. tostring(mode) .. " (scale, reaction, idle)") end
+  if not fn then error("unknown case " .. tostring(mode) .. " (scale, reaction, idle, notify)") end
   result = fn(table.unpack(arg, 2))
   result.mariadb = sql("SELECT VERSION() AS v")[1].v
 end)

@@ -15,13 +15,14 @@ usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
                  [--samples K] [--bound SECONDS] [--idle SECONDS] [--out DIR] [--build DIR]
                  [--faults F,F] [--compare REV] [--fleet-sizes S,S] [--fleet-pipelines N]
                  [--fleet-idle SECONDS] [--fleet-settle SECONDS] [--fleet-kills K]
+                 [--notify-pipelines N]
   --quick        small sizes for development: --sizes 100,300 --servers 1,3
                  --samples 2 --bound 10 --idle 5 (and 100 pipelines for the reaction;
                  the fleet: --fleet-sizes 10 --fleet-pipelines 200 --fleet-idle 10
                  --fleet-settle 5 --fleet-kills 1)
-  --only         a comma-separated subset of scale,failover,reaction,footprint,fleet
-                 (default: all but fleet, which runs only when named: about 4
-                 minutes for 50 servers, 25 for 50,100,200)
+  --only         a comma-separated subset of scale,failover,reaction,footprint,fleet,notify
+                 (default: all but fleet and notify, which run only when named:
+                 the fleet about 4 minutes for 50 servers, 25 for 50,100,200)
   --sizes        pipelines per scale case (default 100,1000,10000)
   --servers      servers per scale case (default 1,3,5)
   --samples      failover rounds per kind of lock session (default 3)
@@ -38,6 +39,8 @@ usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
                  server, before the idle window and after the takeovers
                  (default 45 s: the pool gives back a connection idle 30 s)
   --fleet-kills  single-server SIGKILLs in the fleet's takeover (default 3)
+  --notify-pipelines  pipelines of the notify case, 4 events each (default 3000:
+                 12,000 events to one webhook receiver)
   --out          where latest.json and the plots go (default bench/results)
   --build        the build directory with oopsd and oopsctl (default build/)
   --compare REV  also build REV (any git commit-ish: HEAD~3, a hash, a tag) from a
@@ -72,6 +75,7 @@ end
 local opt = { sizes = { 100, 1000, 10000 }, servers = { 1, 3, 5 }, samples = 3, bound = 60, idle = 30,
   reaction_n = 300, out = here .. "/results",
   fleet_sizes = { 50, 100, 200 }, fleet_pipelines = 2000, fleet_idle = 60, fleet_settle = 45, fleet_kills = 3,
+  notify_pipelines = 3000,
   only = { scale = true, failover = true, reaction = true, footprint = true } }
 local given = {}
 do
@@ -102,6 +106,7 @@ do
     elseif a == "--fleet-idle" then given.fleet_idle = list_of_numbers(value(a), a)[1]
     elseif a == "--fleet-settle" then given.fleet_settle = list_of_numbers(value(a), a)[1]
     elseif a == "--fleet-kills" then given.fleet_kills = list_of_numbers(value(a), a)[1]
+    elseif a == "--notify-pipelines" then given.notify_pipelines = list_of_numbers(value(a), a)[1]
     elseif a == "--faults" then
       opt.faults = {}
       for f in value(a):gmatch("[^,]+") do
@@ -113,8 +118,8 @@ do
     elseif a == "--only" then
       opt.only = {}
       for s in value(a):gmatch("[^,]+") do
-        if not ({ scale = 1, failover = 1, reaction = 1, footprint = 1, fleet = 1 })[s] then
-          die("--only: unknown section " .. s .. " (scale, failover, reaction, footprint, fleet)")
+        if not ({ scale = 1, failover = 1, reaction = 1, footprint = 1, fleet = 1, notify = 1 })[s] then
+          die("--only: unknown section " .. s .. " (scale, failover, reaction, footprint, fleet, notify)")
         end
         opt.only[s] = true
       end
@@ -126,6 +131,7 @@ end
 if given.quick then
   opt.sizes, opt.servers, opt.samples, opt.bound, opt.idle, opt.reaction_n = { 100, 300 }, { 1, 3 }, 2, 10, 5, 100
   opt.fleet_sizes, opt.fleet_pipelines, opt.fleet_idle, opt.fleet_settle, opt.fleet_kills = { 10 }, 200, 10, 5, 1
+  opt.notify_pipelines = 500
 end
 for k, v in pairs(given) do if k ~= "quick" then opt[k] = v end end
 opt.quick = given.quick or false
@@ -354,6 +360,15 @@ local function fleet_one(n, side)
   table.insert(res_of(side).fleet, doc)
 end
 
+-- Notifications at flood scale (issue 28): bench/case.lua notify.
+local function notify_section()
+  results.notify, before.notify = {}, {}
+  each_side(function(side)
+    local doc = run_case(("notify N=%d"):format(opt.notify_pipelines), "notify", side, opt.notify_pipelines)
+    if doc then table.insert(res_of(side).notify, doc) end
+  end)
+end
+
 local function fleet()
   results.fleet, before.fleet = {}, {}
   for _, n in ipairs(opt.fleet_sizes) do each_side(function(side) fleet_one(n, side) end) end
@@ -374,6 +389,8 @@ local function scale_case(c) return ("N=%d, %d server%s"):format(c.n, c.servers,
 -- Issue 24's budgets for a fleet on one database.
 local FLEET_IDLE_CONNECTIONS, FLEET_IDLE_STATEMENTS = 2, 0.5
 local FLEET_TAKEOVER_MEDIAN, FLEET_TAKEOVER_MAX = 0.5, 1.5
+-- Issue 28's: 12,000 events drained within 15 s of the last pipeline's end.
+local NOTIFY_DRAIN_MAX = 15
 local MARIADB_MAX_PREPARED = 16382 -- max_prepared_stmt_count's default, every session together
 
 -- A fleet case's takeover samples of one kind ("one", "leader", "tenth"):
@@ -606,6 +623,17 @@ local function table_rows(res)
     end
   end
   fleet_rows(res, row)
+  for _, c in ipairs(res.notify or {}) do
+    local case = ("%d pipelines (%d events), 1 server, 1 webhook"):format(c.n, c.events)
+    local big = c.events >= 12000
+    row("notify", case, "drain after the last SUCCEEDED", c.drain_s and secs(c.drain_s)
+      or ("> %d s (not drained)"):format(c.wait_s), big and ("<= %d s"):format(NOTIFY_DRAIN_MAX) or nil,
+      big and c.drain_s ~= nil and c.drain_s <= NOTIFY_DRAIN_MAX or (big and false or nil))
+    row("notify", case, "undelivered 30 s after it", ("%d of %d"):format(c.undelivered_after_30s, c.events))
+    row("notify", case, "events per second, first event to last delivery",
+      c.events_per_s and ("%.0f"):format(c.events_per_s) or "-")
+    row("notify", case, "ids received / twice", ("%s / %s"):format(tostring(c.distinct), tostring(c.duplicates)))
+  end
   return rows
 end
 
@@ -705,6 +733,15 @@ local function measures(res)
           "%.2f s", ("<= %.1f s"):format(FLEET_TAKEOVER_MAX), function(v) return v <= FLEET_TAKEOVER_MAX end)
       end
     end
+  end
+  for _, c in ipairs(res.notify or {}) do
+    local case = ("%d pipelines (%d events), 1 server, 1 webhook"):format(c.n, c.events)
+    m("notify", case, "drain after the last SUCCEEDED", c.drain_s, "%.2f s",
+      c.events >= 12000 and ("<= %d s"):format(NOTIFY_DRAIN_MAX) or nil,
+      c.events >= 12000 and function(v) return v <= NOTIFY_DRAIN_MAX end or nil)
+    m("notify", case, "undelivered 30 s after it", c.undelivered_after_30s, "%d")
+    m("notify", case, "events per second, first event to last delivery", c.events_per_s, "%.0f")
+    m("notify", case, "received twice", c.duplicates, "%d")
   end
   local x = fp.driving
   if x then
@@ -901,7 +938,7 @@ local ran, err = pcall(oops.wait, function()
   local t0 = oops.now_ms()
   local v = oops.proc.run { argv = { "mariadbd", "--version" }, timeout_ms = 10000 }
   results.machine.mariadb = v and v.ok and v.stdout:match("Ver%s+(%S+)") or nil
-  if opt.only.scale or opt.only.reaction or opt.only.footprint then
+  if opt.only.scale or opt.only.reaction or opt.only.footprint or opt.only.notify then
     local e
     db, e = require("oops.scenario.mariadb").start { dir = work .. "/mariadb" }
     if not db then error("cannot start MariaDB: " .. tostring(e)) end
@@ -909,6 +946,7 @@ local ran, err = pcall(oops.wait, function()
   if opt.only.scale then scale() end
   if opt.only.reaction then reaction() end
   if opt.only.footprint then footprint() end
+  if opt.only.notify then notify_section() end
   if db then db:stop() db = nil end
   if opt.only.failover then failover() end
   if opt.only.fleet then fleet() end

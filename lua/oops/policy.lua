@@ -458,7 +458,8 @@ local KEYS = {
   ["alert.cpu"] = ALERT_METRIC_KEYS,
   ["alert.memory"] = ALERT_METRIC_KEYS,
   ["alert.probe"] = { "prometheus", "scrape_interval", "token" },
-  notify = { "command", "log", "retry", "webhook" },
+  notify = { "applications", "ca", "command", "environments", "events", "format", "log", "page", "retry",
+    "slack", "teams", "webhook" },
   ["notify.retry"] = { "initial", "max" },
   retention = { "audit", "events", "logs", "outbox", "pipelines", "restarts" },
   application = APP_KEYS,
@@ -685,19 +686,97 @@ local function notify_retry(d, t)
   return out
 end
 
--- Routes in a fixed order (webhook, command, log), and the retry if set
--- (once in the whole policy).
+-- The event names a route's `events` filter knows (issue 28): the statuses
+-- a pipeline moves to, the pipeline event types, "alert" (every alert edge)
+-- and the edges themselves. Scheduled restarts are not announced.
+M.NOTIFY_EVENTS = { "BUILD_SUCCEEDED", "BUILDING", "CREATED", "DEPLOYING", "DEPLOY_REQUESTED", "ERROR", "FAILED",
+  "FIRING", "INITIALIZED", "OVERRIDE", "REPEAT", "RESOLVED", "ROLLING_OUT", "RUNNING", "STOPPED", "SUCCEEDED",
+  "alert" }
+local NOTIFY_EVENT = {}
+for _, n in ipairs(M.NOTIFY_EVENTS) do NOTIFY_EVENT[n] = true end
+
+local function event_names(v)
+  local like = 'must be a list of event names like {"ERROR", "SUCCEEDED", "alert"}'
+  if type(v) ~= "table" or not is_list(v) or #v == 0 then return nil, like end
+  local set = {}
+  for _, n in ipairs(v) do
+    if n == "restart" then
+      return nil, '"restart": scheduled restarts are not announced (known: '
+        .. table.concat(M.NOTIFY_EVENTS, ", ") .. ")"
+    end
+    if not NOTIFY_EVENT[n] then
+      return nil, show(n) .. ": not an event name (known: " .. table.concat(M.NOTIFY_EVENTS, ", ") .. ")"
+    end
+    set[n] = true
+  end
+  return set
+end
+
+-- applications = { "shop/*", "pay/api" }: NS/APP, "*" any run of a name's
+-- characters; kept as anchored Lua patterns.
+local function app_patterns(v)
+  local like = 'must be a list of applications like {"shop/*", "pay/api"}'
+  if type(v) ~= "table" or not is_list(v) or #v == 0 then return nil, like end
+  local out = {}
+  for i, a in ipairs(v) do
+    if type(a) ~= "string" or #a > 127 or not a:match("^[a-z0-9*-]+/[a-z0-9*-]+$") then
+      return nil, show(a) .. ': must be NS/APP of lowercase letters, digits, "-" and "*"'
+    end
+    out[i] = "^" .. a:gsub("%-", "%%-"):gsub("%*", "[a-z0-9-]*") .. "$"
+  end
+  return out
+end
+
+local function env_set(v)
+  local list, why = environments(v)
+  if not list then return nil, why end
+  local set = {}
+  for _, e in ipairs(list) do set[e] = true end
+  return set
+end
+
+local function ca_file(v)
+  if type(v) ~= "string" or not v:match("^/") or #v > 1024 or v:find("[%c]") then
+    return nil, show(v) .. ": must be an absolute path of a PEM file"
+  end
+  return v
+end
+
+-- A block's filters, shared by its routes; nil when it has none.
+local function notify_filter(d, t)
+  local f = {
+    events = d:field(t, "events", event_names, nil),
+    environments = d:field(t, "environments", env_set, nil),
+    applications = d:field(t, "applications", app_patterns, nil),
+  }
+  return (f.events or f.environments or f.applications) and f or nil
+end
+
+-- Routes in a fixed order (webhook, slack, teams, command, log), each with
+-- the block's filters, format (webhook) and CA file (https receivers); the
+-- retry and the page if set (each once in the whole policy).
 function build.notify(d, t, _, st)
   d:only(nil, t, KEYS.notify)
   local n = { routes = {}, names_routes = false }
-  if t.webhook ~= nil then
-    n.routes[#n.routes + 1] = { kind = "webhook", url = d:field(t, "webhook", url, nil) }
+  local filter, ca = notify_filter(d, t), d:field(t, "ca", ca_file, nil)
+  local format = d:field(t, "format", function(v)
+    if v == "json" or v == "cloudevents" then return v end
+    return nil, show(v) .. ': must be "json" or "cloudevents"'
+  end, nil)
+  if format and t.webhook == nil then d:fail("format", "goes with webhook = URL") end
+  for _, kind in ipairs({ "webhook", "slack", "teams" }) do
+    if t[kind] ~= nil then
+      n.routes[#n.routes + 1] = { kind = kind, url = d:field(t, kind, url, nil), filter = filter, ca = ca,
+        format = kind == "webhook" and (format or "json") or kind }
+    end
   end
   if t.command ~= nil then
-    n.routes[#n.routes + 1] = { kind = "command", argv = d:field(t, "command", argv(nil), nil) }
+    n.routes[#n.routes + 1] = { kind = "command", argv = d:field(t, "command", argv(nil), nil), filter = filter }
   end
-  if t.log ~= nil and d:field(t, "log", boolean, false) then n.routes[#n.routes + 1] = { kind = "log" } end
-  n.names_routes = t.webhook ~= nil or t.command ~= nil or t.log ~= nil
+  if t.log ~= nil and d:field(t, "log", boolean, false) then
+    n.routes[#n.routes + 1] = { kind = "log", filter = filter }
+  end
+  n.names_routes = #n.routes > 0 or t.log ~= nil
   if t.retry ~= nil then
     if st.retry_at then
       d:fail("retry", "already set at " .. st.retry_at)
@@ -705,8 +784,15 @@ function build.notify(d, t, _, st)
       st.retry_at, n.retry = d.where, notify_retry(d, t)
     end
   end
-  if not n.names_routes and t.retry == nil then
-    d:fail(nil, 'names no route (use webhook = "http://...", command = {...} or log = true)')
+  if t.page ~= nil then
+    if st.page_at then
+      d:fail("page", "already set at " .. st.page_at)
+    else
+      st.page_at, n.page = d.where, d:field(t, "page", url, nil)
+    end
+  end
+  if not n.names_routes and t.retry == nil and t.page == nil then
+    d:fail(nil, 'names no route (use webhook = "http://...", slack = URL, teams = URL, command = {...} or log = true)')
   end
   return n
 end
@@ -1250,6 +1336,7 @@ local function merge_notify(st)
     named = named or v.names_routes
     for _, r in ipairs(v.routes) do routes[#routes + 1] = r end
     n.retry = v.retry or n.retry
+    n.page = v.page or n.page
   end
   if named then n.routes = routes end
 end
@@ -1267,7 +1354,7 @@ local function simulate(st, webhook)
   end
   if p.gateway.kind ~= "simulated" then p.gateway = M.defaults().gateway end
   p.alert.probe = { kind = "simulated", scrape_interval_ms = D.scrape_interval }
-  p.notify.routes = { { kind = "webhook", url = checked } }
+  p.notify.routes = { { kind = "webhook", url = checked, format = "json" } }
   p.simulated = true
 end
 

@@ -162,12 +162,15 @@ local FAILS = {
     'bad_notify/oopsd.lua:1: notify.webhook: "ftp://example.com/***": must be an http:// or https:// URL',
     'bad_notify/oopsd.lua:2: notify.command: must be an argv list of strings like {"make", "image"}, not a string ' ..
       '(commands never run through a shell)',
-    'bad_notify/oopsd.lua:3: notify: names no route (use webhook = "http://...", command = {...} or log = true)',
+    'bad_notify/oopsd.lua:3: notify: names no route (use webhook = "http://...", slack = URL, teams = URL, ' ..
+      'command = {...} or log = true)',
     'bad_notify/oopsd.lua:4: notify.log: "yes": must be true or false',
     "bad_notify/oopsd.lua:4: notify.retry: initial 2m is longer than max 1m",
     "bad_notify/oopsd.lua:5: notify.retry: already set at " .. FIX .. "bad_notify/oopsd.lua:4",
-    'bad_notify/oopsd.lua:6: notify: unknown key "email" (known: command, log, retry, webhook)',
-    'bad_notify/oopsd.lua:6: notify: names no route (use webhook = "http://...", command = {...} or log = true)',
+    'bad_notify/oopsd.lua:6: notify: unknown key "email" (known: applications, ca, command, environments, events, ' ..
+      'format, log, page, retry, slack, teams, webhook)',
+    'bad_notify/oopsd.lua:6: notify: names no route (use webhook = "http://...", slack = URL, teams = URL, ' ..
+      'command = {...} or log = true)',
   },
   bad_shape = {
     'bad_shape/oopsd.lua:1: scan: expects a table, like scan { interval = "5s" }',
@@ -310,7 +313,7 @@ describe("simulate (oopsd --simulate URL, oopsctl chaos --policies)", function()
     assert.are.equal(2, #real.notify.routes) -- a webhook and a command
     assert.are.equal("simulated", p.gateway.kind)
     assert.are.equal("simulated", p.alert.probe.kind)
-    assert.are.same({ { kind = "webhook", url = "http://127.0.0.1:9/hook" } }, p.notify.routes)
+    assert.are.same({ { kind = "webhook", url = "http://127.0.0.1:9/hook", format = "json" } }, p.notify.routes)
     assert.is_true(p.simulated)
     -- the applications, their schedules and the timeouts are the operator's
     assert.are.equal(real.applications["ops/api"].restart.prod.cron, p.applications["ops/api"].restart.prod.cron)
@@ -412,12 +415,48 @@ describe("a good policy", function()
   it("gathers notify routes from every notify block, in order", function()
     assert.are.same({
       routes = {
-        { kind = "webhook", url = "http://127.0.0.1:9000/hook" },
+        { kind = "webhook", url = "http://127.0.0.1:9000/hook", format = "json" },
         { kind = "log" },
         { kind = "command", argv = { "/usr/local/bin/page", "--team", "shop" } },
       },
       retry = { initial_ms = 2000, max_ms = 300000 },
     }, p.notify)
+  end)
+
+  it("takes slack and teams routes, a webhook's format, a block's filters and CA, and the page (issue 28)", function()
+    local q = assert(load_text([[
+notify { slack = "https://hooks.slack.com/services/T/B/x", events = { "ERROR", "SUCCEEDED", "alert" },
+  environments = { "prod" }, applications = { "shop/*", "pay/api" } }
+notify { teams = "https://example.webhook.office.com/w", webhook = "https://ce.example/in", format = "cloudevents",
+  ca = "/etc/oopsd/ca.pem", page = "https://oops.example/" }
+]]))
+    local f = { events = { ERROR = true, SUCCEEDED = true, alert = true }, environments = { prod = true },
+      applications = { "^shop/[a-z0-9-]*$", "^pay/api$" } }
+    assert.are.same({
+      { kind = "slack", url = "https://hooks.slack.com/services/T/B/x", format = "slack", filter = f },
+      { kind = "webhook", url = "https://ce.example/in", format = "cloudevents", ca = "/etc/oopsd/ca.pem" },
+      { kind = "teams", url = "https://example.webhook.office.com/w", format = "teams", ca = "/etc/oopsd/ca.pem" },
+    }, q.notify.routes)
+    assert.are.equal("https://oops.example/", q.notify.page)
+  end)
+
+  it("refuses unknown event names, bad filters, a format without a webhook, a second page", function()
+    local _, errs = load_text([[
+notify { log = true, events = { "ERROR", "EXPLODED" } }
+notify { log = true, events = { "restart" } }
+notify { log = true, applications = { "Shop/*" }, environments = { "Prod" } }
+notify { slack = "https://hooks.slack.com/x", format = "cloudevents" }
+notify { log = true, page = "https://a.example/", ca = "relative.pem" }
+notify { log = true, page = "https://b.example/" }
+]])
+    local text = table.concat(errs, "\n")
+    assert.matches(':1: notify.events: "EXPLODED": not an event name %(known: BUILD_SUCCEEDED,', text)
+    assert.matches(':2: notify.events: "restart": scheduled restarts are not announced', text)
+    assert.matches(':3: notify.applications: "Shop/%*": must be NS/APP', text)
+    assert.matches(':3: notify.environments: "Prod": must be lowercase', text)
+    assert.matches(':4: notify.format: goes with webhook = URL', text)
+    assert.matches(':5: notify.ca: "relative.pem": must be an absolute path', text)
+    assert.matches(':6: notify.page: already set at ', text)
   end)
 
   it("turns applications into plain data", function()

@@ -1,10 +1,13 @@
 /* http_sink: a tiny loopback HTTP receiver for tests.
  *
  *   http_sink --port P --record FILE [--fail-first N] [--body FILE] [--header NAME]
+ *             [--hang 1] [--redirect URL] [--huge BYTES]
  *
  * Listens on 127.0.0.1:P and answers every request: the first N with 500,
  * later ones with 200 (and the --body file's content, to fake another
- * server's answers). Each request is appended to the record FILE as one line,
+ * server's answers). --hang 1: never answers (each request is recorded, then
+ * held until the sink stops); --redirect URL: answers 302 to URL; --huge
+ * BYTES: answers 200 with that many bytes. Each request is appended to the record FILE as one line,
  * flushed at once so a test can read it while the sink runs:
  *
  *   METHOD PATH STATUS BODY                 (without --header)
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_BODY (8u << 20) /* a bigger request is answered 413 */
 
@@ -35,7 +39,11 @@ typedef struct sink {
     const char *header; /* recorded when set */
     char *body;         /* the 200 answer */
     size_t body_len;
+    int hang;             /* never answer */
+    const char *redirect; /* answer 302 to it */
 } sink;
+
+static volatile int stopping; /* set by main before MHD_stop_daemon: hung handlers return */
 
 typedef struct request {
     char *data;
@@ -46,7 +54,7 @@ typedef struct request {
 static void usage(void)
 {
     fprintf(stderr, "usage: http_sink --port P --record FILE [--fail-first N] [--body FILE] "
-                    "[--header NAME]\n");
+                    "[--header NAME] [--hang 1] [--redirect URL] [--huge BYTES]\n");
     exit(2);
 }
 
@@ -152,6 +160,23 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         record(s, conn, method, url, 500, r);
         return respond(conn, 500, "failing on purpose\n", 19);
     }
+    if (s->hang) {
+        record(s, conn, method, url, 0, r);
+        while (!stopping) /* one polling thread: this sink answers nothing any more */
+            usleep(100000);
+        return MHD_NO;
+    }
+    if (s->redirect) {
+        record(s, conn, method, url, 302, r);
+        struct MHD_Response *res =
+            MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!res)
+            return MHD_NO;
+        MHD_add_response_header(res, "Location", s->redirect);
+        enum MHD_Result ret = MHD_queue_response(conn, 302, res);
+        MHD_destroy_response(res);
+        return ret;
+    }
     record(s, conn, method, url, 200, r);
     return respond(conn, 200, s->body ? s->body : "ok\n", s->body ? s->body_len : 3);
 }
@@ -197,7 +222,17 @@ int main(int argc, char **argv)
             s.body = read_file(val, &s.body_len);
         else if (strcmp(opt, "--header") == 0)
             s.header = val;
-        else
+        else if (strcmp(opt, "--hang") == 0)
+            s.hang = (int)number(val, 1);
+        else if (strcmp(opt, "--redirect") == 0)
+            s.redirect = val;
+        else if (strcmp(opt, "--huge") == 0) {
+            s.body_len = (size_t)number(val, 256L << 20);
+            s.body = malloc(s.body_len ? s.body_len : 1);
+            if (!s.body)
+                return 2;
+            memset(s.body, 'x', s.body_len);
+        } else
             usage();
     }
     if (port < 1 || !record_path)
@@ -233,6 +268,7 @@ int main(int argc, char **argv)
 
     int sig;
     sigwait(&stop, &sig);
+    stopping = 1;
     MHD_stop_daemon(d);
     fclose(s.record);
     free(s.body);

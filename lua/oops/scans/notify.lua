@@ -10,10 +10,20 @@
 --     lost the lock meanwhile cannot undo what the new one recorded. A crash
 --     between a send and the mark means a resend with the same id: receivers
 --     deduplicate on it.
---   * Per route, in id order: a route stops at its first failure (or at a row
---     still waiting for its retry) so receivers see events in order; routes
---     are independent, so a failing webhook never holds back the command or
---     the log route. Failures back off: initial * 2^attempts, at most max.
+--   * Per route, oldest first, the events of one pipeline in order (issue 28):
+--     a route's rows are read BATCH at a time and sent IN_FLIGHT at once, each
+--     pipeline's rows one after the other (a lane: alerts share one); a row
+--     waiting for its retry holds back the later rows of its lane only, and a
+--     failure stops the route's new sends for the round. Routes are
+--     independent and run side by side, so a failing or hanging webhook never
+--     holds back another. Failures back off: initial * 2^attempts, at most max.
+--   * Marked in batches: the rows a round delivered (to every route, or to
+--     some) are marked by a few UPDATEs of up to MARK_CHUNK rows, each row
+--     still conditional on what was read; a failed send is never marked.
+--     Rounds follow each other within a tick while a batch came back full
+--     (TICK_BUDGET_MS at most), so a flood drains at the receivers' speed.
+--   * A route's filters (events, environments, applications) decide what it
+--     is sent; what it does not want is marked taken by it, unsent.
 --   * Routes are identified by what they are (kind + url/argv), so a reload
 --     that keeps a route keeps what it delivered; a route added by a reload
 --     gets the events not yet fully delivered.
@@ -30,14 +40,22 @@ local SCAN = "notify"
 local LOCK = leader.lock(SCAN)
 M.LOCK = LOCK
 
--- Rows read per route and tick; the next tick takes the rest.
-M.BATCH = 100
+-- Rows read per route and round; the next round or tick takes the rest.
+M.BATCH = 1000
+-- Requests (commands) a route has in flight at once: HTTP keep-alive keeps
+-- their connections.
+M.IN_FLIGHT = 8
+-- Rows one marking UPDATE takes at most (its shapes: powers of two up to it).
+M.MARK_CHUNK = 256
 M.HTTP_TIMEOUT_MS = 10000
 M.COMMAND_TIMEOUT_MS = 30000
--- A route stops taking rows after this long in one tick, so a slow (but
--- answering) receiver delays the other routes' next tick by about this much
--- plus one request, never by a whole batch.
-M.TICK_BUDGET_MS = 5000
+-- A route stops taking rows after this long in one tick (its rounds go on
+-- until then while rows wait), so a slow (but answering) receiver delays the
+-- other routes' next tick by about this much plus one request, never by a
+-- whole batch; their rounds within a tick never wait for it.
+M.TICK_BUDGET_MS = 10000
+-- A receiver's answer is read to this many bytes (its status is what counts).
+M.RESPONSE_MAX = 64 * 1024
 local MAX_ERROR = 1000 -- characters of last_error kept
 
 local reconciled_version -- the policy whose removed routes were accounted for
@@ -54,7 +72,7 @@ end
 -- The key a route is recorded under in delivered_routes (no commas:
 -- FIND_IN_SET reads the column as a comma-separated list).
 function M.route_key(r)
-  if r.kind == "webhook" then return "webhook:" .. fnv32(r.url) end
+  if r.url then return r.kind .. ":" .. fnv32(r.url) end
   if r.kind == "command" then return "command:" .. fnv32(table.concat(r.argv, "\0")) end
   return r.kind
 end
@@ -63,13 +81,6 @@ local function split_keys(text)
   local set = {}
   for k in (text or ""):gmatch("[^,]+") do set[k] = true end
   return set
-end
-
-local function join_keys(set)
-  local list = {}
-  for k in pairs(set) do list[#list + 1] = k end
-  table.sort(list)
-  return #list > 0 and table.concat(list, ",") or nil
 end
 
 ------------------------------------------------------------------ sending
@@ -81,14 +92,27 @@ end
 
 local send = {}
 
+-- The body a route sends: its format's template (lua/oops/formats/), the
+-- page's address for the link when the policy says where it lives.
+local formats = require("oops.formats")
+M.page = nil -- the running policy's notify.page (set by M.run)
+
 function send.webhook(route, m, json)
+  local body, ctype, extra = json, "application/json", nil
+  if route.format and route.format ~= "json" then
+    local f = assert(formats.get(route.format))
+    body, ctype, extra = f.render(m, { page = M.page, server = oops.server_name() })
+  end
+  local headers = {
+    ["Content-Type"] = ctype,
+    ["X-Oops-Event-Id"] = m.id,
+    ["X-Oops-Server"] = oops.server_name(),
+  }
+  for k, v in pairs(extra or {}) do headers[k] = v end
   local res, err = oops.http.request {
-    url = route.url, method = "POST", body = json, timeout_ms = M.HTTP_TIMEOUT_MS,
-    headers = {
-      ["Content-Type"] = "application/json",
-      ["X-Oops-Event-Id"] = m.id,
-      ["X-Oops-Server"] = oops.server_name(),
-    },
+    url = route.url, method = "POST", body = body, timeout_ms = M.HTTP_TIMEOUT_MS, headers = headers,
+    ca = route.ca, max_body = M.RESPONSE_MAX, truncate = true,
+    allow_userinfo = true, -- the policy's URL as written; masked wherever shown (oops.url)
   }
   if not res then return nil, err end
   if res.status < 200 or res.status > 299 then
@@ -96,6 +120,8 @@ function send.webhook(route, m, json)
   end
   return true
 end
+
+send.slack, send.teams = send.webhook, send.webhook
 
 function send.command(route, m, json)
   local res, err = oops.proc.run {
@@ -127,7 +153,8 @@ end
 local PENDING_SQL = [[
 SELECT o.id, o.event_id, o.kind, o.payload, o.attempts, o.delivered_routes,
        o.created_at, (o.next_attempt_at <= NOW(6)) AS due,
-       e.pipeline_id, e.event_type, e.message, e.server, e.actor, e.reason, e.created_at AS event_at,
+       e.pipeline_id, e.event_type, e.to_status, e.message, e.server, e.actor, e.reason,
+       e.created_at AS event_at,
        p.namespace, p.application, p.environment, p.deploy_mode, p.trigger_type,
        p.artifact, p.source
   FROM outbox o
@@ -165,49 +192,123 @@ local function outcome(tick, row)
   return o
 end
 
--- The message and its JSON, built once per row and tick.
+-- The message and its JSON, built once per row and tick whatever the routes
+-- (the cache starts over past BUILT_MAX rows: bounded).
+M.BUILT_MAX = 4096
 local function built(tick, row)
-  local b = tick.built[row.id]
+  local cache = tick.built
+  local b = cache.rows[row.id]
   if not b then
     local m, why = message(row)
     b = { m = m, why = why, json = m and notify.encode(m) }
-    tick.built[row.id] = b
+    if cache.n >= M.BUILT_MAX then cache.rows, cache.n = {}, 0 end
+    cache.rows[row.id], cache.n = b, cache.n + 1
   end
   return b
 end
 
--- Deliver one route's pending rows in order until one fails or is not due.
+-- Does the route want this row (its filters, issue 28)? Filters read the
+-- row: its event type and status, its application and environment.
+function M.wanted(route, row, m)
+  local f = route.filter
+  if not f then return true end
+  if f.events then
+    local names = row.kind == "alert" and { "alert", m and m.type } or { row.event_type, row.to_status }
+    local hit = false
+    for _, n in ipairs(names) do hit = hit or (n ~= nil and f.events[n] == true) end
+    if not hit then return false end
+  end
+  local env, app = row.environment, row.namespace and (row.namespace .. "/" .. row.application)
+  if row.kind == "alert" and m then
+    for _, fact in ipairs(m.facts or {}) do
+      if fact.name == "environment" then env = fact.value end
+      if fact.name == "application" then app = fact.value end
+    end
+  end
+  if f.environments and not f.environments[env or ""] then return false end
+  if f.applications then
+    local hit = false
+    for _, pat in ipairs(f.applications) do hit = hit or (app ~= nil and app:match(pat) ~= nil) end
+    if not hit then return false end
+  end
+  return true
+end
+
+-- The lane a row is sent in: its pipeline's (events of one pipeline in
+-- order); every alert in one.
+local function lane_of(row)
+  if row.kind == "pipeline" and row.pipeline_id then return "p:" .. row.pipeline_id end
+  return "k:" .. tostring(row.kind)
+end
+
+-- Send one row on the route; false when the route must stop (a failure).
+local function deliver(tick, route, key, row, labels)
+  local b = built(tick, row)
+  local o = outcome(tick, row)
+  if not b.m then
+    o.undeliverable = b.why
+    return true
+  end
+  if not M.wanted(route, row, b.m) then
+    o.ok[key] = true -- not for this route: taken, unsent
+    return true
+  end
+  local ok, why = send[route.kind](route, b.m, b.json)
+  if ok then
+    o.ok[key] = true
+    oops.metrics.inc("oops_notifications_delivered_total", labels)
+    return true
+  end
+  o.errors[#o.errors + 1] = where(route) .. ": " .. tostring(why)
+  oops.metrics.inc("oops_notification_failures_total", labels)
+  log.warn("notification not delivered: " .. tostring(why),
+    { scan = SCAN, event = row.event_id, route = where(route), attempt = row.attempts + 1 })
+  return false
+end
+
+-- Deliver one route's pending rows: lanes oldest first, IN_FLIGHT at once,
+-- each lane in order until a row is not due; the first failure stops new
+-- sends. Returns true when the batch was full (more may wait).
 local function run_route(tick, route, key)
   local rows, err = oops.db.exec(PENDING_SQL, key, M.BATCH)
   if not rows then
     log.warn("notify: reading the outbox failed: " .. tostring(err), { scan = SCAN })
-    return
+    return false
+  end
+  local lanes, order = {}, {}
+  for _, row in ipairs(rows) do
+    local k = lane_of(row)
+    if not lanes[k] then
+      lanes[k] = {}
+      order[#order + 1] = lanes[k]
+    end
+    table.insert(lanes[k], row)
   end
   local labels = { route = route.kind }
-  local t0 = oops.now_ms()
-  for _, row in ipairs(rows) do
-    if row.due ~= 1 then return end -- waiting for its retry: later rows wait behind it
-    -- The lock session dropped, or we are stopping: the next leader carries on.
-    if not oops.locks.holds(LOCK) or oops.stopping() then return end
-    if oops.now_ms() - t0 > M.TICK_BUDGET_MS then return end
-    local b = built(tick, row)
-    local o = outcome(tick, row)
-    if not b.m then
-      o.undeliverable = b.why
-    else
-      local ok, why = send[route.kind](route, b.m, b.json)
-      if ok then
-        o.ok[key] = true
-        oops.metrics.inc("oops_notifications_delivered_total", labels)
-      else
-        o.errors[#o.errors + 1] = where(route) .. ": " .. tostring(why)
-        oops.metrics.inc("oops_notification_failures_total", labels)
-        log.warn("notification not delivered: " .. tostring(why),
-          { scan = SCAN, event = row.event_id, route = where(route), attempt = row.attempts + 1 })
-        return
+  local stop, next_lane = false, 1
+  local function worker()
+    while not stop do
+      local lane = order[next_lane]
+      if not lane then return end
+      next_lane = next_lane + 1
+      for _, row in ipairs(lane) do
+        if row.due ~= 1 then break end -- waiting for its retry: its lane's later rows wait behind it
+        -- The lock session dropped, or we are stopping: the next leader carries on.
+        if stop or not oops.locks.holds(LOCK) or oops.stopping() or oops.now_ms() - tick.t0 > M.TICK_BUDGET_MS then
+          stop = true
+          return
+        end
+        if not deliver(tick, route, key, row, labels) then
+          stop = true
+          return
+        end
       end
     end
   end
+  local workers = {}
+  for i = 1, math.min(M.IN_FLIGHT, #order) do workers[i] = worker end
+  tasks.all(workers, "notify " .. route.kind)
+  return #rows >= M.BATCH and not stop
 end
 
 -- initial * 2^attempts, at most max.
@@ -226,35 +327,78 @@ end
 -- (a frozen one waking up) makes ours affect nothing: at worst a resend.
 local SAME = " WHERE id = ? AND attempts = ? AND delivered_at IS NULL AND delivered_routes <=> ?"
 
--- Record one row's outcome: delivered, failed (retry later), or partly
--- delivered with the rest waiting behind an earlier row of a failing route.
-local function record(o, keys, retry)
+-- Record a row that failed or cannot be built: one UPDATE each (at most
+-- IN_FLIGHT failures per route and round). A failure counts an attempt and
+-- sets the retry, only while the row is undelivered: a frozen leader waking
+-- up cannot undo a delivery another recorded, at worst it delays a retry.
+local function record_one(o, retry)
   local row = o.row
   if o.undeliverable then
     -- Not a delivery failure: retrying cannot help, and the row would hold
-    -- back every later event of every route. Said loudly, kept in the table.
+    -- back every later event of its lane. Said loudly, kept in the table.
     log.error("notification undeliverable: " .. o.undeliverable, { scan = SCAN, event = row.event_id })
     oops.metrics.inc("oops_notifications_undeliverable_total")
-    return update("UPDATE outbox SET delivered_at = NOW(6), last_error = ?" .. SAME,
-      ("undeliverable: " .. o.undeliverable):sub(1, MAX_ERROR), row.id, row.attempts, row.delivered_routes)
+    return update("UPDATE outbox SET delivered_at = NOW(6), last_error = ? WHERE id = ? AND delivered_at IS NULL",
+      ("undeliverable: " .. o.undeliverable):sub(1, MAX_ERROR), row.id)
   end
-  local done = split_keys(row.delivered_routes)
-  for k in pairs(o.ok) do done[k] = true end
-  local complete = true
-  for _, k in ipairs(keys) do complete = complete and done[k] == true end
-  local routes = join_keys(done)
-  if #o.errors > 0 then
-    return update("UPDATE outbox SET attempts = attempts + 1, delivered_routes = ?, last_error = ?,"
-      .. " next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND" .. SAME,
-      routes, (oops.server_name() .. ": " .. table.concat(o.errors, "; ")):sub(1, MAX_ERROR),
-      M.backoff_ms(retry, row.attempts) * 1000, row.id, row.attempts, row.delivered_routes)
-  elseif complete then
-    return update("UPDATE outbox SET delivered_at = NOW(6), delivered_routes = ?" .. SAME,
-      routes, row.id, row.attempts, row.delivered_routes)
-  elseif next(o.ok) then
-    return update("UPDATE outbox SET delivered_routes = ?" .. SAME,
-      routes, row.id, row.attempts, row.delivered_routes)
+  return update("UPDATE outbox SET attempts = attempts + 1, last_error = ?,"
+    .. " next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND WHERE id = ? AND delivered_at IS NULL",
+    (oops.server_name() .. ": " .. table.concat(o.errors, "; ")):sub(1, MAX_ERROR),
+    M.backoff_ms(retry, row.attempts) * 1000, row.id)
+end
+
+-- The smallest power of two >= n (at most MARK_CHUNK): the statement shapes.
+local function shape(n)
+  local k = 1
+  while k < n do k = k * 2 end
+  return math.min(k, M.MARK_CHUNK)
+end
+
+-- Mark the rows a route took (delivered to it, or not for it): its key
+-- appended to delivered_routes, and delivered_at set once every route of the
+-- policy is there, in one UPDATE per MARK_CHUNK rows. Conditional on the row
+-- being undelivered and not yet taken by this route, and an append, never a
+-- rewrite: routes marking side by side (or a frozen leader waking up) never
+-- undo each other's record. MariaDB evaluates the SET list left to right, so
+-- delivered_at reads the appended list. Padded to a power of two by repeating
+-- the last id, so a few statement shapes serve every batch.
+local function mark(ids, key, keys)
+  local all = {}
+  for i = 1, #keys do all[i] = "FIND_IN_SET(?, delivered_routes) > 0" end
+  local complete = table.concat(all, " AND ")
+  local i = 1
+  while i <= #ids do
+    local n = math.min(M.MARK_CHUNK, #ids - i + 1)
+    local k = shape(n)
+    local marks, params = {}, { key }
+    for _, kk in ipairs(keys) do params[#params + 1] = kk end
+    for j = 1, k do
+      marks[j] = "?"
+      params[#params + 1] = ids[i + math.min(j, n) - 1]
+    end
+    params[#params + 1] = key
+    update("UPDATE outbox SET delivered_routes = CONCAT_WS(',', delivered_routes, ?),"
+      .. " delivered_at = IF(" .. complete .. ", NOW(6), NULL)"
+      .. " WHERE id IN (" .. table.concat(marks, ", ") .. ") AND delivered_at IS NULL"
+      .. " AND FIND_IN_SET(?, COALESCE(delivered_routes, '')) = 0", table.unpack(params))
+    i = i + n
   end
+end
+
+-- Record what a route's round learnt: the rows it took in batches, its
+-- failures and the undeliverable rows one by one.
+local function record(tick, key, keys, retry)
+  table.sort(tick.order)
+  local taken = {}
+  for _, id in ipairs(tick.order) do
+    local o = tick.rows[id]
+    if o.undeliverable or #o.errors > 0 then
+      record_one(o, retry)
+    elseif o.ok[key] then
+      taken[#taken + 1] = id
+    end
+  end
+  mark(taken, key, keys)
 end
 
 -- After a reload removed a route, rows waiting only for it are complete:
@@ -286,6 +430,7 @@ function M.run(pol)
     if not seen[k] then seen[k], routes[#routes + 1], keys[#keys + 1] = true, r, k end
   end
   if #routes == 0 then return end -- nowhere to send: the outbox keeps them
+  M.page = pol.notify.page
   reconcile(pol, keys)
   -- Idle: the watcher's answer said nothing is due, and this server wrote
   -- nothing to the outbox since (lua/oops/watch.lua).
@@ -296,14 +441,21 @@ function M.run(pol)
     if err then log.warn("notify: reading the outbox failed: " .. tostring(err), { scan = SCAN }) end
     return
   end
-  local tick = { rows = {}, order = {}, built = {} }
+  -- Each route on its own, side by side: rounds (read, send, mark) while its
+  -- batch comes back full, within the tick's budget; no route waits for
+  -- another's round.
+  local t0, cache = oops.now_ms(), { rows = {}, n = 0 }
   local steps = {}
   for i, r in ipairs(routes) do
-    steps[i] = function() run_route(tick, r, keys[i]) end
+    steps[i] = function()
+      repeat
+        local tick = { rows = {}, order = {}, built = cache, t0 = t0 }
+        local more = run_route(tick, r, keys[i])
+        record(tick, keys[i], keys, pol.notify.retry)
+      until not more or oops.now_ms() - t0 > M.TICK_BUDGET_MS or not oops.locks.holds(LOCK) or oops.stopping()
+    end
   end
   tasks.all(steps, "notify route")
-  table.sort(tick.order)
-  for _, id in ipairs(tick.order) do record(tick.rows[id], keys, pol.notify.retry) end
 end
 
 return M
