@@ -146,6 +146,10 @@ static void usage(FILE *f)
         "                                       operator actions, newest first (default 100):\n"
         "                                       who, what, why, and what came of it\n"
         "  locks                                which server holds which lock\n"
+        "  outbox [--route NAME] [--policies DIR]\n"
+        "                                       notifications waiting, per route of the policy\n"
+        "                                       (--policies or $OOPS_POLICIES): pending, failing,\n"
+        "                                       oldest, the first row's retry and last error\n"
         "  chaos --seed N --duration D [--servers K] [--policies DIR] [--keep DIR]\n"
         "                                       a seeded random fault campaign on a throwaway\n"
         "                                       MariaDB and K servers (default 4), checked from "
@@ -1289,6 +1293,26 @@ static int run_chaos(ctl *c, int argc, char **argv)
     return exec_lua_tool("chaos", NULL, argv + 1, argc - 1);
 }
 
+/*
+ * outbox [--route NAME] [--policies DIR]: the notification backlog per route
+ * (lua/oops/outbox/); its flags checked here, so --db never reaches argv.
+ */
+static int run_outbox(ctl *c, int argc, char **argv)
+{
+    ctl_flag f[] = {{"--route", true, false, NULL}, {"--policies", true, false, NULL}};
+    int rc = parse(c, argc, argv, f, 2, NULL, 0, NULL);
+    if (rc != EXIT_OK)
+        return rc;
+    char *args[5];
+    int n = 0;
+    if (c->json)
+        args[n++] = "--json";
+    for (int i = 0; i < 2; i++)
+        if (f[i].given)
+            args[n++] = (char *)f[i].name, args[n++] = (char *)f[i].value;
+    return exec_lua_tool("outbox", c->db_url ? c->db_url : getenv("OOPS_DB"), args, n);
+}
+
 typedef struct command {
     const char *name;
     int (*run)(ctl *, int, char **);
@@ -1299,7 +1323,7 @@ static const command commands[] = {
     {"list", cmd_list},       {"show", cmd_show},         {"stop", cmd_stop},
     {"deploy", cmd_deploy},   {"locks", cmd_locks},       {"logs", cmd_logs},
     {"history", cmd_history}, {"scenario", run_scenario}, {"chaos", run_chaos},
-    {"audit", cmd_audit},
+    {"audit", cmd_audit},     {"outbox", run_outbox},
 };
 
 /* Global flags before the command, the command, then its own words (where

@@ -126,6 +126,8 @@ rctl audit >/dev/null 2>&1
 rctl audit --since 1h --actor "nobody@$(hostname)" >/dev/null 2>&1
 rctl audit --app t/web --env prod --since 7d >/dev/null 2>&1
 rctl audit --app t/web >/dev/null 2>&1
+rctl outbox --policies "$OOPS_ROOT/tests/exec/policies" >/dev/null 2>&1
+rctl outbox --policies "$OOPS_ROOT/tests/exec/policies" --route webhook >/dev/null 2>&1
 wait_for 70 "the retention leader deleted the expired history (its DELETEs are in the log)" \
   bash -c "[[ \$(mariadb --no-defaults -N -B -S '$MDB_SOCKET' -uroot oops -e \"SELECT (SELECT COUNT(*) FROM pipeline
     WHERE id = 'expired00001') + (SELECT COUNT(*) FROM restart_run WHERE namespace = 'old')\") == 0 ]]"
