@@ -4,7 +4,8 @@
 --
 --   * The fleet snapshot is refreshed every REFRESH_MS, and only while the page
 --     has been asked for within the last WANTED_MS: a server nobody looks at
---     sends no query for it. One refresh is at most 7 statements, each served
+--     sends no query for it. One refresh is at most 7 statements (an eighth
+--     while a notification route fails: its last error), each served
 --     by an index (tests/integration/explain.sh) and bounded by a LIMIT,
 --     whatever the history holds: servers, leader locks (+ the database's
 --     clock), unfinished pipelines, the RECENT newest pipelines, the last
@@ -109,8 +110,11 @@ local SQL = {
     .. " TIMESTAMPDIFF(SECOND, firing_since, NOW(6)) AS for_s, LEFT(pods, 300) AS pods"
     .. " FROM alert_state WHERE firing = 1 LIMIT ?",
   outbox = "SELECT delivered_routes, COUNT(*) AS n,"
-    .. " TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS age_us"
+    .. " TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS age_us,"
+    .. " SUM(attempts > 0) AS failing, MAX(IF(attempts > 0, id, NULL)) AS failing_id"
     .. " FROM outbox WHERE delivered_at IS NULL GROUP BY delivered_routes LIMIT 100",
+  -- the last errors of the routes' newest failing rows (issue 28), only when a route fails
+  errors = "SELECT id, LEFT(last_error, 300) AS last_error FROM outbox WHERE id IN (?, ?, ?, ?, ?, ?, ?, ?)",
   -- with the name of the live server whose lock session holds the pipeline's lock
   pipeline = "SELECT " .. PIPELINE_COLUMNS .. ", LEFT(source, 2000) AS source,"
     .. " (SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(CONCAT(?, pipeline.id))"
@@ -291,21 +295,39 @@ function M.read_fleet(pol)
     local key = route_key(r)
     if not done_keys[key] then
       done_keys[key] = true
-      local pending, oldest = 0, 0
+      local pending, oldest, failing, failing_id = 0, 0, 0, nil
       for _, g in ipairs(groups) do
         local done = false
         for k in (g.delivered_routes or ""):gmatch("[^,]+") do if k == key then done = true end end
         if not done then
           pending = pending + (num(g.n) or 0)
           oldest = math.max(oldest, (num(g.age_us) or 0) / 1e6)
+          failing = failing + (num(g.failing) or 0)
+          local f = num(g.failing_id)
+          if f and (not failing_id or f > failing_id) then failing_id = f end
         end
       end
       -- A webhook by its scheme and host only: its userinfo, path or query may hold
       -- the secret (oops.url).
       routes[#routes + 1] = { kind = r.kind, where = r.url and shown_url(r.url) or (r.argv and r.argv[1]) or r.kind,
-        pending = pending, oldest_s = oldest }
+        pending = pending, oldest_s = oldest, failing = failing, failing_id = failing_id }
     end
   end
+  -- The last error of each failing route's newest failing row: one statement, only then.
+  local ids, want = {}, {}
+  for _, rt in ipairs(routes) do
+    if rt.failing_id and not want[rt.failing_id] and #ids < 8 then
+      ids[#ids + 1], want[rt.failing_id] = rt.failing_id, true
+    end
+  end
+  if #ids > 0 then
+    local padded = {}
+    for i = 1, 8 do padded[i] = ids[math.min(i, #ids)] end
+    local errs = {}
+    for _, e in ipairs(exec(c, SQL.errors, table.unpack(padded))) do errs[num(e.id)] = e.last_error end
+    for _, rt in ipairs(routes) do rt.last_error = rt.failing_id and errs[rt.failing_id] or nil end
+  end
+  for _, rt in ipairs(routes) do rt.failing_id = nil end
   return {
     server = oops.server_name(), now = now, refresh_ms = M.REFRESH_MS,
     servers = json.array(servers), leaders = leaders, pipelines = json.array(pipelines),

@@ -153,4 +153,11 @@ is "$(sql "SELECT COUNT(*) FROM outbox WHERE delivered_at IS NOT NULL")" 0 \
   "... so no row is delivered everywhere (the hanging and the redirecting routes take none)"
 unlike "$(sql "SELECT GROUP_CONCAT(last_error) FROM outbox")" "127.0.0.1:${SINK_PORT[moved]}/moved" \
   "... naming the route by scheme and host only"
+page_shows_error() {
+  curl -s -m 5 "$1" | jq -e --arg where "$2" \
+    '.routes | any(.where == $where and .failing > 0 and (.last_error // "" | test("HTTP 302")))'
+}
+export -f page_shows_error
+wait_for 30 "the fleet page shows the redirecting route failing, with its last error" \
+  page_shows_error "$(url s2 /api/fleet)" "http://127.0.0.1:${SINK_PORT[moved]}/***"
 done_testing
