@@ -262,6 +262,9 @@ static unsigned insert_event(db_conn *c, const char *id, const char *from, pipel
     return insert_event_as(c, id, NULL, from, to, message, actor, lock_session, NULL, err, errlen);
 }
 
+static unsigned create_tx(db_conn *c, const pipeline_new *n, const char *out_id,
+                          const char *trigger, const char *message, char *e, size_t elen);
+
 int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], char *err,
                           size_t errlen)
 {
@@ -283,35 +286,18 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
     }
     char e[512];
     pipeline_new_id(out_id, 12);
-    if (db_begin(c, err, errlen))
-        return PSTORE_DB;
-    db_value p[] = {db_text(out_id),
-                    db_text(n->namespace),
-                    db_text(n->application),
-                    db_text(n->environment),
-                    db_text(n->manual ? "manual" : "auto"),
-                    db_text(n->artifact),
-                    db_text(n->source),
-                    db_text(trigger),
-                    db_text(message)};
-    unsigned rc = db_exec(c,
-                          "INSERT INTO pipeline (id, namespace, application, environment, status, "
-                          "deploy_mode, artifact, source, trigger_type, message, created_at, "
-                          "status_changed_at) VALUES (?, ?, ?, ?, 'INITIALIZED', ?, ?, ?, ?, ?, "
-                          "NOW(6), NOW(6))",
-                          p, 9, NULL, e, sizeof e);
-    if (rc == 0)
-        rc = insert_event_as(c, out_id, NULL, NULL, PS_INITIALIZED, message, n->actor, 0, n->op, e,
-                             sizeof e);
-    if (rc == 0 && n->op)
-        rc = audit_insert(c, n->op, strcmp(trigger, "rollback") ? "create" : "rollback", out_id,
-                          n->namespace, n->application, n->environment, "done", NULL, n->actor, e,
-                          sizeof e);
-    if (rc == 0)
-        rc = db_commit(c, e, sizeof e);
-    if (rc == 0)
-        return 0;
-    db_rollback(c);
+    unsigned rc;
+    /* A deadlock victim was rolled back whole: tried again, twice at most
+     * (a create races the servers' transitions on the event and outbox
+     * indexes). */
+    for (int attempt = 0;; attempt++) {
+        rc = create_tx(c, n, out_id, trigger, message, e, sizeof e);
+        if (rc == 0)
+            return 0;
+        db_rollback(c);
+        if (rc != DB_ER_LOCK_DEADLOCK || attempt == 2)
+            break;
+    }
     if (rc == DB_ER_DUP_ENTRY) {
         snprintf(err, errlen, "an unfinished pipeline already exists for %s/%s in %s", n->namespace,
                  n->application, n->environment);
@@ -323,6 +309,41 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
     }
     snprintf(err, errlen, "%s", e);
     return PSTORE_DB;
+}
+
+/* The create's transaction: 0, or the error number (e says why); the caller
+ * rolls back. */
+static unsigned create_tx(db_conn *c, const pipeline_new *n, const char *out_id,
+                          const char *trigger, const char *message, char *e, size_t elen)
+{
+    unsigned rc = db_begin(c, e, elen);
+    if (rc)
+        return rc;
+    db_value p[] = {db_text(out_id),
+                    db_text(n->namespace),
+                    db_text(n->application),
+                    db_text(n->environment),
+                    db_text(n->manual ? "manual" : "auto"),
+                    db_text(n->artifact),
+                    db_text(n->source),
+                    db_text(trigger),
+                    db_text(message)};
+    rc = db_exec(c,
+                 "INSERT INTO pipeline (id, namespace, application, environment, status, "
+                 "deploy_mode, artifact, source, trigger_type, message, created_at, "
+                 "status_changed_at) VALUES (?, ?, ?, ?, 'INITIALIZED', ?, ?, ?, ?, ?, "
+                 "NOW(6), NOW(6))",
+                 p, 9, NULL, e, elen);
+    if (rc == 0)
+        rc = insert_event_as(c, out_id, NULL, NULL, PS_INITIALIZED, message, n->actor, 0, n->op, e,
+                             elen);
+    if (rc == 0 && n->op)
+        rc = audit_insert(c, n->op, strcmp(trigger, "rollback") ? "create" : "rollback", out_id,
+                          n->namespace, n->application, n->environment, "done", NULL, n->actor, e,
+                          elen);
+    if (rc == 0)
+        rc = db_commit(c, e, elen);
+    return rc;
 }
 
 /* A transition's failure: PSTORE_EXISTS for the unfinished-pipeline index, else PSTORE_DB with

@@ -241,6 +241,19 @@ local function lane_of(row)
   return "k:" .. tostring(row.kind)
 end
 
+-- A row the route took: marked with others as soon as MARK_CHUNK are waiting
+-- (a leader killed mid-round resends at most that many, plus those in flight);
+-- the rest at the round's end (record).
+local mark -- below
+local function taken(tick, key, id)
+  local t = tick.taken
+  t[#t + 1] = id
+  if #t >= M.MARK_CHUNK then
+    tick.taken = {}
+    mark(t, key, tick.keys)
+  end
+end
+
 -- Send one row on the route; false when the route must stop (a failure).
 local function deliver(tick, route, key, row, labels)
   local b = built(tick, row)
@@ -251,11 +264,13 @@ local function deliver(tick, route, key, row, labels)
   end
   if not M.wanted(route, row, b.m) then
     o.ok[key] = true -- not for this route: taken, unsent
+    taken(tick, key, row.id)
     return true
   end
   local ok, why = send[route.kind](route, b.m, b.json)
   if ok then
     o.ok[key] = true
+    taken(tick, key, row.id)
     oops.metrics.inc("oops_notifications_delivered_total", labels)
     return true
   end
@@ -362,7 +377,7 @@ end
 -- undo each other's record. MariaDB evaluates the SET list left to right, so
 -- delivered_at reads the appended list. Padded to a power of two by repeating
 -- the last id, so a few statement shapes serve every batch.
-local function mark(ids, key, keys)
+function mark(ids, key, keys)
   local all = {}
   for i = 1, #keys do all[i] = "FIND_IN_SET(?, delivered_routes) > 0" end
   local complete = table.concat(all, " AND ")
@@ -377,28 +392,29 @@ local function mark(ids, key, keys)
       params[#params + 1] = ids[i + math.min(j, n) - 1]
     end
     params[#params + 1] = key
-    update("UPDATE outbox SET delivered_routes = CONCAT_WS(',', delivered_routes, ?),"
+    local sql = "UPDATE outbox SET delivered_routes = CONCAT_WS(',', delivered_routes, ?),"
       .. " delivered_at = IF(" .. complete .. ", NOW(6), NULL)"
       .. " WHERE id IN (" .. table.concat(marks, ", ") .. ") AND delivered_at IS NULL"
-      .. " AND FIND_IN_SET(?, COALESCE(delivered_routes, '')) = 0", table.unpack(params))
+      .. " AND FIND_IN_SET(?, COALESCE(delivered_routes, '')) = 0"
+    -- Once more when it fails (a deadlock with another route's mark of the same
+    -- rows): the statement is idempotent, and a mark lost is a resend.
+    if not oops.db.exec(sql, table.unpack(params)) then update(sql, table.unpack(params)) end
     i = i + n
   end
 end
 
--- Record what a route's round learnt: the rows it took in batches, its
--- failures and the undeliverable rows one by one.
+-- Record what a route's round learnt: the rows it took and not yet marked,
+-- in batches; its failures and the undeliverable rows one by one.
 local function record(tick, key, keys, retry)
   table.sort(tick.order)
-  local taken = {}
   for _, id in ipairs(tick.order) do
     local o = tick.rows[id]
-    if o.undeliverable or #o.errors > 0 then
-      record_one(o, retry)
-    elseif o.ok[key] then
-      taken[#taken + 1] = id
-    end
+    if o.undeliverable or #o.errors > 0 then record_one(o, retry) end
   end
-  mark(taken, key, keys)
+  local t = tick.taken
+  tick.taken = {}
+  table.sort(t)
+  mark(t, key, keys)
 end
 
 -- After a reload removed a route, rows waiting only for it are complete:
@@ -449,7 +465,7 @@ function M.run(pol)
   for i, r in ipairs(routes) do
     steps[i] = function()
       repeat
-        local tick = { rows = {}, order = {}, built = cache, t0 = t0 }
+        local tick = { rows = {}, order = {}, built = cache, t0 = t0, taken = {}, keys = keys }
         local more = run_route(tick, r, keys[i])
         record(tick, keys[i], keys, pol.notify.retry)
       until not more or oops.now_ms() - t0 > M.TICK_BUDGET_MS or not oops.locks.holds(LOCK) or oops.stopping()
