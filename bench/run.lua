@@ -632,7 +632,7 @@ local function table_rows(res)
     row("notify", case, "undelivered 30 s after it", ("%d of %d"):format(c.undelivered_after_30s, c.events))
     row("notify", case, "events per second, first event to last delivery",
       c.events_per_s and ("%.0f"):format(c.events_per_s) or "-")
-    row("notify", case, "ids received / twice", ("%s / %s"):format(tostring(c.distinct), tostring(c.duplicates)))
+    row("notify", case, "ids received / twice", ("%d / %d"):format(c.distinct or 0, c.duplicates or 0))
   end
   return rows
 end

@@ -41,7 +41,7 @@ local LOCK = leader.lock(SCAN)
 M.LOCK = LOCK
 
 -- Rows read per route and round; the next round or tick takes the rest.
-M.BATCH = 1000
+M.BATCH = 250
 -- Requests (commands) a route has in flight at once: HTTP keep-alive keeps
 -- their connections.
 M.IN_FLIGHT = 8
@@ -194,7 +194,7 @@ end
 
 -- The message and its JSON, built once per row and tick whatever the routes
 -- (the cache starts over past BUILT_MAX rows: bounded).
-M.BUILT_MAX = 4096
+M.BUILT_MAX = 512
 local function built(tick, row)
   local cache = tick.built
   local b = cache.rows[row.id]
