@@ -283,6 +283,20 @@ local function url(v)
   return v
 end
 
+-- The fleet page's URL (notify.page): a URL, with no "@" before its fragment.
+-- The link is copied into every Slack and Teams button and the CloudEvents
+-- source, so a user:password@ in it would reach every receiver; an "@" in the
+-- path or query cannot be told from a password holding an unencoded "/".
+local function page_url(v)
+  local u, why = url(v)
+  if not u then return nil, why end
+  if u:gsub("#.*$", ""):find("@", 1, true) then
+    return nil, show(shown_url(u)) .. ": must not hold a user or password (the page's link is sent to every " ..
+      "receiver); give the page's address alone"
+  end
+  return u
+end
+
 local function nonempty(v)
   if type(v) ~= "string" or v == "" then return nil, show(v) .. ": must be a non-empty string" end
   return v
@@ -788,7 +802,7 @@ function build.notify(d, t, _, st)
     if st.page_at then
       d:fail("page", "already set at " .. st.page_at)
     else
-      st.page_at, n.page = d.where, d:field(t, "page", url, nil)
+      st.page_at, n.page = d.where, d:field(t, "page", page_url, nil)
     end
   end
   if not n.names_routes and t.retry == nil and t.page == nil then

@@ -249,6 +249,33 @@ describe("the cloudevents format", function()
     assert.is_nil(decoded("cloudevents", event(), NO_PAGE).oopsdlink)
   end)
 
+  it("never sends a user or password of the page's URL to a receiver (issue 34)", function()
+    local secret = "s3cr%2Ft"
+    for _, page in ipairs {
+      "https://alice:" .. secret .. "@oops.example/",
+      "https://alice:" .. secret .. "@oops.example",
+      "HTTPS://" .. secret .. "@oops.example:8443/oops?x=1",
+      "https://a:b@c:" .. secret .. "@oops.example/",
+      "https://alice:pa/" .. secret .. "@oops.example/",  -- a "/" left unencoded: no link at all
+      "https://oops.example/?u=" .. secret .. "@x",
+    } do
+      local ctx = { page = page, server = "s1" }
+      local bodies = {}
+      for _, f in ipairs { "cloudevents", "slack", "teams" } do
+        bodies[#bodies + 1] = formats.get(f).render(event(), ctx)
+        bodies[#bodies + 1] = formats.get(f).render(alert(), ctx)
+      end
+      local link = formats.link(event(), ctx)
+      assert.is_nil(tostring(link):find(secret, 1, true), page)
+      for _, b in ipairs(bodies) do
+        assert.is_nil(b:find(secret, 1, true), page)
+        assert.is_nil(b:find("alice", 1, true), page)
+      end
+    end
+    assert.are.equal("https://oops.example:8443/oops?x=1#pipeline=abc123def456",
+      formats.link(event(), { page = "https://u:p@oops.example:8443/oops?x=1" }))
+  end)
+
   it("types every event kind in lower case", function()
     assert.are.equal("dev.oopsd.pipeline.build_succeeded",
       decoded("cloudevents", event { event_type = "BUILD_SUCCEEDED" }, NO_PAGE).type)

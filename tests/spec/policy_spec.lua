@@ -459,6 +459,18 @@ notify { log = true, page = "https://b.example/" }
     assert.matches(':6: notify.page: already set at ', text)
   end)
 
+  it("refuses a page URL holding a user or password, never quoting it (issue 34)", function()
+    for _, page in ipairs { "https://alice:s3cret@oops.example/", "https://s3cret@oops.example",
+      "https://alice:pa/s3cret@oops.example/", "https://oops.example/x?u=s3cret@y" } do
+      local _, errs = load_text('notify { log = true, page = "' .. page .. '" }\n')
+      local text = table.concat(errs or {}, "\n")
+      assert.matches(':1: notify.page: .*must not hold a user or password', text, 1, page)
+      assert.is_nil(text:find("s3cret", 1, true), page)
+    end
+    local p = assert(load_text('notify { log = true, page = "https://oops.example/oops#top" }\n'))
+    assert.are.equal("https://oops.example/oops#top", p.notify.page)
+  end)
+
   it("turns applications into plain data", function()
     assert.are.same({
       namespace = "shop", application = "api",

@@ -110,12 +110,19 @@ end
 
 -- The page's base URL as the formats use it, or nil: http(s) only, no
 -- whitespace or control characters (it becomes a button's URL), any fragment
--- dropped (ours takes its place), and a "/" added to a path without one so
--- "https://host/oops" and "https://host/oops/" give the same links.
+-- dropped (ours takes its place), a user and password dropped (the link goes
+-- to every receiver; the policy refuses them too), no link at all when an "@"
+-- is left in the path or query (it could be a password's end), and a "/" added
+-- to a path without one so "https://host/oops" and "https://host/oops/" give
+-- the same links.
 function M.page(ctx)
   local page = type(ctx) == "table" and ctx.page or nil
   if type(page) ~= "string" then return nil end
   page = page:gsub("#.*$", "")
+  local scheme, authority, rest = page:match("^([Hh][Tt][Tt][Pp][Ss]?://)([^/?]*)(.*)$")
+  if not scheme then return nil end
+  page = scheme .. authority:gsub("^.*@", "") .. rest
+  if page:find("@", 1, true) then return nil end
   if not page:match("^[Hh][Tt][Tt][Pp][Ss]?://[^%s%c]+$") then return nil end
   if not page:find("?", 1, true) and page:sub(-1) ~= "/" then page = page .. "/" end
   return page
