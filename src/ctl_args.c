@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "utf8.h"
+
 /* A value as it appears in messages: quoted, escaped, cut after 64 bytes. */
 #define QUOTE(q, s) pipeline_quote(q, sizeof q, s, 64)
 
@@ -302,34 +304,6 @@ int ctl_parse_server_name(const char *flag, const char *s, char *err, size_t err
 }
 
 /* ---- terminal-safe text ------------------------------------------------ */
-
-/* Length of the valid UTF-8 sequence at s (n bytes left) with its code point,
- * or 0 when the byte at s does not start one. */
-static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c >= 0xc2 && c <= 0xdf)
-        len = 2, min = 0x80, c &= 0x1f;
-    else if (c >= 0xe0 && c <= 0xef)
-        len = 3, min = 0x800, c &= 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4)
-        len = 4, min = 0x10000, c &= 0x07;
-    else
-        return 0;
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        c = (c << 6) | (s[i] & 0x3f);
-    }
-    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-        return 0;
-    *cp = c;
-    return len;
-}
 
 /* Code points shown escaped: C1 controls, and the invisible ones that
  * reorder or break what is shown (bidi embeddings/overrides/isolates, line

@@ -546,16 +546,13 @@ static int cmd_create(ctl *c, int argc, char **argv)
         .actor = c->actor,
         .op = &who.op,
     };
-    char id[25];
-    rc = pipeline_store_create(c->db, &n, id, err, sizeof err);
-    if (rc == PSTORE_EXISTS || rc == PSTORE_BAD)
-        return fail(EXIT_INPUT, "create: %s", err);
-    if (rc != 0)
-        return db_fail(c, "create", err);
+    op_result r;
+    if (op_create(c->db, &n, &who, &r) != OP_OK)
+        return op_exit(c, "create", &r);
     if (c->json)
-        printf("{\"id\":\"%s\",\"status\":\"INITIALIZED\"}\n", id);
+        printf("{\"id\":\"%s\",\"status\":\"INITIALIZED\"}\n", r.id);
     else
-        printf("%s\n", id);
+        printf("%s\n", r.id);
     if (!checked)
         fail(EXIT_OK,
              "create: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
@@ -1048,12 +1045,8 @@ static int cmd_deploy(ctl *c, int argc, char **argv)
         op_result_json(&b, "deploy", &r);
         printf("%s\n", b.p);
         buf_free(&b);
-    } else if (r.override) {
-        printf(r.already ? "deploy of %s already overridden\n"
-                         : "deploy of %s: override recorded; it deploys at the next tick\n",
-               id);
     } else {
-        printf(r.already ? "deploy of %s already requested\n" : "deploy of %s requested\n", id);
+        printf("%s\n", r.note);
     }
     return EXIT_OK;
 }

@@ -4,6 +4,27 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "log.h"
+
+/* The audit row of an answer that changed nothing (outcome "refused",
+ * "stale", "already"), with the words the operator was told. A row that
+ * cannot be written fails no action — the answer stands — but is never lost
+ * silently: a log line, and out->audit_error for the caller (the daemon
+ * counts oops_audit_write_failures_total, oopsctl has the line). */
+static void record(db_conn *c, const op_who *who, const char *action, const char *id,
+                   const char *ns, const char *app, const char *env, const char *outcome,
+                   const char *detail, op_result *out)
+{
+    char e[256];
+    if (pipeline_store_audit_refusal(c, &who->op, action, id, ns, app, env, outcome, detail,
+                                     who->via, e, sizeof e) == 0)
+        return;
+    snprintf(out->audit_error, sizeof out->audit_error, "%s", e);
+    const char *kv[] = {"action", action,        "pipeline", id, "outcome", outcome,
+                        "actor",  who->op.actor, "error",    e,  NULL};
+    log_event(LOG_ERROR, "audit log: the operator's action could not be recorded", kv);
+}
+
 /* out->code = code with a formatted message; the refusal recorded in the
  * audit log (outcome from the code) unless the database itself failed. */
 static op_code refuse(db_conn *c, const op_who *who, const char *action, const char *id,
@@ -18,13 +39,21 @@ static op_code refuse(db_conn *c, const op_who *who, const char *action, const c
     vsnprintf(out->error, sizeof out->error, fmt, ap);
     va_end(ap);
     out->code = code;
-    if (code != OP_DB) {
-        char e[256];
-        pipeline_store_audit_refusal(c, &who->op, action, id, ns, app, env,
-                                     code == OP_STALE ? "stale" : "refused", out->error, who->via,
-                                     e, sizeof e);
-    }
+    if (code != OP_DB)
+        record(c, who, action, id, ns, app, env, code == OP_STALE ? "stale" : "refused", out->error,
+               out);
     return code;
+}
+
+/* Done before: nothing changed, recorded as "already" with out->note (what
+ * oopsctl prints). */
+static op_code already(db_conn *c, const op_who *who, const char *action, const char *id,
+                       op_result *out, const char *what)
+{
+    out->already = true;
+    snprintf(out->note, sizeof out->note, "deploy of %s already %s", id, what);
+    record(c, who, action, id, NULL, NULL, NULL, "already", out->note, out);
+    return OP_OK;
 }
 
 static op_code db_error(op_result *out, const char *err)
@@ -98,10 +127,8 @@ static op_code deploy_override(db_conn *c, const char *id, const pipeline *p, co
                       "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; "
                       "nothing changed",
                       id, pipeline_status_name(p->status));
-    if (p->override_at) {
-        out->already = true;
-        return OP_OK;
-    }
+    if (p->override_at)
+        return already(c, who, "override", id, out, "overridden");
     char err[512];
     int rc = pipeline_store_override_by(c, id, who->via, &who->op, err, sizeof err);
     if (rc < 0)
@@ -111,6 +138,8 @@ static op_code deploy_override(db_conn *c, const char *id, const pipeline *p, co
                       "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED "
                       "(or was overridden meanwhile); nothing changed",
                       id);
+    snprintf(out->note, sizeof out->note,
+             "deploy of %s: override recorded; it deploys at the next tick", id);
     return OP_OK;
 }
 
@@ -153,10 +182,8 @@ op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, 
                       "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; "
                       "nothing changed",
                       id, pipeline_status_name(st));
-    if (requested) {
-        out->already = true;
-        return OP_OK;
-    }
+    if (requested)
+        return already(c, who, action, id, out, "requested");
     char err[512];
     int r = pipeline_store_request_deploy_by(c, id, who->via, &who->op, err, sizeof err);
     if (r < 0)
@@ -166,6 +193,21 @@ op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, 
                       "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED; "
                       "nothing changed",
                       id);
+    snprintf(out->note, sizeof out->note, "deploy of %s requested", id);
+    return OP_OK;
+}
+
+op_code op_create(db_conn *c, const pipeline_new *n, const op_who *who, op_result *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *action = n->trigger && strcmp(n->trigger, "rollback") == 0 ? "rollback" : "create";
+    char err[1024];
+    int rc = pipeline_store_create(c, n, out->id, err, sizeof err);
+    if (rc == PSTORE_EXISTS || rc == PSTORE_BAD)
+        return refuse(c, who, action, NULL, n->namespace, n->application, n->environment, out,
+                      OP_INPUT, "create: %s", err);
+    if (rc != 0)
+        return db_error(out, err);
     return OP_OK;
 }
 

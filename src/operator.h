@@ -5,8 +5,10 @@
  * statuses, lua/oops/web.lua). Each action is recorded with who asked and why
  * (pipeline_operator: on its event and in the audit log, operator_action);
  * an action that changes nothing because the state changed concurrently, or
- * that is not allowed, is recorded in the audit log too (outcome "stale",
- * "refused").
+ * that is not allowed, or that was done already, is recorded in the audit
+ * log too (outcome "stale", "refused", "already"), with the words the
+ * operator was told. A refusal's row that cannot be written leaves the
+ * answer as it is, logs a line and says so in op_result.audit_error.
  *
  * Pure C on one database connection: blocking, no loop, no Lua. The daemon
  * runs it on a pool connection from a task (oops.store.act).
@@ -30,14 +32,17 @@ typedef enum op_code {
 
 typedef struct op_result {
     op_code code;
-    char error[1024];     /* a one-line message when code != OP_OK ("stop ID: ...") */
-    char id[25];          /* the pipeline acted on; for a rollback the new one */
-    pipeline_status from; /* stop: the status it was stopped from */
-    bool override;        /* deploy: an override (else a manual deploy's request) */
-    bool already;         /* deploy: requested (overridden) already, nothing changed */
-    char rollback_to[25]; /* rollback: the release it redeploys */
-    char artifact[256];   /* ... and its artifact */
-    char note[512];       /* rollback: which release was chosen, for the operator */
+    char error[1024];      /* a one-line message when code != OP_OK ("stop ID: ...") */
+    char id[25];           /* the pipeline acted on; for a rollback the new one */
+    pipeline_status from;  /* stop: the status it was stopped from */
+    bool override;         /* deploy: an override (else a manual deploy's request) */
+    bool already;          /* deploy: requested (overridden) already, nothing changed */
+    char rollback_to[25];  /* rollback: the release it redeploys */
+    char artifact[256];    /* ... and its artifact */
+    char note[512];        /* rollback: which release was chosen; deploy: what was done
+                             ("deploy of ID requested", "... already requested") */
+    char audit_error[256]; /* why the audit row of this answer could not be written ("": it
+                              was, or none was due) */
 } op_result;
 
 /* The person and the process (via: "oopsctl@HOST", an oopsd server's name). */
@@ -52,6 +57,10 @@ op_code op_stop(db_conn *c, const char *id, const pipeline_status *expect, const
 
 /* deploy ID [--override]: an override needs who->op.reason. */
 op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, op_result *out);
+
+/* create --app NS/APP --env ENV ...: the new pipeline's id in out->id; beside
+ * an unfinished pipeline, or refused by the store, OP_INPUT. */
+op_code op_create(db_conn *c, const pipeline_new *n, const op_who *who, op_result *out);
 
 /* rollback --app NS/APP --env ENV [--to ID]: a new pipeline (trigger
  * rollback) redeploying `to`, else the release before the current one. */

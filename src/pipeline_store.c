@@ -9,6 +9,7 @@
 #include "lock_names.h"
 #include "lock_registry.h"
 #include "log.h"
+#include "utf8.h"
 
 #define PIPELINE_COLUMNS                                                                           \
     "id, namespace, application, environment, status, deploy_mode, artifact, source, "             \
@@ -128,24 +129,6 @@ static const char *fence_lock(uint64_t lock_session, const char *driver,
     return out;
 }
 
-/* The length of the UTF-8 sequence at p (at most n bytes), 0 when it is
- * not one (overlong, surrogate, beyond U+10FFFF, cut short). */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    if (p[0] < 0x80)
-        return 1;
-    size_t len = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
-    if (!len || len > n || p[0] > 0xf4)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
-        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
-        return 0;
-    return len;
-}
-
 int pipeline_reason_check(const char *what, const char *reason, char *err, size_t errlen)
 {
     size_t n = reason ? strlen(reason) : 0;
@@ -155,7 +138,7 @@ int pipeline_reason_check(const char *what, const char *reason, char *err, size_
     }
     const unsigned char *p = (const unsigned char *)reason;
     for (size_t i = 0; i < n;) {
-        size_t len = utf8_seq(p + i, n - i);
+        size_t len = utf8_seq(p + i, n - i, NULL);
         if (!len) {
             snprintf(err, errlen, "%s is not valid UTF-8 (byte %zu)", what, i + 1);
             return -1;
@@ -171,6 +154,8 @@ int pipeline_reason_check(const char *what, const char *reason, char *err, size_
     return 0;
 }
 
+enum { AUDIT_DETAIL_MAX = 300 };
+
 /* The audit row of an operator's action on pipeline `id` (its application
  * and environment read from it), or of one with no pipeline (ns, app, env
  * given, id NULL or not found). */
@@ -179,9 +164,11 @@ static unsigned audit_insert(db_conn *c, const pipeline_operator *op, const char
                              const char *outcome, const char *detail, const char *via, char *err,
                              size_t errlen)
 {
-    char cut[301];
+    /* detail is VARCHAR(300): cut at a character boundary, so a strict
+     * sql_mode never refuses the row for half a character. */
+    char cut[AUDIT_DETAIL_MAX + 1];
     if (detail)
-        snprintf(cut, sizeof cut, "%s", detail);
+        snprintf(cut, sizeof cut, "%.*s", (int)utf8_cut_len(detail, AUDIT_DETAIL_MAX), detail);
     db_value p[] = {db_text(op->actor),
                     db_text(action),
                     db_text(id),

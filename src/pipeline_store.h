@@ -338,8 +338,9 @@ int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
 
 /* An operator's action that changed nothing (outcome "stale": the state
  * changed concurrently; "refused": not allowed, e.g. the pipeline already
- * finished), recorded on its own, with detail (the message the operator got,
- * cut to 300 bytes). Any of id, ns, app, env may be NULL. 0 or PSTORE_DB. */
+ * finished; "already": done before), recorded on its own, with detail (the
+ * message the operator got, cut to at most 300 bytes at a character
+ * boundary). Any of id, ns, app, env may be NULL. 0 or PSTORE_DB. */
 int pipeline_store_audit_refusal(db_conn *c, const pipeline_operator *op, const char *action,
                                  const char *id, const char *ns, const char *app, const char *env,
                                  const char *outcome, const char *detail, const char *via,

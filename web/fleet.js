@@ -531,6 +531,17 @@
         "data-key": "rb:" + r.id, "aria-label": "Roll back to release " + r.id,
         onclick: () => rollbackTo(r.id) }, "Roll back to this")
       : null))), "no release has gone live yet", 5);
+    // The audit log's rows for this application and environment (issue 34).
+    fill($("operator-actions").tBodies[0], (t.actions || []).map((a, i) => h("tr", {
+      "data-key": "oa:" + app + ":" + i + ":" + a.at, "data-outcome": a.outcome },
+    h("td", null, when(a.at)),
+    h("td", null, a.actor),
+    h("td", null, a.action),
+    h("td", null, a.pipeline ? h("code", null, a.pipeline) : "—"),
+    h("td", null, h("span", { class: "badge " + (a.outcome === "done" ? "good" : a.outcome === "refused" ? "bad" : "warn") },
+      a.outcome)),
+    h("td", { class: "msg" }, a.reason || "—"),
+    h("td", { class: "msg" }, a.detail || "—"))), "no operator has acted here yet", 7);
   }
 
   const historyPoll = poller(async () => {
@@ -560,6 +571,7 @@
     $("history-summary").textContent = "loading…";
     $("history-actions").replaceChildren();
     $("releases").tBodies[0].replaceChildren();
+    $("operator-actions").tBodies[0].replaceChildren();
     const dlg = $("history");
     if (!dlg.open) dlg.showModal();
     historyPoll.stop();

@@ -128,6 +128,10 @@ local SQL = {
     .. " AND (status = 'SUCCEEDED' OR unfinished_key IS NOT NULL)"
     .. " ORDER BY status = 'SUCCEEDED', IF(status = 'SUCCEEDED', status_changed_at, created_at) DESC,"
     .. " created_at DESC, id DESC LIMIT ?",
+  -- the application's operator actions in that environment, refusals too (the audit log, issue 34)
+  actions = "SELECT created_at, actor, action, pipeline_id, outcome, reason, detail FROM operator_action"
+    .. " WHERE namespace = ? AND application = ? AND environment = ?"
+    .. " ORDER BY created_at DESC, id DESC LIMIT ?",
   logs = "SELECT id, step, server, LEFT(argv, 1000) AS argv, exit_status, result, duration_ms,"
     .. " RIGHT(output, ?) AS output, created_at FROM pipeline_log WHERE pipeline_id = ?"
     .. " ORDER BY id DESC LIMIT ?",
@@ -362,10 +366,14 @@ function M.read_pipeline(id)
 end
 
 M.HISTORY = 20
+M.ACTIONS = 20
 
 -- An application's releases in an environment, what `oopsctl history --json`
 -- prints: the one in progress first, then the releases that went live, the
--- newest SUCCEEDED one live (none yet: an empty list, as oopsctl prints).
+-- newest SUCCEEDED one live (none yet: an empty list, as oopsctl prints);
+-- and the operators' newest actions there, whatever came of them (what
+-- `oopsctl audit --app NS/APP --env ENV --json` lists: done, refused with the
+-- words the operator saw, stale, already).
 function M.read_history(ns, app, env)
   local c = { n = 0 }
   local releases, live = {}, nil
@@ -375,8 +383,14 @@ function M.read_history(ns, app, env)
     releases[#releases + 1] = { id = r.id, trigger = r.trigger_type, status = r.status, artifact = r.artifact,
       created_at = r.created_at, finished_at = ok and r.status_changed_at or json.null, live = r.id == live }
   end
+  local actions = {}
+  for _, a in ipairs(exec(c, SQL.actions, ns, app, env, M.ACTIONS)) do
+    actions[#actions + 1] = { at = a.created_at, actor = a.actor, action = a.action,
+      pipeline = a.pipeline_id or json.null, outcome = a.outcome, reason = a.reason or json.null,
+      detail = a.detail or json.null }
+  end
   return { namespace = ns, application = app, environment = env, live = live or json.null,
-    releases = json.array(releases), statements = c.n }
+    releases = json.array(releases), actions = json.array(actions), statements = c.n }
 end
 
 ------------------------------------------------------------------ tasks

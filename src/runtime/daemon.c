@@ -1069,6 +1069,9 @@ static void describe_metrics(metrics *m)
     metrics_describe(m, "oops_lock_session_losses_total", METRIC_COUNTER,
                      "times the lock session was lost");
     metrics_describe(m, "oops_locks_held", METRIC_GAUGE, "named locks held by this server");
+    metrics_describe(m, "oops_audit_write_failures_total", METRIC_COUNTER,
+                     "operators' answers from the page whose audit row could not be written");
+    metrics_add(m, "oops_audit_write_failures_total", "", 0);
     metrics_describe(m, "oops_scan_runs_total", METRIC_COUNTER, "scan ticks run");
     metrics_describe(m, "oops_scan_errors_total", METRIC_COUNTER,
                      "scan ticks that raised an error");

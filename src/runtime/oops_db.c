@@ -930,6 +930,7 @@ typedef struct act_call {
     bool override, has_expect;
     pipeline_status expect;
     op_result r;
+    metrics *metrics;
 } act_call;
 
 static void act_free(db_call *b)
@@ -958,6 +959,8 @@ static int act_push(lua_State *L, db_call *b)
 {
     act_call *a = (act_call *)b;
     static const char *const codes[] = {"ok", "input", "db", "stale", "notfound"};
+    if (a->r.audit_error[0]) /* operator.c logged it */
+        metrics_add(a->metrics, "oops_audit_write_failures_total", "", 1);
     lua_pushstring(L, codes[a->r.code]);
     if (a->r.code == OP_OK) {
         buf j = {0};
@@ -1000,6 +1003,7 @@ static int l_act(lua_State *L)
     if (!a)
         abort();
     snprintf(a->action, sizeof a->action, "%s", action);
+    a->metrics = runtime_ctx(L)->metrics;
     a->id = opt_dup(L, 2, "id");
     a->actor = opt_dup(L, 2, "actor");
     a->reason = opt_dup(L, 2, "reason");

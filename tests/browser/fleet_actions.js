@@ -10,7 +10,8 @@
 // FA_RUNNING (a RUNNING pipeline alice stops), FA_MANUAL (a manual pipeline in
 // BUILD_SUCCEEDED alice releases), FA_HELD (an automatic one held by a freeze:
 // alice overrides it), FA_APP (NS/APP/ENV with two releases, FA_R1 then FA_R2
-// live: alice rolls back to FA_R1), FA_REASON_STOP, FA_REASON_RELEASE,
+// live: alice rolls back to FA_R1; FA_REFUSED is the reason of an oopsctl
+// release of FA_R1 that was refused), FA_REASON_STOP, FA_REASON_RELEASE,
 // FA_REASON_OVERRIDE, FA_REASON_ROLLBACK (the reasons typed), FA_STALE (a
 // RUNNING pipeline that FA_STALE_CMD stops behind the page's back while its
 // Stop is being confirmed), FA_SHOTS (the screenshots' directory), CHROMIUM.
@@ -357,6 +358,15 @@ const eventBy = (actor, reason, status) => {
     await click(a, "#confirm-cancel");
     check(await until(a, 30, (id) => document.querySelector(`#releases tr[data-release="${id}"]`), rb || "none"),
       "the history shows the rollback without a reload", await text(a, "#releases"));
+    // the operators' actions here, from the audit log: the refused release
+    // with oopsctl's words, and alice's rollback (issue 34)
+    const acted = await until(a, 20, (reason) => {
+      const rows = [...document.querySelectorAll("#operator-actions tbody tr")].map((r) => r.textContent);
+      return rows.some((t) => t.includes(reason) && /refused/.test(t) && /deploys automatically/.test(t)) &&
+        rows.some((t) => /alice@page/.test(t) && /rollback/.test(t) && /done/.test(t));
+    }, env.FA_REFUSED);
+    check(acted, "... and its operators' actions: the refused release with what oopsctl said, and alice's rollback",
+      await text(a, "#operator-actions"));
     await a.screenshot({ path: path.join(env.FA_SHOTS, "actions-history.png") });
     await click(a, "#history-close");
     await until(a, 5, () => !document.querySelector("#history[open]"));

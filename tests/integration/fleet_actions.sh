@@ -100,11 +100,15 @@ r_stop='page test: stop the broken build — <b>not html</b>'
 r_release='page test: release approved by the change board (CAB-42)'
 r_override='page test: hotfix inside the freeze, ticket INC-7 «urgent»'
 r_rollback='page test: back to web:1 after the checkout errors'
+# A refused action on shop/web prod (an automatic release cannot be released
+# by hand): the history dialog lists it with what oopsctl said (issue 34).
+r_refused='page test: release r1 again'
+out=$(ctl deploy "$r1" --reason "$r_refused" 2>&1); is "$?" 1 "oopsctl refuses to release an automatic pipeline"
 shots=$OOPS_TEST_WORK/shots
 mkdir -p "$shots"
 out=$(FA_URL=$(url s1 /) FA_ALICE=$alice FA_BOB=$bob FA_RUNNING=$running FA_MANUAL=$manual FA_HELD=$held \
   FA_APP=shop/web/prod FA_R1=$r1 FA_R2=$r2 FA_REASON_STOP=$r_stop FA_REASON_RELEASE=$r_release \
-  FA_REASON_OVERRIDE=$r_override FA_REASON_ROLLBACK=$r_rollback FA_SHOTS=$shots \
+  FA_REASON_OVERRIDE=$r_override FA_REASON_ROLLBACK=$r_rollback FA_REFUSED=$r_refused FA_SHOTS=$shots \
   FA_STALE=$stale FA_STALE_CMD="'$OOPS_BUILD/oopsctl' --db '$OOPS_TEST_DB' stop $stale >/dev/null" \
   CHROMIUM=$chromium timeout 300 node "$browser_dir/fleet_actions.js" 2>&1)
 rc=$?

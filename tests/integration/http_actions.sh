@@ -90,6 +90,8 @@ like "$out" "state changed concurrently: it is BUILD_SUCCEEDED, not RUNNING; not
 # --- the release, from the page -------------------------------------------------------
 out=$(post A "/api/pipeline/$man/deploy" '{"reason":"ship it"}'); is "$(status_of "$out")" 200 "an operator releases a manual pipeline: 200"
 like "$out" "\"id\":\"$man\",\"requested\":true" "... answering like oopsctl --json"
+out=$(post A "/api/pipeline/$man/deploy" '{"reason":"ship it again"}'); is "$(status_of "$out")" 200 "a second release: 200"
+like "$out" "\"requested\":true,\"already\":true" "... saying it was requested already"
 is "$(sql "SELECT CONCAT(event_type, '|', actor, '|', reason, '|', server) FROM pipeline_event WHERE pipeline_id = '$man' AND event_type = 'DEPLOY_REQUESTED'")" \
   "DEPLOY_REQUESTED|alice@page|ship it|h1" "... its event names alice@page, the reason, and the server that ran it"
 wait_for 20 "the page's detail shows the event at once" \
@@ -121,13 +123,29 @@ wait_for 30 "the rollback goes live" bash -c "[[ \$('$OOPS_BUILD/oopsctl' --db '
 wait_for 20 "the page's release history shows it live" \
   bash -c "curl -s -m 5 -H 'Authorization: Bearer $bob' '$(url h1 /api/history/shop/web/prod)' | jq -e '.live == \"$rb\" and .releases[0].trigger == \"rollback\"' >/dev/null"
 is "$(code "${B[@]}" "$(url h1 /api/history/Shop/web/prod)")" 404 "a history of a bad name: 404"
+out=$(curl -s -m 5 -H "Authorization: Bearer $bob" "$(url h1 /api/history/shop/web/prod)")
+is "$(jq -r '.actions | map("\(.action)/\(.outcome)") | reverse | join(" ")' <<<"$out")" \
+  "create/done stop/stale release/done release/already stop/refused create/done rollback/done rollback/stale" \
+  "the release history lists the operators' actions there, refusals and already ones too (issue 34)"
+like "$(jq -r '.actions[0] | "\(.actor)|\(.reason)|\(.detail)"' <<<"$out")" \
+  "^alice@page\|twice\|rollback: an unfinished pipeline already exists for shop/web in prod \($rb, " \
+  "... each with who, why and the words the operator saw"
 
 # --- the audit log ------------------------------------------------------------------------------
 out=$(ctl --json audit --actor alice@page)
 is "$(jq -r 'map("\(.action)/\(.outcome)") | reverse | join(" ")' <<<"$out")" \
-  "stop/refused stop/stale release/done stop/refused stop/done rollback/done rollback/stale rollback/refused" \
+  "stop/refused stop/stale release/done release/already stop/refused stop/done rollback/done rollback/stale rollback/refused" \
   "oopsctl audit lists alice's page actions, refusals too, via h1"
 is "$(jq -r 'map(.via) | unique | join(",")' <<<"$out")" "h1" "... each run by server h1"
+
+# An audit row that cannot be written (a trigger refuses it): the answer stands, a
+# log line and a counter say so (issue 34).
+sql "CREATE TRIGGER audit_full BEFORE INSERT ON operator_action FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'audit table full'"
+is "$(status_of "$(post A "/api/pipeline/$man/stop" '{"reason":"lost row"}')")" 422 "with the audit log failing, a refusal is still 422"
+sql "DROP TRIGGER audit_full"
+is "$(curl -s -m 5 "${A[@]}" "$(url h1 /metrics)" | grep '^oops_audit_write_failures_total ')" "oops_audit_write_failures_total 1" \
+  "... oops_audit_write_failures_total counts the lost row"
+wait_for 10 "... and the log says so" grep -q "audit log: the operator's action could not be recorded" "${SRV_LOG[h1]}"
 
 # --- SIGHUP re-reads the users file ---------------------------------------------------------
 printf 'alice viewer %s\ncarol operator %s\n' "$alice" "$carol" >"$users"

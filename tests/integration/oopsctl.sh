@@ -334,6 +334,41 @@ like "$(ctl audit | head -1)" "^TIME \(UTC\) +ACTOR +ACTION +PIPELINE +APP ENV +
 out=$(ctl audit --since 3x 2>&1); is "$?" 1 "audit with a bad --since exits 1"
 out=$(ctl audit --actor "$(printf '%0129d' 0)" 2>&1); is "$?" 1 "audit with an over-long --actor exits 1"
 
+# --- the audit log misses nothing (issue 34): a refused create, "already" answers,
+# and a row that cannot be written is said, never lost silently
+first=$(ctl create --app shop/refuse --env prod --manual --reason "first" 2>/dev/null)
+out=$(ctl create --app shop/refuse --env prod --reason "second one" 2>&1); is "$?" 1 "a second create beside an unfinished pipeline exits 1"
+told=${out#oopsctl: }
+out=$(ctl --json audit --app shop/refuse --env prod)
+is "$(jq -r '.[0] | "\(.action)/\(.outcome)/\(.reason)/\(.pipeline)"' <<<"$out")" "create/refused/second one/null" \
+  "... and the audit log records the refused create with its reason"
+is "$(jq -r '.[0].detail' <<<"$out")" "$told" "... in the words the operator saw"
+like "$told" "create: an unfinished pipeline already exists for shop/refuse in prod" "... which say why"
+out=$(ctl create --app shop/refuse --env Prod 2>&1); is "$?" 1 "a create refused for its environment's name exits 1 before the database"
+is "$(ctl --json audit --app shop/refuse | jq length)" 2 "... a refusal that never reached the database is no action"
+out=$(ctl create --app shop/refuse --env staging --source 'not json' 2>&1); is "$?" 1 "a create whose source the database refuses exits 1"
+is "$(ctl --json audit --app shop/refuse --env staging | jq -r '.[0] | "\(.action)/\(.outcome)/\(.detail)"')" \
+  "create/refused/create: source is not valid JSON" "... recorded as refused, in its words"
+sql "UPDATE pipeline SET status = 'BUILD_SUCCEEDED' WHERE id = '$first'"
+is "$(ctl deploy "$first" --reason "go")" "deploy of $first requested" "a release is requested"
+is "$(ctl deploy "$first" --reason "go again")" "deploy of $first already requested" "a second release: already requested"
+out=$(ctl --json deploy "$first" --reason "json too"); like "$out" '"already":true' "... --json says already"
+is "$(ctl deploy "$first" --override --reason "hotfix")" "deploy of $first: override recorded; it deploys at the next tick" "an override"
+is "$(ctl deploy "$first" --override --reason "hotfix again")" "deploy of $first already overridden" "a second override: already overridden"
+out=$(ctl --json audit --app shop/refuse --env prod)
+is "$(jq -r 'map("\(.action)/\(.outcome)/\(.reason)") | reverse | join(" ")' <<<"$out")" \
+  "create/done/first create/refused/second one release/done/go release/already/go again release/already/json too override/done/hotfix override/already/hotfix again" \
+  "every answer is in the audit log, already ones as outcome already"
+is "$(jq -r '.[0].detail, .[3].detail' <<<"$out" | paste -sd'|')" "deploy of $first already overridden|deploy of $first already requested" \
+  "... each with the words the operator saw"
+# An audit row that cannot be written (a trigger refuses it): the answer stands, a log line says so.
+sql "CREATE TRIGGER audit_full BEFORE INSERT ON operator_action FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'audit table full'"
+out=$(ctl stop "$aid" --reason "after the end" 2>&1); is "$?" 1 "with the audit log failing, a refused stop still exits 1"
+like "$out" "already finished" "... with its answer"
+like "$out" "level=error .*error=\"execute: audit table full\" msg=\"audit log: the operator.s action could not be recorded\"" \
+  "... and a log line saying the row was lost, and why"
+sql "DROP TRIGGER audit_full"
+
 out=$(OOPS_DB="$OOPS_TEST_DB" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB is read when --db is absent"
 nopw=${OOPS_TEST_DB/:$pw@/@}
 out=$(OOPS_DB="$nopw" OOPS_DB_PASSWORD="$pw" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB_PASSWORD supplies the password"

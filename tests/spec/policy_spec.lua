@@ -467,8 +467,8 @@ notify { log = true, page = "https://b.example/" }
       assert.matches(':1: notify.page: .*must not hold a user or password', text, 1, page)
       assert.is_nil(text:find("s3cret", 1, true), page)
     end
-    local p = assert(load_text('notify { log = true, page = "https://oops.example/oops#top" }\n'))
-    assert.are.equal("https://oops.example/oops#top", p.notify.page)
+    local loaded = assert(load_text('notify { log = true, page = "https://oops.example/oops#top" }\n'))
+    assert.are.equal("https://oops.example/oops#top", loaded.notify.page)
   end)
 
   it("turns applications into plain data", function()

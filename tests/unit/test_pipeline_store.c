@@ -1645,6 +1645,41 @@ static void an_operators_action_is_on_its_event_and_in_the_audit_log(void **stat
     db_close(c);
 }
 
+/* The detail is VARCHAR(300): a refusal whose message has a multi-byte
+ * character across byte 300 keeps its row in strict mode (issue 34), cut
+ * before that character. */
+static void an_audit_detail_is_cut_at_a_character_boundary(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char err[512];
+    db_result_free(testdb_q(c, "SET SESSION sql_mode = 'STRICT_ALL_TABLES'", NULL, 0));
+    pipeline_operator op = {.actor = "carol@build-7", .reason = "ünïcode"};
+    const char *chars[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    for (size_t k = 0; k < 3; k++) {
+        for (size_t lead = 297; lead <= 300; lead++) {
+            char detail[400];
+            db_result_free(
+                testdb_q(c, "DELETE FROM operator_action WHERE actor = 'carol@build-7'", NULL, 0));
+            memset(detail, 'x', lead);
+            snprintf(detail + lead, sizeof detail - lead, "%s tail", chars[k]);
+            assert_int_equal(pipeline_store_audit_refusal(c, &op, "create", NULL, "shop", "utf",
+                                                          "prod", "refused", detail, "h1", err,
+                                                          sizeof err),
+                             0);
+            size_t w = strlen(chars[k]);
+            detail[lead + w <= 300 ? 300 : lead] = '\0'; /* ASCII follows the character */
+            db_value q[] = {db_text(detail)};
+            assert_int_equal(testdb_int(c,
+                                        "SELECT COUNT(*) FROM operator_action WHERE actor = "
+                                        "'carol@build-7' AND detail = ?",
+                                        q, 1),
+                             1);
+        }
+    }
+    db_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1677,6 +1712,7 @@ int main(void)
         cmocka_unit_test(an_override_is_recorded_once_with_its_actor_and_reason),
         cmocka_unit_test(a_reason_is_bounded_utf8_without_control_characters),
         cmocka_unit_test(an_operators_action_is_on_its_event_and_in_the_audit_log),
+        cmocka_unit_test(an_audit_detail_is_cut_at_a_character_boundary),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     mysql_library_end();
