@@ -119,9 +119,10 @@ end
 -- only once they are done (their calls need it), or a while after its answer.
 local ticking = 0
 
--- Sleep ms, or less when the watcher wakes this scan (something to do for it).
--- false once the daemon stops.
+-- Sleep ms, or less when the watcher wakes this scan (something to do for it);
+-- not at all when it woke the scan during its tick. false once the daemon stops.
 local function nap(name, ms)
+  if watch.woken(name) then return not oops.stopping() end
   local me = oops.current()
   local done = false
   local function wake(v)

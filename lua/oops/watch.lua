@@ -13,6 +13,16 @@
 -- holds each leader lock, and the next live server to watch. An idle tick
 -- sends nothing else: the scans read that answer instead of the database.
 --
+-- A wait is only as good as its timing: a watched server whose session ends
+-- and comes back (a cut, a database that reaped it) while its watcher is not
+-- waiting (resting, or its scans ticking, between two waits) has its name
+-- lock again before the watcher asks, and the wait would then sit on the new
+-- session for a whole interval. So every answer also says which lock session
+-- holds the next server's name lock, and the next wait is made only while that
+-- is still the same session: IF(IS_USED_LOCK(name) <=> seen, GET_LOCK(...), -1).
+-- A changed session (or none) answers at once, and the watcher takes over as
+-- if its wait had won.
+--
 -- The connection that waits holds no lock (the lock session never waits: its
 -- GET_LOCKs all have timeout 0), so no two servers' waits can make a cycle
 -- (MariaDB and MySQL 8 detect deadlocks among user locks and fail one wait);
@@ -44,6 +54,7 @@ M.FREE = {
 local answer    -- the last answer: see decode
 local hints = {} -- local news the next tick must not skip: { outbox = true }
 local wakers = {} -- scan name -> function that wakes its sleeping loop
+local pending = {} -- scan name -> true: woken while it was ticking (run again at once)
 local takeover_at -- oops.now_ms() of the last takeover
 local last_orphans_ms
 
@@ -56,14 +67,22 @@ end
 local LEADERS = leader_scans()
 
 -- The statement and its parameters: wait on target's name lock for wait_s
--- (no wait without a target), then what there is to do.
-function M.statement(me, target, wait_s)
+-- (no wait without a target) while the lock session holding it is `seen`
+-- (any, when seen is nil), then what there is to do. won: 1 the wait won the
+-- lock, 0 it timed out, -1 the target's session was no longer `seen`.
+function M.statement(me, target, wait_s, seen)
   local cols, params = {}, {}
   local function add(col, ...)
     cols[#cols + 1] = col
     for _, v in ipairs { ... } do params[#params + 1] = v end
   end
-  if target then add("GET_LOCK(?, ?) AS won", SERVER .. target, wait_s) else add("0 AS won") end
+  if target and seen then
+    add("IF(IS_USED_LOCK(?) <=> ?, GET_LOCK(?, ?), -1) AS won", SERVER .. target, seen, SERVER .. target, wait_s)
+  elseif target then
+    add("GET_LOCK(?, ?) AS won", SERVER .. target, wait_s)
+  else
+    add("0 AS won")
+  end
   for _, scan in ipairs { "build", "rollout" } do
     local any = {}
     for _, f in ipairs(M.FREE[scan]) do
@@ -78,20 +97,32 @@ function M.statement(me, target, wait_s)
   add("EXISTS (SELECT 1 FROM outbox WHERE delivered_at IS NULL AND next_attempt_at <= NOW(6)) AS outbox_due")
   for _, scan in ipairs(LEADERS) do add("IS_USED_LOCK(?) AS leader_" .. scan, NAMES.leaders[scan]) end
   -- Live: its name lock held by a session other than this one (a name lock
-  -- this statement just won is a gone server's: not next).
+  -- this statement just won is a gone server's: not next). Each as "SESSION
+  -- NAME": the next wait is made only while that session holds it.
   local live = "IS_USED_LOCK(CONCAT(?, name)) <> CONNECTION_ID() ORDER BY name LIMIT 1"
-  add("(SELECT name FROM server WHERE name > ? AND " .. live .. ") AS after_me", me, SERVER)
-  add("(SELECT name FROM server WHERE name < ? AND " .. live .. ") AS first_live", me, SERVER)
+  local pick = "(SELECT CONCAT(IS_USED_LOCK(CONCAT(?, name)), ' ', name) FROM server WHERE name %s ? AND "
+    .. live .. ")"
+  add(pick:format(">") .. " AS after_me", SERVER, me, SERVER)
+  add(pick:format("<") .. " AS first_live", SERVER, me, SERVER)
   return "SELECT " .. table.concat(cols, ", "), params
+end
+
+-- "SESSION NAME" -> { name =, session = }, or nil.
+local function server_of(v)
+  local session, name = tostring(v or ""):match("^(%d+) (.+)$")
+  if not session then return nil end
+  return { name = name, session = math.tointeger(tonumber(session)) }
 end
 
 -- The answer as the scans read it.
 local function decode(row, now)
-  local a = { at = now, won = row.won == 1, build = row.build_free == 1, rollout = row.rollout_free == 1,
-    outbox = row.outbox_due == 1, leaders = {}, next = row.after_me or row.first_live }
+  local a = { at = now, won = row.won == 1, changed = row.won == -1, build = row.build_free == 1,
+    rollout = row.rollout_free == 1, outbox = row.outbox_due == 1, leaders = {},
+    next = server_of(row.after_me) or server_of(row.first_live) }
   for _, scan in ipairs(LEADERS) do a.leaders[scan] = row["leader_" .. scan] or false end
   return a
 end
+M.decode = decode
 
 -- The last answer, or nil when it is older than two scan intervals (or there
 -- is none: tools, specs, a server just started): then scans ask for themselves.
@@ -147,19 +178,31 @@ function M.orphans_due()
   return false
 end
 
--- A scan's loop registers how to wake it; the watcher wakes it when there is
--- something for it (it runs at once rather than at its next tick).
+-- A scan's loop registers how to wake it while it sleeps; the watcher wakes
+-- it when there is something for it (it runs at once rather than at its next
+-- tick). A scan woken while it ticks (no waker then) runs again as soon as
+-- that tick ends: M.woken, asked by its loop before it sleeps. A wake is never
+-- lost, or a takeover found during a tick would wait for the next one.
 function M.on_wake(scan, fn) wakers[scan] = fn end
-local function wake(scan) if wakers[scan] then wakers[scan]() end end
+local function wake(scan)
+  if wakers[scan] then wakers[scan]() else pending[scan] = true end
+end
+function M.woken(scan)
+  local was = pending[scan] == true
+  pending[scan] = nil
+  return was
+end
 
 local function act(a, target)
-  if a.won then
-    -- The server we watched is gone: its name lock came to us. Give it back
-    -- (a restart of that server takes it), and take over now.
-    oops.db.own("SELECT RELEASE_LOCK(?) AS released", SERVER .. target)
+  if a.won or a.changed then
+    -- The server we watched is gone: its name lock came to us (give it back:
+    -- a restart of that server takes it), or another session holds it now
+    -- (it was cut and came back between two waits). Take over now.
+    if a.won then oops.db.own("SELECT RELEASE_LOCK(?) AS released", SERVER .. target.name) end
     takeover_at = oops.now_ms()
     oops.metrics.inc("oops_takeovers_total")
-    log.info("taking over: " .. target .. " is gone (its name lock came free)", { scan = "watch" })
+    log.info("taking over: " .. target.name .. (a.won and " is gone (its name lock came free)" or
+      "'s lock session ended between two waits (its name lock has another session now)"), { scan = "watch" })
     for _, scan in ipairs { "build", "rollout" } do wake(scan) end
     for _, scan in ipairs(LEADERS) do wake(scan) end
     return
@@ -196,7 +239,8 @@ local function round(pol, me, target, failures, ticking)
   -- one the pool's calls wait for: no wait on it then (takeover at the tick).
   local waits = target and not oops.db.busy()
   if not waits and not sleep(wait_ms) then return false end
-  local sql, params = M.statement(me, waits and target or nil, waits and wait_ms / 1000 or nil)
+  local sql, params = M.statement(me, waits and target and target.name or nil, waits and wait_ms / 1000 or nil,
+    waits and target and target.session or nil)
   local rows, err
   if waits then
     rows, err = oops.db.park(math.floor(wait_ms), sql, table.unpack(params))

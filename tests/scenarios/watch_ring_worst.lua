@@ -1,0 +1,106 @@
+-- The watch ring at its worst moments (issue 36): a watcher waits on the next
+-- server's name lock only between its rounds; right after an answer it rests
+-- and its scans tick. A server cut in that gap that reconnects before its
+-- watcher waits again has its name lock back under a new session, and a plain
+-- GET_LOCK would then wait on the new session for a whole interval while the
+-- pipelines the old session held lie free (a fresh clone's CI once took 16 s:
+-- two 8 s ticks). The watcher now waits only while the session it last saw
+-- holds the lock, and takes over at once otherwise.
+--
+-- Each case puts the watcher in that gap on purpose (SIGSTOP right after its
+-- answer, a few ms past the scans' tick on the database's clock, its sessions
+-- kept by a long session timeout), cuts the server it watches, waits until
+-- that server holds its name lock again with a new session, thaws the
+-- watcher, and asks that every pipeline the cut server held is held by
+-- another server within WITHIN seconds — far less than the 8 s tick. The
+-- second case does it to a server that has just joined the ring between the
+-- two. The end checks prove nothing was driven twice.
+local INTERVAL_MS = 8000
+local SLOW = [[
+scan    { interval = "8s" }
+locks   { validate_every = "1s", session_timeout = "60s" }
+gateway "simulated" { build = "10m", deploy = "0s", rollout = "300ms" }
+]]
+local FAST = [[
+scan    { interval = "300ms" }
+locks   { validate_every = "1s", session_timeout = "60s" }
+gateway "simulated" { build = "10m", deploy = "0s", rollout = "300ms" }
+]]
+local WITHIN = 4
+local BUILDS_WITHIN = 120
+
+-- Names in ring order: s1 watches s3, s3 watches s5, s5 watches s1.
+local ring = servers { names = { "s1", "s3", "s5" }, policy = SLOW }
+local s1, s3, s5 = ring[1], ring[2], ring[3]
+local ps = {}
+for i = 1, 18 do ps[i] = create { app = "worst/w" .. i, env = "prod" } end
+for _, p in ipairs(ps) do expect(p:wait("RUNNING", BUILDS_WITHIN), p.app .. " builds") end
+
+local function held_by(name)
+  local list = {}
+  for _, p in ipairs(ps) do if p:driver() == name then list[#list + 1] = p end end
+  return list
+end
+
+local function session_of(name)
+  local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.server_prefix, name)[1]
+  return r and r.c
+end
+
+-- Sleep until `ms` past the scans' next tick on the database's clock (every
+-- server's watch answers 8 ms before it, then rests at least 100 ms).
+local function past_next_tick(ms)
+  local now = tonumber(sql("SELECT UNIX_TIMESTAMP(NOW(6)) * 1000 AS t")[1].t)
+  sleep((INTERVAL_MS - now % INTERVAL_MS + ms) / 1000)
+end
+
+-- victim holds pipelines; watcher watches it. Freeze the watcher in its gap,
+-- cut the victim, let it come back, thaw the watcher: the victim's pipelines
+-- are held by others within WITHIN seconds of the thaw.
+local function worst(watcher, victim, why)
+  local ok = wait_until(victim.name .. " holds pipelines (" .. why .. ")",
+    function() return #held_by(victim.name) > 0 end, 3 * INTERVAL_MS / 1000)
+  if not ok then return end
+  local mine = held_by(victim.name)
+  past_next_tick(40)
+  watcher:freeze()
+  local old = session_of(victim.name)
+  victim:cut()
+  local back = wait_until(victim.name .. " has its name lock again, under a new session (" .. why .. ")",
+    function() local now = session_of(victim.name) return now ~= nil and now ~= old end, 10)
+  watcher:thaw()
+  if not back then return end
+  local t0 = oops.time()
+  local taken = wait_until(victim.name .. "'s pipelines are held by others within " .. WITHIN ..
+    "s of its watcher's thaw (" .. why .. ")", function()
+    for _, p in ipairs(mine) do
+      local d = p:driver()
+      if d == nil or d == victim.name then return false end
+    end
+    return true
+  end, WITHIN)
+  if taken then note(("%s: held again %.2fs after the thaw (scan tick 8s)"):format(why, oops.time() - t0)) end
+end
+
+-- 1. A watcher in its gap: s1 watches s3.
+worst(s1, s3, "watcher between two waits")
+
+-- 2. A server joins between the watcher and the victim (s4, between s3 and
+-- s5): from its first answer it watches s5, and the ring's old watcher of s5
+-- (s3) moves on to it. It is put in its gap as soon as it drives anything
+-- (its first ticks), and s5 is cut.
+local s4 = servers { names = { "s4" }, policy = SLOW }[1]
+for i = 19, 24 do ps[i] = create { app = "worst/w" .. i, env = "prod" } end
+for i = 19, 24 do expect(ps[i]:wait("RUNNING", BUILDS_WITHIN), ps[i].app .. " builds") end
+wait_until("s4 (joined) drives a pipeline", function() return #held_by("s4") > 0 end, BUILDS_WITHIN)
+worst(s4, s5, "a server that just joined, between two waits")
+
+-- Then finish everything fast: every build completes, every pipeline succeeds
+-- (each was RUNNING, so its build job exists).
+for _, s in ipairs { s1, s3, s4, s5 } do if s:alive() then s:reload(FAST) end end
+for _, p in ipairs(ps) do expect(p:wait("RUNNING", BUILDS_WITHIN), p.app .. " builds") end
+sql("UPDATE sim_job SET ready_at = NOW(6) WHERE kind = 'build'")
+for _, p in ipairs(ps) do expect(p:wait("SUCCEEDED", BUILDS_WITHIN), p.app .. " succeeds") end
+for _, p in ipairs(ps) do
+  expect(p:calls("build_submit") == 1, p.app .. ": its build was submitted once", tostring(p:calls("build_submit")))
+end
