@@ -7,7 +7,7 @@
 #                                         scenarios/NAME[.lua]
 # Prints each suite's results and ends with "N passed, N failed". A test that
 # reports "ok N # SKIP why" is listed as skipped (with why), not counted as passed.
-# Scenarios get a fresh database of that server each (--db), except one whose
+# Scenarios get a fresh database of that server each (OOPS_DB), except one whose
 # first lines say `-- needs: own database` (or `-- needs: network namespaces`):
 # it runs without --db and starts, restarts and removes a MariaDB of its own
 # (lua/oops/scenario/mariadb.lua) in its work directory, under this run's directory.
@@ -112,7 +112,8 @@ for suite in "${suites[@]}"; do
           TMPDIR=$work run_one "scenarios/$n" env -u OOPS_DB "$build/oopsctl" scenario "$t"
         else
           db=$(mariadb_new_db "sc_$n")
-          OOPS_TEST_DB=$db run_one "scenarios/$n" "$build/oopsctl" --db "$db" scenario "$t"
+          # The URL in the environment, not in argv (ps shows argv to every user).
+          OOPS_TEST_DB=$db OOPS_DB=$db run_one "scenarios/$n" "$build/oopsctl" scenario "$t"
         fi
       done ;;
     style)
