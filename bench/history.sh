@@ -47,9 +47,9 @@ cleanup() {
 }
 trap cleanup EXIT
 mariadb_start "$work/mariadb" >/dev/null
-db=$MDB_URL
-q() { mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot oops -e "$1"; }
-ctl() { "$build/oopsctl" --db "$db" "$@"; }
+export OOPS_DB=$MDB_URL # the URL not in argv: ps shows argv to every user
+q() { mariadb "${MDB_ADMIN[@]}" -N -B oops -e "$1"; }
+ctl() { "$build/oopsctl" "$@"; }
 ctl migrate >/dev/null
 mkdir -p "$work/policies"
 cat >"$work/policies/oopsd.lua" <<'EOF'
@@ -61,7 +61,7 @@ EOF
 start() { # NAME: an oopsd, waits for "started:"
   local port
   port=$(_free_port)
-  "$build/oopsd" --db "$db" --name "$1" --policies "$work/policies" --listen "127.0.0.1:$port" \
+  "$build/oopsd" --name "$1" --policies "$work/policies" --listen "127.0.0.1:$port" \
     2>>"$work/$1.log" &
   PID[$1]=$! PORT[$1]=$port
   for _ in $(seq 300); do grep -q 'msg="started:' "$work/$1.log" 2>/dev/null && return 0; sleep 0.1; done

@@ -30,7 +30,7 @@ metric() { # server, series → its value (0 when absent)
 printf '%-6s  %-9s  %-22s  %-24s  %s\n' "N" "wall (s)" "round trips/pipeline" "GET_LOCK stmts/scan" "drivers (s1/s2/s3)"
 for n in "${@:-1000}"; do
   export OOPS_TEST_DB; OOPS_TEST_DB=$(mariadb_new_db "bench_$n")
-  build/oopsctl --db "$OOPS_TEST_DB" migrate >/dev/null
+  OOPS_DB=$OOPS_TEST_DB build/oopsctl migrate >/dev/null
   for s in s1 s2 s3; do start_server "$s" "$work/policies" >/dev/null || exit 1; done
   # All N pipelines appear at once (one multi-row INSERT, as oopsctl create would write them).
   t0=$(date +%s.%N)

@@ -13,7 +13,7 @@ work=$(mktemp -d /tmp/oops-bench-tp.XXXXXX)
 trap 'mariadb_stop; rm -rf "$work"' EXIT
 
 threads() { ps -o nlwp= -p "$MDB_PID" | tr -d ' '; }
-client() { mariadb --no-defaults -h127.0.0.1 -P"$MDB_PORT" -uoops -p"$MDB_PASSWORD" "$@"; }
+client() { MYSQL_PWD=$MDB_PASSWORD mariadb --no-defaults -h127.0.0.1 -P"$MDB_PORT" -uoops "$@"; } # no password in argv
 measure() { # label, extra server options
   MDB_EXTRA_ARGS="$2" mariadb_start "$work/$1" >/dev/null || exit 1
   local base idle waiting i
@@ -21,7 +21,7 @@ measure() { # label, extra server options
   for i in $(seq 1 "$n"); do (sleep 12 | client >/dev/null) & done # connected, sending nothing
   sleep 6 # the pool retires the workers the connect burst made (thread_pool_idle_timeout=2 here)
   idle=$(threads)
-  mariadb --no-defaults -S "$MDB_SOCKET" -uroot -e "SELECT GET_LOCK('held', 0), SLEEP(10)" >/dev/null &
+  mariadb "${MDB_ADMIN[@]}" -e "SELECT GET_LOCK('held', 0), SLEEP(10)" >/dev/null &
   sleep 0.5
   for i in $(seq 1 "$n"); do client -e "SELECT GET_LOCK('held', 8)" >/dev/null & done
   sleep 3

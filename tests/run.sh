@@ -2,10 +2,12 @@
 # One pass of every suite against a throwaway MariaDB that this script starts
 # in a temporary directory and always removes (also on failure or Ctrl-C).
 #   tests/run.sh BUILD_DIR [SUITE...]     SUITE: unit spec integration scenarios
-#                                         (and, not by default: style fuzz)
+#                                         (and, not by default: style fuzz), or
+#                                         one file: integration/NAME[.sh],
+#                                         scenarios/NAME[.lua]
 # Prints each suite's results and ends with "N passed, N failed". A test that
 # reports "ok N # SKIP why" is listed as skipped (with why), not counted as passed.
-# Scenarios get a fresh database of that server each (--db), except one whose
+# Scenarios get a fresh database of that server each (OOPS_DB), except one whose
 # first lines say `-- needs: own database` (or `-- needs: network namespaces`):
 # it runs without --db and starts, restarts and removes a MariaDB of its own
 # (lua/oops/scenario/mariadb.lua) in its work directory, under this run's directory.
@@ -68,6 +70,16 @@ run_one() { # name, command...
 
 for suite in "${suites[@]}"; do
   echo "== $suite"
+  only="" # one file of the suite, by name
+  case $suite in
+    integration/?* | scenarios/?*)
+      only=${suite#*/} suite=${suite%%/*}
+      only=${only%.sh} only=${only%.lua}
+      ext=sh; [[ $suite == scenarios ]] && ext=lua
+      if [[ ! -e $here/$suite/$only.$ext ]]; then
+        echo "no test $suite/$only.$ext" >&2; failed=$((failed + 1)); failures+=("$suite/$only"); continue
+      fi ;;
+  esac
   case $suite in
     unit)
       for t in "$build"/test_*; do
@@ -88,17 +100,20 @@ for suite in "${suites[@]}"; do
       for t in "$here"/integration/*.sh; do
         [[ -e $t ]] || continue
         n=$(basename "$t" .sh)
+        [[ -z $only || $n == "$only" ]] || continue
         OOPS_TEST_DB=$(mariadb_new_db "it_$n") run_one "integration/$n" bash "$t"
       done ;;
     scenarios)
       for t in "$here"/scenarios/*.lua; do
         [[ -e $t ]] || continue
         n=$(basename "$t" .lua)
+        [[ -z $only || $n == "$only" ]] || continue
         if head -n 10 "$t" | grep -qE '^--[[:space:]]*needs:.*(own database|network namespaces)'; then
           TMPDIR=$work run_one "scenarios/$n" env -u OOPS_DB "$build/oopsctl" scenario "$t"
         else
           db=$(mariadb_new_db "sc_$n")
-          OOPS_TEST_DB=$db run_one "scenarios/$n" "$build/oopsctl" --db "$db" scenario "$t"
+          # The URL in the environment, not in argv (ps shows argv to every user).
+          OOPS_TEST_DB=$db OOPS_DB=$db run_one "scenarios/$n" "$build/oopsctl" scenario "$t"
         fi
       done ;;
     style)

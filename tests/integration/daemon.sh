@@ -42,7 +42,7 @@ like "$out" "--drain is given more than once" "... saying so"
 
 # A live server.
 policies="$OOPS_TEST_WORK/policies"; mkdir -p "$policies"; cp "$fixtures/fast/oopsd.lua" "$policies/"
-start_server s1 "$policies"; check "the server starts" kill -0 "${SRV_PID[s1]}"
+start_server s1 "$policies" --db "$OOPS_TEST_DB"; check "the server starts" kill -0 "${SRV_PID[s1]}"
 like "$(tr '\0' ' ' </proc/${SRV_PID[s1]}/cmdline)" "mysql://oops:x+@" "the password is masked in the process's argv"
 unlike "$(tr '\0' ' ' </proc/${SRV_PID[s1]}/cmdline)" "$pw" "... so ps never shows it"
 is "$(http_code "$(url s1 /healthz)")" 200 "/healthz is 200 with the lock session up and a policy loaded"

@@ -27,13 +27,13 @@ cleanup() {
 trap cleanup EXIT
 MDB_EXTRA_ARGS="--max-connections=12" mariadb_start "$work/mariadb" ||
   { echo "not ok 1 - a MariaDB of its own starts"; exit 1; }
-root() { mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot "$@"; }
-run_pw="run-$RANDOM$RANDOM"
-root -e "CREATE DATABASE busy;
+root() { mariadb "${MDB_ADMIN[@]}" -N -B "$@"; } # the socket, as our OS user (unix_socket)
+run_pw=$(mariadb_password) filler_pw=$(mariadb_password)
+root <<<"CREATE DATABASE busy;
   CREATE USER 'oopsrun'@'127.0.0.1' IDENTIFIED BY '$run_pw';
   GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON busy.* TO 'oopsrun'@'127.0.0.1';
-  CREATE USER 'filler'@'127.0.0.1' IDENTIFIED BY 'filler';"
-admin_db="mysql://root@localhost/busy?socket=$MDB_SOCKET" # SUPER: the one connection past the cap
+  CREATE USER 'filler'@'127.0.0.1' IDENTIFIED BY '$filler_pw';" # stdin: no password in argv
+admin_db="mysql://$MDB_ADMIN_USER@localhost/busy?socket=$MDB_SOCKET" # SUPER: the one connection past the cap
 export OOPS_TEST_DB="mysql://oopsrun:$run_pw@127.0.0.1:$MDB_PORT/busy"
 ctl() { "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" "$@"; }
 actl() { "$OOPS_BUILD/oopsctl" --db "$admin_db" "$@"; }
@@ -69,7 +69,7 @@ fill() {
   local i n before
   for i in $(seq 1 14); do
     before=$(root -e "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'filler'")
-    mariadb --no-defaults -h127.0.0.1 -P"$MDB_PORT" -ufiller -pfiller -e 'SELECT SLEEP(3600)' \
+    MYSQL_PWD=$filler_pw mariadb --no-defaults -h127.0.0.1 -P"$MDB_PORT" -ufiller -e 'SELECT SLEEP(3600)' \
       >/dev/null 2>>"$work/filler.err" &
     fillers+=($!)
     for _ in $(seq 1 50); do
@@ -106,7 +106,7 @@ wait_for 30 "... and 'database busy' in its log" bash -c "
 is "$(root busy -e "SELECT COUNT(*) FROM pipeline")" 64 "64 pipelines created"
 t0=$SECONDS
 wait_for 120 "every pipeline succeeds meanwhile: calls wait for the open connections" \
-  bash -c "[[ \$(mariadb --no-defaults -N -B -S '$MDB_SOCKET' -uroot busy -e \"SELECT COUNT(*) FROM pipeline WHERE status <> 'SUCCEEDED'\") == 0 ]]"
+  bash -c "[[ \$(mariadb --no-defaults -N -B -S '$MDB_SOCKET' -u'$MDB_ADMIN_USER' busy -e \"SELECT COUNT(*) FROM pipeline WHERE status <> 'SUCCEEDED'\") == 0 ]]"
 echo "# the 64 pipelines took $((SECONDS - t0)) s more"
 # A period ends after 30 s with no refusal (said "accepts new connections
 # again"); the next refusal begins another: one "busy" line per period.

@@ -82,7 +82,7 @@ for id in "${ids[@]}"; do
   wait_for 60 "pipeline $id finishes SUCCEEDED after the thaw" \
     bash -c "[[ \$('$OOPS_BUILD/oopsctl' --db '$OOPS_TEST_DB' --json show '$id') == *'\"status\":\"SUCCEEDED\"'* ]]"
 done
-is "$(mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot freeze -e \
+is "$(mariadb "${MDB_ADMIN[@]}" -N -B freeze -e \
   "SELECT COUNT(*) FROM sim_call WHERE action = 'build_submit' GROUP BY pipeline_id HAVING COUNT(*) > 1" | wc -l)" 0 \
   "... each built once"
 kill -TERM "${SRV_PID[frz2]}"; wait "${SRV_PID[frz2]}"; is "$?" 0 "the second server stops cleanly"

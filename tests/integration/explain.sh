@@ -27,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 mariadb_start "$work/mariadb" || { echo "not ok 1 - a MariaDB of its own starts"; exit 1; }
 ctl="$OOPS_BUILD/oopsctl"
-root() { mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot "$@"; }
+root() { mariadb "${MDB_ADMIN[@]}" -N -B "$@"; } # the socket, as our OS user (unix_socket)
 
 # Tables that grow with history: a full scan of one of them fails. The others
 # hold a row per server (server), per target and metric (alert_state,
@@ -43,9 +43,9 @@ allowed=(
 # The servers and oopsctl run as their own account (the run-time grants of
 # README "Database grants"), so
 # the log tells their statements from the runner's and this test's.
-run_pw="run-$RANDOM$RANDOM"
-root -e "CREATE USER 'oopsrun'@'127.0.0.1' IDENTIFIED BY '$run_pw';
-  GRANT SELECT, INSERT, UPDATE, DELETE ON oops.* TO 'oopsrun'@'127.0.0.1';"
+run_pw=$(mariadb_password)
+root <<<"CREATE USER 'oopsrun'@'127.0.0.1' IDENTIFIED BY '$run_pw';
+  GRANT SELECT, INSERT, UPDATE, DELETE ON oops.* TO 'oopsrun'@'127.0.0.1';" # stdin: no password in argv
 run_db="mysql://oopsrun:$run_pw@127.0.0.1:$MDB_PORT/oops"
 out=$("$ctl" --db "$MDB_URL" migrate 2>&1); is "$?" 0 "oopsctl migrate ($out)"
 root -e "SET GLOBAL log_output = 'TABLE'; TRUNCATE mysql.general_log; SET GLOBAL general_log = 1;"
@@ -129,7 +129,7 @@ rctl audit --app t/web >/dev/null 2>&1
 rctl outbox --policies "$OOPS_ROOT/tests/exec/policies" >/dev/null 2>&1
 rctl outbox --policies "$OOPS_ROOT/tests/exec/policies" --route webhook >/dev/null 2>&1
 wait_for 70 "the retention leader deleted the expired history (its DELETEs are in the log)" \
-  bash -c "[[ \$(mariadb --no-defaults -N -B -S '$MDB_SOCKET' -uroot oops -e \"SELECT (SELECT COUNT(*) FROM pipeline
+  bash -c "[[ \$(mariadb --no-defaults -N -B -S '$MDB_SOCKET' -u'$MDB_ADMIN_USER' oops -e \"SELECT (SELECT COUNT(*) FROM pipeline
     WHERE id = 'expired00001') + (SELECT COUNT(*) FROM restart_run WHERE namespace = 'old')\") == 0 ]]"
 # The fleet page's reads (lua/oops/web.lua): its snapshot and a pipeline's detail.
 wait_for 20 "the fleet page's JSON is served (its statements are in the log)" \

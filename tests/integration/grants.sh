@@ -22,17 +22,17 @@ cleanup() {
 trap cleanup EXIT
 MDB_TLS=1 mariadb_start "$work/mariadb" || { echo "not ok 1 - a MariaDB with TLS starts"; exit 1; }
 oopsd="$OOPS_BUILD/oopsd" ctl="$OOPS_BUILD/oopsctl"
-root() { mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot "$@"; }
+root() { mariadb "${MDB_ADMIN[@]}" -N -B "$@"; } # the socket, as our OS user (unix_socket)
 latest=13 # schema_latest() of this build; checked below against `oopsctl migrate`
 
 # The README's statements, as written.
 grants=$(awk '/^## Database grants/ {on = 1; next} /^## / {on = 0} on' "$OOPS_ROOT/README.md" |
   awk '/^```sql/ {on = 1; next} /^```/ {on = 0} on')
 is "$(grep -c '^GRANT ' <<<"$grants")" 2 "README \"Database grants\" holds two GRANT statements"
-run_pw="run-$RANDOM$RANDOM" mig_pw="mig-$RANDOM$RANDOM"
+run_pw=$(mariadb_password) mig_pw=$(mariadb_password)
 sql_text=$(sed -e "s/'10\.0\.0\.%'/'127.0.0.1'/g" -e "s/'a long random password'/'$run_pw'/" \
   -e "s/'another long random password'/'$mig_pw'/" <<<"$grants")
-out=$(root -e "$sql_text" 2>&1); is "$?:$out" "0:" "... and they run as written"
+out=$(root <<<"$sql_text" 2>&1); is "$?:$out" "0:" "... and they run as written"
 global=$(root -e "SHOW GRANTS FOR 'oopsd'@'127.0.0.1'" | grep ' ON \*\.\* ')
 like "$global" '^GRANT USAGE ON \*\.\* TO `oopsd`@`127\.0\.0\.1`' "oopsd holds no global privilege (no SUPER, no PROCESS)"
 tls="ssl-mode=VERIFY_IDENTITY&ssl-ca=$MDB_TLS_CA"
@@ -175,8 +175,8 @@ is "$out" "schema is up to date (version $latest)" "back at version $latest"
 # --- an account with the grants of before schema 8 (no EXECUTE) --------------
 # Its servers cannot CALL oops_transition: they say so once and make each
 # transition with five statements instead; nothing else changes.
-old_pw="old-$RANDOM$RANDOM"
-root -e "CREATE USER 'oopsd_old'@'127.0.0.1' IDENTIFIED BY '$old_pw' REQUIRE SSL;
+old_pw=$(mariadb_password)
+root <<<"CREATE USER 'oopsd_old'@'127.0.0.1' IDENTIFIED BY '$old_pw' REQUIRE SSL;
   GRANT SELECT, INSERT, UPDATE, DELETE ON oops.* TO 'oopsd_old'@'127.0.0.1'"
 old_db="mysql://oopsd_old:$old_pw@127.0.0.1:$MDB_PORT/oops?$tls"
 kill -TERM "${SRV_PID[gx1]}" "${SRV_PID[gx2]}"; wait "${SRV_PID[gx1]}" "${SRV_PID[gx2]}"

@@ -15,11 +15,12 @@ MDB_TLS=1 mariadb_start "$work/mariadb" || { echo "not ok 1 - a MariaDB with TLS
 oopsd="$OOPS_BUILD/oopsd" ctl="$OOPS_BUILD/oopsctl"
 fixtures="$OOPS_ROOT/tests/fixtures/policies"
 
-root() { mariadb --no-defaults -N -B -S "$MDB_SOCKET" -uroot "$@"; }
+root() { mariadb "${MDB_ADMIN[@]}" -N -B "$@"; } # the socket, as our OS user (unix_socket)
 pw=$MDB_PASSWORD
-tls_pw="tls-$RANDOM$RANDOM"
-# Accounts that the server itself refuses without TLS, and without a client certificate.
-root -e "
+tls_pw=$(mariadb_password)
+# Accounts that the server itself refuses without TLS, and without a client
+# certificate (the statements on stdin: no password in argv).
+root <<<"
   CREATE USER 'tls_only'@'127.0.0.1' IDENTIFIED BY '$tls_pw' REQUIRE SSL;
   GRANT ALL PRIVILEGES ON oops.* TO 'tls_only'@'127.0.0.1';
   CREATE USER 'tls_x509'@'127.0.0.1' IDENTIFIED BY '$tls_pw' REQUIRE X509;
@@ -111,7 +112,7 @@ unlike "$out" "$plain_pw" "... never the password"
 # Real servers, both sessions (work and locks) over TLS: the account cannot
 # open any other kind. A pipeline goes through; oopsctl talks TLS too.
 srv_db="$tls_only?ssl-mode=VERIFY_IDENTITY&ssl-ca=$ca&connect_timeout=5"
-OOPS_TEST_DB=$srv_db start_server tls1 "$fixtures/fast"
+OOPS_TEST_DB=$srv_db start_server tls1 "$fixtures/fast" --db "$srv_db" # in argv: masked
 OOPS_TEST_DB=$srv_db start_server tls2 "$fixtures/fast"
 check "two servers run with an account that requires TLS" kill -0 "${SRV_PID[tls1]}" "${SRV_PID[tls2]}"
 is "$(http_code "$(url tls1 /healthz)")" 200 "... their lock sessions are up (/healthz 200)"

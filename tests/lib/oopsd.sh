@@ -1,5 +1,6 @@
 # Start and stop real oopsd servers in integration tests (sourced after tap.sh).
 #   start_server NAME POLICY_DIR [ARGS...]   waits until it logs "started:"
+#                                            (the database: OOPS_DB=$OOPS_TEST_DB)
 #                                            (SRV_WRAP=CMD: runs CMD oopsd ARGS, where CMD
 #                                            execs it, e.g. in a mount namespace)
 #   url NAME PATH                            http://127.0.0.1:PORT/PATH of that server
@@ -15,7 +16,9 @@ start_server() {
   # The log is appended to (a restarted server keeps its history): look for
   # "started:" only in what this start writes, never in an earlier test's.
   local from; from=$(stat -c %s "$log" 2>/dev/null || echo 0)
-  ${SRV_WRAP:-} "$OOPS_BUILD/oopsd" --db "$OOPS_TEST_DB" --name "$name" --policies "$dir" \
+  # The URL (its password) in OOPS_DB, not in argv: ps shows argv to every
+  # user, until oopsd masks it. A test of --db in argv passes it in ARGS.
+  OOPS_DB=$OOPS_TEST_DB ${SRV_WRAP:-} "$OOPS_BUILD/oopsd" --name "$name" --policies "$dir" \
     --listen "127.0.0.1:$port" "$@" 2>>"$log" &
   SRV_PID[$name]=$!
   SRV_PORT[$name]=$port

@@ -33,7 +33,8 @@ done_testing() { echo "1..$TAP_N"; ((TAP_FAILED == 0)); }
 sql() {
   local url=${OOPS_TEST_DB#mysql://}; local cred=${url%%@*}; local rest=${url#*@}
   local hostport=${rest%%/*}; local db=${rest#*/}; db=${db%%\?*} # without the URL's options
-  mariadb --no-defaults -N -B -h"${hostport%%:*}" -P"${hostport##*:}" -u"${cred%%:*}" -p"${cred#*:}" "$db" -e "$1"
+  # The password in MYSQL_PWD (this client's environment), never in argv: ps shows argv to every user.
+  MYSQL_PWD=${cred#*:} mariadb --no-defaults -N -B -h"${hostport%%:*}" -P"${hostport##*:}" -u"${cred%%:*}" "$db" -e "$1"
 }
 export -f sql
 

@@ -16,10 +16,12 @@
 --     args  optional extra server options, e.g. { "--performance-schema=ON" }
 --           (bench/fleet.lua's per-thread statement counters)
 --   db.url            mysql://oops:PASSWORD@127.0.0.1:PORT/oops
---   db.port, db.password, db.dir, db.socket
+--   db.port, db.password, db.dir, db.socket, db.user (the OS user running it)
 --   db:url_for(host)  the same URL with another host
---   db:admin(sql)     SQL text run as root by the mariadb client (no
---                     placeholders: our own values only, e.g. CREATE DATABASE)
+--   db:admin(sql)     SQL text run by the mariadb client on the socket, as
+--                     the account of the OS user who started it (unix_socket
+--                     auth, no password; all privileges). No placeholders: our
+--                     own values only, e.g. CREATE DATABASE
 --   db:restart { down = seconds [, stop_within = seconds] }  stop mariadbd (SIGTERM;
 --                     SIGKILL after stop_within, default 30),
 --                     stay down, start it on the same port and data, wait until it
@@ -27,10 +29,20 @@
 --   db:kill()         SIGKILL mariadbd (a crash); db:restart{} brings it back
 --   db:stop()         stop mariadbd and remove dir
 --
+-- Reachable by the user who started it alone (issue 34; `oopsctl chaos` runs
+-- as root, on shared hosts too), as tests/lib/mariadb.sh: dir and the socket
+-- are 0700 (the socket again after each restart); root and the OS user's
+-- account log in by unix_socket on that socket only, and any account that
+-- could log in without a password (anonymous, root over TCP, an empty
+-- authentication string) is dropped after the install, the start failing if
+-- one is left; `oops` has a random password; secure_file_priv is dir/files
+-- (0700), so INTO OUTFILE/DUMPFILE, LOAD DATA and LOAD_FILE() reach nothing
+-- else, whoever runs mariadbd.
+--
 -- Everything here waits (oops.proc.run, oops.sleep): call it from a task
 -- (oops.wait, oops.task or a scenario). Processes run as argv, never through
 -- a shell; the password never appears in an argv (the bootstrap SQL goes to
--- the client's stdin).
+-- the client's stdin; servers get the URL in OOPS_DB: scenario/server.lua).
 local oops = require("oops")
 local files = require("oops.scenario.files")
 local lfs = require("lfs")
@@ -126,13 +138,72 @@ local function run(argv, opts)
   return oops.proc.run(opts)
 end
 
--- SQL text run by the mariadb client as root on the private socket (root
--- has no password in a datadir made with
--- --auth-root-authentication-method=normal): the oops.proc.run result, or
--- nil, err. No placeholders: only for statements whose values are ours.
-function Db:admin(sql)
-  return run({ "mariadb", "--no-defaults", "--socket=" .. self.socket, "-uroot", "--batch" },
-    { stdin = sql, timeout_ms = 30000 })
+-- SQL text run by the mariadb client on the private socket as the OS user
+-- who started the server (its account, made by mariadb-install-db --user,
+-- logs in by unix_socket: no password): the oops.proc.run result, or nil,
+-- err. No placeholders: only for statements whose values are ours.
+function Db:admin(sql, opts)
+  local argv = { "mariadb", "--no-defaults", "--socket=" .. self.socket, "--user=" .. self.user, "--batch" }
+  if opts and opts.rows then argv[#argv + 1] = "--skip-column-names" end
+  return run(argv, { stdin = sql, timeout_ms = 30000 })
+end
+
+-- The accounts someone could log in to without a password (over TCP above
+-- all), one 'user'@'host' a row: anonymous ones, root anywhere but the
+-- socket (localhost), and any account, neither locked nor a role, with a way
+-- in (its plugin, or one of its OR alternatives) that is not unix_socket and
+-- has an empty authentication string. The same as MDB_OPEN_ACCOUNTS in
+-- tests/lib/mariadb.sh.
+local OPEN_ACCOUNTS = [[
+SELECT CONCAT(QUOTE(g.User), '@', QUOTE(g.Host)) FROM mysql.global_priv g
+  WHERE IFNULL(JSON_EXTRACT(g.Priv, '$.account_locked'), 'false') <> 'true'
+    AND IFNULL(JSON_EXTRACT(g.Priv, '$.is_role'), 'false') <> 'true'
+    AND (g.User = '' OR (g.User = 'root' AND g.Host <> 'localhost')
+      OR (IFNULL(JSON_VALUE(g.Priv, '$.authentication_string'), '') = ''
+        AND IFNULL(JSON_VALUE(g.Priv, '$.plugin'), 'mysql_native_password') NOT IN ('unix_socket', 'auth_socket'))
+      OR EXISTS (SELECT 1 FROM JSON_TABLE(JSON_EXTRACT(g.Priv, '$.auth_or'), '$[*]' COLUMNS (
+          plugin VARCHAR(64) PATH '$.plugin', auth TEXT PATH '$.authentication_string')) a
+        WHERE a.plugin NOT IN ('unix_socket', 'auth_socket') AND IFNULL(a.auth, '') = ''));
+]]
+
+-- The open accounts, as a list of 'user'@'host'; or nil, err.
+function Db:_open_accounts()
+  local r, err = self:admin(OPEN_ACCOUNTS, { rows = true })
+  if not r or not r.ok then return nil, r and last_line(r.stderr) or tostring(err) end
+  local list = {}
+  for line in r.stdout:gmatch("[^\n]+") do list[#list + 1] = line end
+  return list
+end
+
+-- Drop every open account, then check that none is left. true, or nil, err.
+function Db:_lock_down()
+  local open, err = self:_open_accounts()
+  if not open then return nil, "listing the accounts failed: " .. err end
+  if #open > 0 then
+    local drop = {}
+    for i, a in ipairs(open) do drop[i] = "DROP USER " .. a .. ";" end
+    local r, derr = self:admin(table.concat(drop, "\n") .. "\n")
+    if not r or not r.ok then
+      return nil, ("dropping %s failed: %s"):format(table.concat(open, ", "),
+        r and last_line(r.stderr) or tostring(derr))
+    end
+  end
+  open, err = self:_open_accounts()
+  if not open then return nil, "listing the accounts failed: " .. err end
+  if #open > 0 then return nil, "accounts without a password are left: " .. table.concat(open, ", ") end
+  return true
+end
+
+-- chmod 700 path, and check it took: true, or nil, err.
+local function private(path)
+  local r, err = run { "chmod", "700", "--", path }
+  if not r or not r.ok then
+    return nil, ("cannot make %s private: %s"):format(path, r and last_line(r.stderr) or tostring(err))
+  end
+  if lfs.attributes(path, "permissions") ~= "rwx------" then
+    return nil, ("%s is not private (mode %s)"):format(path, tostring(lfs.attributes(path, "permissions")))
+  end
+  return true
 end
 
 function Db:_answers()
@@ -145,7 +216,7 @@ function Db:_argv()
     "--socket=" .. self.socket, "--port=" .. self.port,
     "--bind-address=" .. table.concat(self.bind, ","), "--user=" .. self.user,
     "--pid-file=" .. self.dir .. "/mysqld.pid", "--log-error=" .. self.dir .. "/error.log",
-    "--tmpdir=" .. self.dir .. "/tmp",
+    "--tmpdir=" .. self.dir .. "/tmp", "--secure-file-priv=" .. self.dir .. "/files",
     "--innodb-buffer-pool-size=128M", "--innodb-log-file-size=64M", "--skip-log-bin",
     "--innodb-flush-log-at-trx-commit=2", "--skip-name-resolve", "--innodb-fast-shutdown=2" }
   if self.max_connections ~= "default" then
@@ -169,7 +240,13 @@ function Db:_spawn()
   local deadline = oops.now_ms() + START_SECONDS * 1000
   while oops.now_ms() < deadline do
     if box.exit then break end
-    if self:_answers() then return true end
+    if self:_answers() then
+      -- The socket is made anew at each start: private again (dir is already).
+      local ok, perr = private(self.socket)
+      if ok then return true end
+      self:_halt(9)
+      return nil, perr
+    end
     sleep(0.1)
   end
   if not box.exit then self:_halt(9) end
@@ -209,14 +286,16 @@ end
 
 -- A new data directory in dir/data, its temporary files in dir/tmp (the
 -- bootstrap's temporary tables in a shared /tmp collide with another
--- bootstrap's); one retry on a clean directory. true, or nil, err.
+-- bootstrap's); one retry on a clean directory. root and `user` log in by
+-- unix_socket alone (`normal` made root@127.0.0.1, root@::1 and
+-- root@localhost without a password). true, or nil, err.
 local function install(dir, user)
   local why
   for attempt = 1, 2 do
     run { "rm", "-rf", "--", dir .. "/data", dir .. "/tmp" }
     lfs.mkdir(dir .. "/tmp")
     local r, rerr = run({ "mariadb-install-db", "--no-defaults", "--datadir=" .. dir .. "/data",
-      "--tmpdir=" .. dir .. "/tmp", "--user=" .. user, "--auth-root-authentication-method=normal",
+      "--tmpdir=" .. dir .. "/tmp", "--user=" .. user, "--auth-root-authentication-method=socket",
       "--skip-test-db" })
     if not r then return nil, "mariadb-install-db failed: " .. tostring(rerr) end
     write_file(("%s/install.%d.log"):format(dir, attempt), r.stdout .. r.stderr)
@@ -275,12 +354,23 @@ function M.start(opts)
     args = opts.args }, Db)
 
   local id, ierr = run { "id", "-un" }
-  if not id or not id.ok then
+  local uid = run { "id", "-u" }
+  if not id or not id.ok or not uid or not uid.ok then
     return nil, "cannot tell which user runs mariadbd: " .. (id and last_line(id.stderr) or tostring(ierr))
   end
   self.user = id.stdout:match("%S+")
+  -- Private: the data, the socket, the logs and the files dir live here.
+  if lfs.attributes(dir, "uid") ~= math.tointeger(tonumber(uid.stdout:match("%d+"))) then
+    return nil, ("%s belongs to another user"):format(dir)
+  end
+  local ok, ierr2 = private(dir)
+  if not ok then return nil, ierr2 end
 
-  local ok, ierr2 = install(dir, self.user)
+  ok, ierr2 = install(dir, self.user)
+  if not ok then return nil, ierr2 end
+  -- The one place INTO OUTFILE/DUMPFILE, LOAD DATA and LOAD_FILE() may reach.
+  lfs.mkdir(dir .. "/files")
+  ok, ierr2 = private(dir .. "/files")
   if not ok then return nil, ierr2 end
 
   -- A free port can be taken between the look and the bind: try a few.
@@ -295,6 +385,11 @@ function M.start(opts)
     self.port = nil
   end
   if not self.port then return nil, err end
+  local locked, lerr = self:_lock_down()
+  if not locked then
+    self:_halt(9)
+    return nil, lerr
+  end
 
   self.password = random_password()
   local users = { "127.0.0.1", "localhost" }
