@@ -1,81 +1,28 @@
 /*
- * pipeline_store — pipelines in the database.
+ * pipeline_store — pipelines changed in the database: created, moved by the
+ * conditional transition and its fence (alone, with a deploy slot or an
+ * automatic rollback, or many in one transaction), released by an operator.
  *
  * Every change of status is a conditional UPDATE from the status the caller
  * read (rule 2 of DESIGN.md) and counts only when it changed one row. The
  * change, status_changed_at = NOW(6) (the database's clock) and the
  * pipeline_event row recording it are written in one transaction, so the
  * event trail holds every transition that happened exactly once.
+ *
+ * The store's other units: pipeline.h (the shared types and answers),
+ * pipeline_read.h (the reads), audit_log.h, deploy_slot.h. This header
+ * includes them: one include reaches the whole store.
  */
 #ifndef OOPS_PIPELINE_STORE_H
 #define OOPS_PIPELINE_STORE_H
 
+#include "audit_log.h"
 #include "db.h"
 #include "db_calls.h"
+#include "deploy_slot.h"
+#include "pipeline.h"
+#include "pipeline_read.h"
 #include "pipeline_state.h"
-
-/* Negative results of the store's calls. */
-enum {
-    PSTORE_ILLEGAL = -1, /* transition not in the table; no SQL was sent */
-    PSTORE_EXISTS = -2, /* an unfinished pipeline already exists for that application/environment */
-    PSTORE_DB = -3,     /* database error; err says what (db_errno_is_connection tells if lost) */
-    PSTORE_BAD = -4, /* bad input: a name that is not a lowercase DNS label, a long artifact, source
-                        not JSON */
-};
-
-typedef struct pipeline {
-    char id[25];
-    char *namespace, *application, *environment;
-    pipeline_status status;
-    bool manual;                          /* deploy_mode = 'manual' */
-    char *artifact;                       /* may be NULL */
-    char *source;                         /* JSON text, may be NULL */
-    char *message;                        /* may be NULL */
-    char *trigger_type;                   /* "release" | "rollback" */
-    char *deploy_requested_at;            /* NULL unless a manual deploy was requested */
-    char *created_at, *status_changed_at; /* "YYYY-MM-DD HH:MM:SS.ffffff" UTC */
-    char *driven_by;                      /* server that made the last transition, may be NULL */
-    double status_age_s; /* seconds since status_changed_at, on the database's clock */
-    long long
-        lock_owner;    /* pipeline_store_list_owned: IS_USED_LOCK('oops:pipeline:ID'), 0 = free */
-    char *hold;        /* "window" | "freeze" | "slot" while waiting to deploy, else may be NULL */
-    char *override_at; /* set by `oopsctl deploy --override`: windows and freezes hold it no more */
-    char *rollback_of; /* an automatic rollback: the release whose failure made it */
-    char *actor;       /* pipeline_store_query with `actors`: the person of its latest
-                          operator event (issue 27), NULL when none */
-} pipeline;
-
-/* Waiting to deploy under a hold (window, freeze, slot): hold is set and
- * the pipeline is still INITIALIZED or BUILD_SUCCEEDED. */
-static inline bool pipeline_held(const pipeline *p)
-{
-    return p->hold && (p->status == PS_INITIALIZED || p->status == PS_BUILD_SUCCEEDED);
-}
-
-typedef struct pipeline_event_row {
-    long long id;
-    char *event_type, *from_status, *to_status, *message, *server, *created_at;
-    char *actor, *reason; /* an operator's event (issue 27): who and why; else NULL */
-} pipeline_event_row;
-
-/*
- * An operator's action (issue 27): the person (SUDO_USER or the login name
- * at the host, "alice@build-7"; a page user "bob@page") and why. Written on
- * the event it makes (pipeline_event.actor, .reason; its `server` stays the
- * process: oopsctl@HOST, or the oopsd server that ran a page action) and as
- * an operator_action row (the audit log) in the same transaction.
- */
-#define PIPELINE_ACTOR_MAX 128
-#define PIPELINE_REASON_MAX 500
-typedef struct pipeline_operator {
-    const char *actor;  /* required */
-    const char *reason; /* NULL, or checked with pipeline_reason_check */
-} pipeline_operator;
-
-/* A reason as written by a person: 1 to PIPELINE_REASON_MAX bytes of valid
- * UTF-8 without control characters. 0, or -1 with a one-line message in err
- * naming `what` (e.g. "--reason") and the rule. */
-int pipeline_reason_check(const char *what, const char *reason, char *err, size_t errlen);
 
 typedef struct pipeline_new {
     const char *namespace, *application, *environment;
@@ -89,13 +36,6 @@ typedef struct pipeline_new {
     const char *message;         /* the pipeline's and its CREATED event's message;
                              NULL = "Pipeline created." */
 } pipeline_new;
-
-void pipeline_clear(pipeline *p); /* frees the fields, not p */
-void pipeline_list_free(pipeline *v, size_t n);
-void pipeline_events_free(pipeline_event_row *v, size_t n);
-
-/* Fill a new random id of `len` characters from [a-z0-9] (len < size). */
-void pipeline_new_id(char *out, size_t len);
 
 /*
  * Insert an INITIALIZED pipeline and its CREATED event. 0 with out_id set;
@@ -123,9 +63,6 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
 int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, pipeline_status to,
                               const char *message, const char *driver, const char *actor,
                               uint64_t lock_session, char *err, size_t errlen);
-
-/* The most deploy slots one environment may have (deploy { concurrency }). */
-#define DEPLOY_SLOTS_MAX 100
 
 /* What pipeline_store_transition_ex does beside the transition (issue 26). */
 typedef struct pipeline_transition_extra {
@@ -208,105 +145,6 @@ void pipeline_transition_call_init(pipeline_transition_call *t);
  * account lacks EXECUTE): transitions then take five statements. */
 bool pipeline_store_transition_calls(void);
 
-/* 1 found (*out filled, pipeline_clear it), 0 not found, PSTORE_DB. */
-int pipeline_store_get(db_conn *c, const char *id, pipeline *out, char *err, size_t errlen);
-
-/*
- * Pipelines whose status is in the mask (bit per pipeline_status; 0 = all),
- * oldest first, at most `limit` (0 = no limit). When min_age_s > 0, only those
- * that have been in their status for at least that many seconds, computed in
- * SQL against NOW(6). 0 with out and n set, or PSTORE_DB.
- */
-int pipeline_store_list(db_conn *c, unsigned status_mask, double min_age_s, size_t limit,
-                        pipeline **out, size_t *n, char *err, size_t errlen);
-
-/*
- * Like pipeline_store_list (no age filter, no limit), each with lock_owner:
- * the connection id holding its lock oops:pipeline:ID, 0 when free — so a
- * server asks GET_LOCK only for pipelines nobody drives.
- */
-int pipeline_store_list_owned(db_conn *c, unsigned status_mask, pipeline **out, size_t *n,
-                              char *err, size_t errlen);
-
-/* What pipeline_store_scan lists; zero-initialise, then set what matters. */
-typedef struct pipeline_list_opts {
-    unsigned status_mask; /* bit per pipeline_status; 0 = all */
-    double min_age_s;     /* > 0: in their status for at least that long (NOW(6)) */
-    size_t limit;         /* at most this many rows; 0 = no limit */
-    bool owned;           /* fill lock_owner (IS_USED_LOCK of oops:pipeline:ID) */
-    /* Both set: only the rows after (after_created, after_id) in the list's
-     * order — the next page after the last row of the previous one. */
-    const char *after_created, *after_id;
-    /* nids > 0: only these pipelines (primary key lookups), at most
-     * PIPELINE_IDS_MAX: a server reads the ones it holds by id. */
-    const char *const *ids;
-    size_t nids;
-} pipeline_list_opts;
-
-#define PIPELINE_IDS_MAX 1000
-
-/*
- * The general form of the two lists above, oldest first (created_at, id),
- * read a page at a time with limit and after_*: a caller streams any number
- * of pipelines holding one page. 0 with out and n set, or PSTORE_DB.
- */
-int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out, size_t *n,
-                        char *err, size_t errlen);
-
-/*
- * The free candidates of a scan: ids of the pipelines in the statuses of
- * status_mask whose lock oops:pipeline:ID no session holds, oldest first
- * (created_at, id), at most `limit` (1..65535). One statement; each status is
- * read in the order of the index ix_pipeline_status_created and stops at
- * `limit` free rows, so the cost is what is taken (plus the held rows before
- * them), not how many pipelines are active or finished. deploy_requested:
- * BUILD_SUCCEEDED rows only when a deploy was requested (a manual pipeline
- * waiting for its release is nobody's work). 0 with out (n strings, free
- * with pipeline_ids_free) or PSTORE_DB.
- */
-int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested, size_t limit,
-                        char ***out, size_t *n, char *err, size_t errlen);
-void pipeline_ids_free(char **v, size_t n);
-
-/* What pipeline_store_query selects; zero-initialise, then set what matters. */
-typedef struct pipeline_query {
-    unsigned status_mask;                              /* bit per pipeline_status; 0 = any */
-    const char *namespace, *application, *environment; /* NULL = any (else a DNS label) */
-    unsigned long long since_ms; /* > 0: created within that many ms of NOW(6) */
-    size_t recent; /* > 0: only the unfinished ones (status not SUCCEEDED, ERROR or STOPPED:
-                      BUILD_SUCCEEDED counts as unfinished) plus the `recent` most recently
-                      created finished ones; 0 = every match */
-    size_t limit;  /* at most this many rows; 0 = no limit */
-    bool actors;   /* also read each one's `actor` (one index-served subquery per row) */
-} pipeline_query;
-
-/*
- * The pipelines matching q, newest first (created_at DESC, id DESC), each
- * filter applied in SQL (namespace/application/environment by equality,
- * served by ix_pipeline_app). 0 with out and n set (pipeline_list_free),
- * PSTORE_BAD when a name is not a DNS label (no SQL sent), or PSTORE_DB.
- */
-int pipeline_store_query(db_conn *c, const pipeline_query *q, pipeline **out, size_t *n, char *err,
-                         size_t errlen);
-
-/*
- * The releases and rollbacks of namespace/application/environment that went
- * live — SUCCEEDED, newest first by status_changed_at, then created_at, then
- * id: the first of them is the live one, the "current release" of
- * pipeline_store_rollback_target — after the unfinished one, if any
- * (INITIALIZED, RUNNING, DEPLOYING, ROLLING_OUT: at most one). ERROR and
- * STOPPED pipelines never went live and are left out, and so is a manual
- * pipeline waiting in BUILD_SUCCEEDED (pipeline_store_query lists those). At most `limit` rows (0 =
- * all). 0 with out and n set, PSTORE_BAD for a name that is not a DNS label, PSTORE_DB.
- */
-int pipeline_store_history(db_conn *c, const char *namespace, const char *application,
-                           const char *environment, size_t limit, pipeline **out, size_t *n,
-                           char *err, size_t errlen);
-
-/* The event trail of one pipeline, oldest first. */
-int pipeline_store_events(db_conn *c, const char *id, pipeline_event_row **out, size_t *n,
-                          char *err, size_t errlen);
-
 /*
  * Mark a BUILD_SUCCEEDED manual pipeline as requested for deploy. 1 done,
  * 0 when it was not BUILD_SUCCEEDED (stale read, or already requested), PSTORE_DB.
@@ -333,69 +171,5 @@ int pipeline_store_override(db_conn *c, const char *id, const char *actor, const
  * server), and the audit row; the message names op->actor. */
 int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
                                const pipeline_operator *op, char *err, size_t errlen);
-
-/* ---- the audit log (operator_action) ---------------------------------- */
-
-/* An operator's action that changed nothing (outcome "stale": the state
- * changed concurrently; "refused": not allowed, e.g. the pipeline already
- * finished; "already": done before), recorded on its own, with detail (the
- * message the operator got, cut to at most 300 bytes at a character
- * boundary). Any of id, ns, app, env may be NULL. 0 or PSTORE_DB. */
-int pipeline_store_audit_refusal(db_conn *c, const pipeline_operator *op, const char *action,
-                                 const char *id, const char *ns, const char *app, const char *env,
-                                 const char *outcome, const char *detail, const char *via,
-                                 char *err, size_t errlen);
-
-typedef struct pipeline_audit_query {
-    unsigned long long since_ms; /* > 0: only newer ones */
-    const char *actor;           /* NULL: every actor */
-    const char *namespace;       /* with application: one application */
-    const char *application;
-    const char *environment; /* NULL: every environment */
-    size_t limit;            /* rows at most (required) */
-} pipeline_audit_query;
-
-typedef struct pipeline_audit_row {
-    long long id;
-    char *created_at, *actor, *action, *pipeline_id, *namespace, *application, *environment,
-        *reason, *outcome, *detail, *via;
-} pipeline_audit_row;
-
-/* Operator actions, newest first (index-served: by created_at, by actor, or
- * by application). 0 with *out (pipeline_audit_free) and *n, PSTORE_DB. */
-int pipeline_store_audit(db_conn *c, const pipeline_audit_query *q, pipeline_audit_row **out,
-                         size_t *n, char *err, size_t errlen);
-void pipeline_audit_free(pipeline_audit_row *v, size_t n);
-
-/*
- * The release a rollback of namespace/application/environment redeploys
- * (REFERENCE.md 9: a SUCCEEDED pipeline with an artifact). Read only.
- *
- * Without `to` (NULL): the current release is the most recent SUCCEEDED
- * pipeline of that application and environment (by status_changed_at, then
- * created_at, then id); the target is the most recent SUCCEEDED one before
- * it whose artifact is neither NULL nor empty and differs from the current
- * release's. With `to`: that pipeline, which must exist, be SUCCEEDED,
- * belong to that application and environment and have an artifact.
- *
- * 0 with *out filled (pipeline_clear it); PSTORE_BAD with a one-line reason
- * in err (`shop/api prod has no SUCCEEDED release`, `... has no earlier
- * SUCCEEDED release to roll back to (current: ID, artifact "X")`,
- * `no pipeline with id "ID"`, `pipeline ID is ERROR, not SUCCEEDED`,
- * `pipeline ID belongs to shop/web staging, not shop/api prod`,
- * `pipeline ID has no artifact`; values quoted with pipeline_quote);
- * PSTORE_DB.
- */
-int pipeline_store_rollback_target(db_conn *c, const char *namespace, const char *application,
-                                   const char *environment, const char *to, pipeline *out,
-                                   char *err, size_t errlen);
-
-/*
- * The unfinished pipeline (INITIALIZED, RUNNING, DEPLOYING, ROLLING_OUT) of
- * namespace/application/environment, the one the unique unfinished_key
- * allows: 1 found (*out filled, pipeline_clear it), 0 none, PSTORE_DB.
- */
-int pipeline_store_unfinished(db_conn *c, const char *namespace, const char *application,
-                              const char *environment, pipeline *out, char *err, size_t errlen);
 
 #endif

@@ -499,7 +499,7 @@ static const char *const v11[] = {
  * (held) is unfinished: nothing else is released beside it. deploy_slot: one
  * row per environment and slot number, naming the pipeline that deploys in
  * it; a slot whose pipeline is no longer DEPLOYING or ROLLING_OUT is free
- * (pipeline_store.c, slot_claim). Additive but for unfinished_key, which no
+ * (deploy_slot.c, deploy_slot_claim). Additive but for unfinished_key, which no
  * schema-11 server's pipeline can break: they never leave an automatic
  * pipeline in BUILD_SUCCEEDED. */
 static const char *const v12[] = {
