@@ -304,7 +304,7 @@ function oops.db.statements() end
 ---@return true
 function oops.db.pool(n) end
 
------------------------------------------------------------- store (oops_db.c)
+--------------------------------------------------------- store (oops_store.c)
 
 ---@class oops.store
 oops.store = {}

@@ -277,6 +277,7 @@ static int luaopen_oops(lua_State *L)
     oops_open_log(L);
     oops_open_timer(L);
     oops_open_db(L);
+    oops_open_store(L);
     oops_open_locks(L);
     oops_open_cron(L);
     oops_open_proc(L);

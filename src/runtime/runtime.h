@@ -86,6 +86,7 @@ void runtime_wake_sleepers(runtime *rt);
 void oops_open_log(lua_State *L);
 void oops_open_timer(lua_State *L);
 void oops_open_db(lua_State *L);
+void oops_open_store(lua_State *L);
 void oops_open_locks(lua_State *L);
 void oops_open_cron(lua_State *L);
 void oops_open_proc(lua_State *L);
