@@ -67,7 +67,8 @@ add_custom_target(oops_version
                   BYPRODUCTS ${OOPS_VERSION_HEADER}
                   COMMENT "oops_version.h: ${PROJECT_VERSION} and git describe"
                   VERBATIM)
-# The runtime (daemon.c: start line, /status, oops_build_info) and both
+# The runtime (the daemon's files daemon*.c: start line, /status, the
+# heartbeat, oops_build_info) and both
 # entry points (--version) include it.
 target_include_directories(oops_runtime PUBLIC ${OOPS_GENERATED_DIR})
 foreach(t oops_runtime oopsd oopsctl)

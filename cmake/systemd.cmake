@@ -1,5 +1,5 @@
 # systemd (issue 13): the notify protocol and the watchdog from libsystemd
-# (sd_notify, sd_watchdog_enabled: src/runtime/daemon.c), the unit file
+# (sd_notify, sd_watchdog_enabled: src/runtime/daemon_notify.c), the unit file
 # (contrib/systemd/oopsd.service) and the test's datagram receiver
 # (tests/tools/notify_sink.c, tests/integration/systemd.sh).
 # Without NOTIFY_SOCKET in its environment, oopsd sends nothing.

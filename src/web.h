@@ -10,7 +10,7 @@
  *   - whether a --listen address is loopback (the token is required when it
  *     is not).
  * The data the page shows comes from the Lua engine (lua/oops/web.lua);
- * daemon.c routes the requests.
+ * daemon_http.c routes the requests (daemon_actions.c the page's actions).
  */
 #ifndef OOPS_WEB_H
 #define OOPS_WEB_H
