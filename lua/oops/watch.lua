@@ -201,8 +201,8 @@ local function act(a, target)
     if a.won then oops.db.own("SELECT RELEASE_LOCK(?) AS released", SERVER .. target.name) end
     takeover_at = oops.now_ms()
     oops.metrics.inc("oops_takeovers_total")
-    log.info("taking over: " .. target.name .. (a.won and " is gone (its name lock came free)" or
-      "'s lock session ended between two waits (its name lock has another session now)"), { scan = "watch" })
+    log.info("taking over: " .. target.name .. " is gone (" .. (a.won and "its name lock came free" or
+      "its lock session ended between two waits") .. ")", { scan = "watch" })
     for _, scan in ipairs { "build", "rollout" } do wake(scan) end
     for _, scan in ipairs(LEADERS) do wake(scan) end
     return
