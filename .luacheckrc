@@ -5,7 +5,7 @@
 --
 -- What is configured here is the languages the files are written in: Lua 5.4
 -- for the engine, specs, bench and tools; busted's globals in specs; the
--- policy language (the sandbox of lua/oops/policy.lua) for policy files; the
+-- policy language (the sandbox of lua/oops/policy/) for policy files; the
 -- scenario runner's functions (lua/oops/scenario/init.lua) for scenarios.
 -- Everything else luacheck reports is fixed in the code, or ignored for one
 -- file or line with the reason next to it.
@@ -31,13 +31,13 @@ exclude_files = {
 
 ---------------------------------------------------------------- the policy language
 
--- What a policy file can read (lua/oops/policy.lua, File:environment): the
--- declarations of File:language, the safe standard library of stdlib() (the
--- library tables are copies; string.dump, math.randomseed and everything of
--- os but getenv/time/date are left out), and the hooks of M.HOOKS, the only
--- globals a file may assign. Not lua54: a name the sandbox refuses (io,
--- print, require, setmetatable, ...) is an error at load time, so luacheck
--- reports it too.
+-- What a policy file can read (lua/oops/policy/sandbox.lua, File:environment):
+-- the declarations of File:language, the safe standard library of stdlib()
+-- (the library tables are copies; string.dump, math.randomseed and everything
+-- of os but getenv/time/date are left out), and the hooks of policy.HOOKS
+-- (lua/oops/policy/keys.lua), the only globals a file may assign. Not lua54:
+-- a name the sandbox refuses (io, print, require, setmetatable, ...) is an
+-- error at load time, so luacheck reports it too.
 stds.policy = {
   read_globals = {
     -- File:language

@@ -4,7 +4,7 @@
  *
  * lua_cov_install(L, dir) hooks every line that runs in a Lua file under
  * `dir` and counts (previous line, this line) edges in libFuzzer's extra
- * counters. Code that sets hooks of its own (policy.lua's instruction
+ * counters. Code that sets hooks of its own (policy/sandbox.lua's instruction
  * limit through debug.sethook, the sandbox's C hook) keeps working: this
  * file interposes lua_sethook/lua_gethook* (the harness exports them, so
  * liblua's own calls land here too), installs one hook per thread that

@@ -38,7 +38,7 @@ const char *pipeline_event_type(pipeline_status to);
 
 /*
  * Names. Namespace, application and environment are lowercase DNS labels,
- * the policy's own rule (is_label in lua/oops/policy.lua):
+ * the policy's own rule (is_label in lua/oops/policy/values.lua):
  * ^[a-z0-9]([a-z0-9-]*[a-z0-9])?$, at most 63 characters. The database
  * compares them byte for byte (utf8mb4_nopad_bin), so "SHOP" or "shop "
  * would be other names: they are refused before they are stored.

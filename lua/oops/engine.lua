@@ -50,7 +50,7 @@ function M.policy() return current and current.policy end
 function M.gateway() return current and current.gateway end
 
 -- Load and validate every policy file in dir; when apply, make it the
--- running policy; simulate: oopsd --simulate's webhook URL (policy.lua).
+-- running policy; simulate: oopsd --simulate's webhook URL (policy/init.lua).
 -- true | false, {errors}.
 local said_simulated = false
 function M.load(dir, apply, simulate)

@@ -58,7 +58,7 @@ local function whose(p, me)
 end
 
 -- A lowercase DNS label, the policy's rule for namespaces, applications and
--- environments (policy.lua's is_label).
+-- environments (policy/values.lua's is_label).
 local function is_label(s)
   return type(s) == "string" and #s <= 63 and (s:match("^[a-z0-9]$") or s:match("^[a-z0-9][a-z0-9-]*[a-z0-9]$")) ~= nil
 end

@@ -17,7 +17,7 @@ out=$(DESTDIR="$tmp/stage" cmake --install "$OOPS_BUILD" --prefix /opt/oopsd 2>&
 is "$?" 0 "cmake --install into a staging prefix exits 0" || printf '%s\n' "$out" | sed 's/^/#   /'
 p="$tmp/stage/opt/oopsd"
 missing=""
-for f in bin/oopsd bin/oopsctl share/oopsd/lua/oops/engine.lua share/oopsd/lua/oops/policy.lua \
+for f in bin/oopsd bin/oopsctl share/oopsd/lua/oops/engine.lua share/oopsd/lua/oops/policy/init.lua \
   share/oopsd/lua/oops/scans/build.lua share/oopsd/lua/oops/gateways/simulated.lua \
   share/oopsd/lua/oops/scenario/init.lua share/oopsd/lua/oops/scenario/cli.lua \
   share/bash-completion/completions/oopsctl etc/oopsd/policies/apps.lua etc/oopsd/policies/oopsd.lua; do

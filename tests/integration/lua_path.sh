@@ -13,7 +13,7 @@ work=$(mktemp -d "${OOPS_TEST_WORK:-/tmp}/lua_path.XXXXXX")
 trap 'stop_servers; rm -rf "$work"' EXIT
 unset OOPS_LUA_DIR
 marks="$work/marks" plant="$work/cwd" pol="$work/policies"
-mkdir -p "$marks" "$plant/oops" "$pol"
+mkdir -p "$marks" "$plant/oops/policy" "$pol"
 cp "$OOPS_ROOT/tests/fixtures/policies/fast/oopsd.lua" "$pol/"
 printf 'application "shop/web" { environments = { "prod" } }\n' >"$pol/apps.lua"
 
@@ -26,7 +26,7 @@ planted "$plant/cjson.lua" cjson
 planted "$plant/lfs.lua" lfs
 planted "$plant/oops/engine.lua" engine
 planted "$plant/oops/json.lua" json
-planted "$plant/oops/policy.lua" policy
+planted "$plant/oops/policy/init.lua" policy
 ran() { ls "$marks" | paste -sd' '; }
 # What an operator's or a user's environment may add: relative entries.
 export LUA_PATH="./?.lua;./?/init.lua;;" LUA_CPATH="./?.so;;"
