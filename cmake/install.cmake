@@ -82,6 +82,10 @@ set(OOPS_CONFDIR "" CACHE PATH
 
 install(TARGETS oopsd oopsctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # PREFIX/share/oopsd/lua, not CMAKE_INSTALL_DATADIR: src/paths.h looks exactly there.
+# The engine's tree is replaced whole: an install over an older one must not
+# keep a module that moved (lua/oops/policy.lua became lua/oops/policy/, and
+# Lua would still find the old file first).
+install(CODE "file(REMOVE_RECURSE \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/share/oopsd/lua/oops\")")
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/lua/oops DESTINATION share/oopsd/lua
         FILES_MATCHING PATTERN "*.lua")
 install(FILES ${CMAKE_SOURCE_DIR}/contrib/bash-completion/oopsctl

@@ -32,7 +32,11 @@ check "the bash completion loads and completes oopsctl's commands" \
 
 # An operator's edit of an installed policy survives a reinstall; the shipped one goes beside it.
 echo '-- edited' >>"$p/etc/oopsd/policies/apps.lua"
+# A module an older version installed where the engine no longer has it (policy.lua
+# became policy/, and Lua finds oops/policy.lua first): a reinstall removes it.
+echo 'error("stale")' >"$p/share/oopsd/lua/oops/policy.lua"
 DESTDIR="$tmp/stage" cmake --install "$OOPS_BUILD" --prefix /opt/oopsd >/dev/null 2>&1
+check "a reinstall leaves no engine module of an older install behind" test ! -e "$p/share/oopsd/lua/oops/policy.lua"
 like "$(tail -n 1 "$p/etc/oopsd/policies/apps.lua")" "^-- edited$" "a reinstall keeps an edited policy file"
 check "... and writes the shipped one as apps.lua.dist" cmp "$OOPS_ROOT/policies/apps.lua" "$p/etc/oopsd/policies/apps.lua.dist"
 rm "$p/etc/oopsd/policies/apps.lua.dist"; cp "$OOPS_ROOT/policies/apps.lua" "$p/etc/oopsd/policies/apps.lua"
