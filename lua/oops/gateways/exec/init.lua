@@ -1,6 +1,10 @@
--- The exec gateway: each application's build, deploy, health and restart
--- commands from the policy, run as child processes on the loop (argv only,
--- never a shell), each with its timeout (DESIGN.md, "The engine").
+-- The exec gateway as an object: a Gateway per policy, the state it keeps
+-- per pipeline (handed to the next one at a reload), the processes it runs
+-- and how it stops them; M.new binds gateway.lua's interface to it.
+--
+-- The exec gateway runs each application's build, deploy, health and
+-- restart commands from the policy as child processes on the loop (argv
+-- only, never a shell), each with its timeout (DESIGN.md, "The engine").
 --
 --   application "shop/api" {
 --     build   = { "./build.sh", "TAG={artifact}" },  deploy = { ... },
@@ -14,10 +18,7 @@
 --               status = { "./ci", "status", "{job}" },
 --               cancel = { "./ci", "cancel", "{job}" } },
 --
--- This file is the gateway as an object: a Gateway per policy, the state it
--- keeps per pipeline (handed to the next one at a reload), the processes it
--- runs and how it stops them; M.new binds gateway.lua's interface to it.
--- Its other parts, one concept a file:
+-- The gateway's other parts, one concept a file:
 --   exec/argv.lua             placeholders: every argv built from a pipeline's
 --                             fields, refused where a field would be an option
 --   exec/apps.lua             an application of the policy: found by name, its

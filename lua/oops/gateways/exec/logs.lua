@@ -1,7 +1,7 @@
--- What an exec gateway command run leaves: its output (the last
--- OUTPUT_CAP bytes, stdout and stderr interleaved), the one line naming how
--- it ended (for the log and the step's error), and its pipeline_log row
--- (one per command run; `oopsctl logs ID`).
+-- What an exec gateway command run leaves: its output (stdout and stderr
+-- interleaved, the last exec.OUTPUT_CAP bytes), the one line naming how it
+-- ended (for the log and the step's error), and its pipeline_log row (one
+-- per command run; `oopsctl logs ID`).
 local oops = require("oops")
 local log = require("oops.log")
 local duration = require("oops.duration")
