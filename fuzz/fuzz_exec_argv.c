@@ -1,5 +1,5 @@
 /* fuzz_exec_argv — the exec gateway's argv building: M.substitute,
- * M.refusal and M.check_handle of lua/oops/gateways/exec.lua, in the
+ * M.refusal and M.check_handle of lua/oops/gateways/exec/argv.lua, in the
  * daemon's own runtime (runtime_new: the `oops` module the gateway needs).
  *
  * The input's first byte is a separator; the rest, split at it, is:

@@ -8,7 +8,7 @@
 --   probe(target)   → {pods} | nil, err
 -- A failure may carry a third value, "invalid": the gateway refused to run
 -- a command for it (an argument that would be taken for an option:
--- exec.lua's M.substitute). The scans fail the pipeline at once with
+-- exec/argv.lua's M.substitute). The scans fail the pipeline at once with
 -- messages.refused, rather than asking again.
 -- Optional:
 --   build_orphans(limit) → { pipeline id... } | nil, err: STOPPED or ERROR

@@ -81,7 +81,7 @@ end
 --   - with the exec gateway, no command of the application may expand to an
 --     argument that starts with "-" where the policy's argument does not,
 --     nor put a control character into one, whatever field fills it: the
---     source's values ({source.KEY}) included (exec.lua's M.refusal names
+--     source's values ({source.KEY}) included (exec/argv.lua's M.refusal names
 --     the command, the argument and the field).
 function M.refusal(pol, p)
   local app = tostring(p.namespace) .. "/" .. tostring(p.application)

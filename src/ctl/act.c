@@ -28,7 +28,7 @@
 /* The servers' own checks, before anything is created: the application is
  * declared, the environment one of its environments, and (exec gateway) no
  * command of it would take a field of the new pipeline for an option
- * (exec.lua's refusal, as pipelines.refusal runs it before every step). */
+ * (exec/argv.lua's refusal, as pipelines.refusal runs it before every step). */
 static const char POLICY_CHECK[] =
     "local dir, app, env, artifact, source = ...\n"
     "local p, errs = require('oops.policy').load_dir(dir, { cron_parse = "

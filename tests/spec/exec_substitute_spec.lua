@@ -1,4 +1,4 @@
--- The exec gateway's placeholders (lua/oops/gateways/exec.lua): the
+-- The exec gateway's placeholders (lua/oops/gateways/exec/argv.lua): the
 -- pipeline's source reaches build commands as {source} and {source.KEY};
 -- a key the source lacks stops the command before it runs; a value that
 -- would become an option, or holds a control character, is refused.

@@ -98,7 +98,7 @@ end
 
 -- build = { "make", "image" } (one command: a child process of the server
 -- that drives the pipeline) or build = { submit = {...}, status = {...},
--- cancel = {...} } (an external build any server can poll; exec.lua).
+-- cancel = {...} } (an external build any server can poll; exec/external_builds.lua).
 local function app_build(d, t)
   local v = t.build
   if v == nil then return nil end
