@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What MariaDB's thread pool changes for a fleet's connections (README "Sizing
-# the database's connections"): the database's operating-system threads with
+# What MariaDB's thread pool changes for a fleet's connections (doc/guide/database.md,
+# "Sizing the database's connections"): the database's operating-system threads with
 # N idle sessions, and with N sessions waiting in GET_LOCK (a server parked on
 # a neighbour's lock), under thread_handling=one-thread-per-connection (the
 # default) and pool-of-threads. Counts, not timings.

@@ -181,7 +181,7 @@ static int connect_db(ctl *c)
 }
 
 /* Every command but migrate: connected, to a schema of exactly this
- * oopsctl's version (README "Rolling upgrade of a fleet"). */
+ * oopsctl's version (doc/guide/install.md, "Rolling upgrade of a fleet"). */
 int open_db(ctl *c)
 {
     int rc = connect_db(c);

@@ -359,8 +359,8 @@ int pipeline_store_transition(db_conn *c, const char *id, pipeline_status from, 
         call_refused = true;
         log_msg(LOG_WARN,
                 "transitions take five statements instead of one: CALL oops_transition2 failed "
-                "(%s); GRANT EXECUTE ON the database to this account (README \"Database "
-                "accounts\")",
+                "(%s); GRANT EXECUTE ON the database to this account (doc/guide/database.md, "
+                "\"Database grants\")",
                 e);
         return transition_tx(c, id, from, to, message, driver, actor, lock_session, NULL, err,
                              errlen);

@@ -382,7 +382,7 @@ static const char *const v7[] = {
  * error rolls back and is raised again unchanged (a second unfinished
  * pipeline is still error 1062). SQL SECURITY INVOKER: it runs with the
  * caller's rights on the tables (SELECT, INSERT, UPDATE); calling it needs
- * EXECUTE (README "Database accounts"; without it the servers fall back to
+ * EXECUTE (doc/guide/database.md, "Database grants"; without it the servers fall back to
  * the five statements and say so). Parameters carry the columns' exact
  * collation (utf8mb4_nopad_bin, v5), so comparisons stay byte for byte.
  * Additive: servers of schema 7 run on it unchanged. */

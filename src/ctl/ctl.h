@@ -50,7 +50,7 @@ const char *secs(const char *ts, char *out, size_t n);
 int db_fail(ctl *c, const char *what, const char *err);
 
 /* Every command but migrate: connected, to a schema of exactly this
- * oopsctl's version (README "Rolling upgrade of a fleet"). */
+ * oopsctl's version (doc/guide/install.md, "Rolling upgrade of a fleet"). */
 int open_db(ctl *c);
 
 /*

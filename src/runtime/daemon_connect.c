@@ -50,7 +50,7 @@ int daemon_take_name_lock(server_state *d)
     return -1;
 }
 
-/* ---- the schema (README "Rolling upgrade of a fleet") -------------------- */
+/* ---- the schema (doc/guide/install.md, "Rolling upgrade of a fleet") ---- */
 
 /*
  * At start: a schema newer than this oopsd knows is refused (exit 1); an

@@ -42,7 +42,7 @@ int daemon_http_flags(server_state *d)
             "oopsd: --listen %s is not a loopback address: the fleet page and its data would be "
             "open to the network; give --http-users FILE or --http-token-file FILE (the bearer "
             "tokens every request but /healthz and the page's own code must carry) and put "
-            "oopsd behind a reverse proxy (README \"The fleet page\")\n",
+            "oopsd behind a reverse proxy (doc/guide/security.md)\n",
             d->o.listen);
         return -1;
     }
@@ -300,7 +300,7 @@ static void on_http(void *ud, const http_incoming *in, http_response *out)
         out->headers = action_path(path) ? ALLOW_API : ALLOW_GET;
         return;
     }
-    if (get && strcmp(path, "/healthz") == 0) { /* open: probes carry no token (README) */
+    if (get && strcmp(path, "/healthz") == 0) { /* open: probes carry no token */
         healthz(d, out);
         return;
     }

@@ -41,7 +41,7 @@ allowed=(
 )
 
 # The servers and oopsctl run as their own account (the run-time grants of
-# README "Database grants"), so
+# doc/guide/database.md "Database grants"), so
 # the log tells their statements from the runner's and this test's.
 run_pw=$(mariadb_password)
 root <<<"CREATE USER 'oopsrun'@'127.0.0.1' IDENTIFIED BY '$run_pw';

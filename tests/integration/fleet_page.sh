@@ -8,8 +8,8 @@
 # elsewhere, a server killed with SIGKILL shows as gone, and when the database
 # freezes (SIGSTOP: a MariaDB of its own) the page says its data is stale, how
 # old, and why (issue 22). Screenshots (laptop, history, phone, stale) go to
-# the work directory, or to docs/ with OOPS_UPDATE_SCREENSHOTS=1 (what README
-# shows).
+# the work directory, or to doc/images/ with OOPS_UPDATE_SCREENSHOTS=1 (what
+# README.md and doc/guide/page.md show).
 set -u
 source "$OOPS_ROOT/tests/lib/tap.sh"
 not_under_sanitizers "a browser against the same C paths fleet_token.sh and fleet_stale.sh cover under the sanitizers"
@@ -97,7 +97,7 @@ done
 
 expect=$(for id in "${!want[@]}"; do printf '"%s":"%s",' "$id" "${want[$id]}"; done)
 shots=$OOPS_TEST_WORK/shots
-[[ ${OOPS_UPDATE_SCREENSHOTS:-} == 1 ]] && shots=$OOPS_ROOT/docs
+[[ ${OOPS_UPDATE_SCREENSHOTS:-} == 1 ]] && shots=$OOPS_ROOT/doc/images
 mkdir -p "$shots"
 out=$(FLEET_URL=$(url s1 /) FLEET_EXPECT="{${expect%,}}" FLEET_HOLD=$hold FLEET_DETAIL=$done_id \
   FLEET_WATCH=$rolling FLEET_RELEASE_CMD="sql \"DELETE FROM sim_job WHERE pipeline_id = 'shop/media/prod'\"" \

@@ -1,11 +1,12 @@
-# Least privilege and schema versions. The SQL of README "Database grants" is
-# run as written (only the client host and the passwords replaced) on a
-# MariaDB of this test's own with TLS (its accounts REQUIRE SSL): oopsctl
-# migrate works as `oopsd_migrate`; real servers connected as `oopsd` (rows
-# only) wait for that migration, then drive pipelines, restarts, alerts,
-# notifications and a takeover (a scenario) and the exec gateway. Then the
-# schema checks (README "Rolling upgrade of a fleet"): a newer schema is
-# refused at start (oopsd, oopsctl), an older one is never driven.
+# Least privilege and schema versions. The SQL of "Database grants"
+# (doc/guide/database.md) is run as written (only the client host and the
+# passwords replaced) on a MariaDB of this test's own with TLS (its accounts
+# REQUIRE SSL): oopsctl migrate works as `oopsd_migrate`; real servers
+# connected as `oopsd` (rows only) wait for that migration, then drive
+# pipelines, restarts, alerts, notifications and a takeover (a scenario) and
+# the exec gateway. Then the schema checks ("Rolling upgrade of a fleet",
+# doc/guide/install.md): a newer schema is refused at start (oopsd, oopsctl),
+# an older one is never driven.
 set -u
 source "$OOPS_ROOT/tests/lib/tap.sh"
 source "$OOPS_ROOT/tests/lib/oopsd.sh"
@@ -25,10 +26,10 @@ oopsd="$OOPS_BUILD/oopsd" ctl="$OOPS_BUILD/oopsctl"
 root() { mariadb "${MDB_ADMIN[@]}" -N -B "$@"; } # the socket, as our OS user (unix_socket)
 latest=13 # schema_latest() of this build; checked below against `oopsctl migrate`
 
-# The README's statements, as written.
-grants=$(awk '/^## Database grants/ {on = 1; next} /^## / {on = 0} on' "$OOPS_ROOT/README.md" |
+# The guide's statements, as written.
+grants=$(awk '/^## Database grants/ {on = 1; next} /^## / {on = 0} on' "$OOPS_ROOT/doc/guide/database.md" |
   awk '/^```sql/ {on = 1; next} /^```/ {on = 0} on')
-is "$(grep -c '^GRANT ' <<<"$grants")" 2 "README \"Database grants\" holds two GRANT statements"
+is "$(grep -c '^GRANT ' <<<"$grants")" 2 "doc/guide/database.md \"Database grants\" holds two GRANT statements"
 run_pw=$(mariadb_password) mig_pw=$(mariadb_password)
 sql_text=$(sed -e "s/'10\.0\.0\.%'/'127.0.0.1'/g" -e "s/'a long random password'/'$run_pw'/" \
   -e "s/'another long random password'/'$mig_pw'/" <<<"$grants")
@@ -68,7 +69,7 @@ unset 'SRV_PID[gw1]'
 
 # --- a scenario: two servers with the run-time grants -----------------------
 cat >"$work/least_privilege.lua" <<'EOF'
--- Servers connected with the run-time grants only (README "Database grants"):
+-- Servers connected with the run-time grants only ("Database grants"):
 -- tests/lib/workload.lua (pipelines auto, manual and stopped through a
 -- driver's SIGKILL, scheduled restarts, an alert episode, webhook
 -- notifications). The runner itself uses the test's own account.
