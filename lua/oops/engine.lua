@@ -115,6 +115,14 @@ function M.pause(def, pol, _t0, _now, db_ms)
   return ms
 end
 
+-- A scan's run returns pipelines.MORE when it left work it could take at
+-- once (it took its whole share of new pipelines, scan.max_new, and more were
+-- free): its next tick starts as soon as this one ends, not at the next
+-- multiple of its interval. Under a backlog a server drives at the speed of
+-- its ticks, not of its cadence; a tick's work stays bounded by max_new, and
+-- an idle or merely busy server (nothing left to take) keeps its cadence.
+M.MORE = require("oops.pipelines").MORE
+
 -- Scans inside a tick now: the watcher parks the server's own connection
 -- only once they are done (their calls need it), or a while after its answer.
 local ticking = 0
@@ -146,10 +154,12 @@ local function loop(def)
   while running do
     local cur = current
     local t0 = oops.now_ms()
+    local more = false
     if oops.locks.is_up() then
       ticking = ticking + 1
       local ok, err = xpcall(scan.run, debug.traceback, cur.policy, cur.gateway)
       ticking = ticking - 1
+      more = ok and err == M.MORE
       oops.metrics.inc("oops_scan_runs_total", labels(name))
       M.observe_duration(name, (oops.now_ms() - t0) / 1000)
       if not ok then
@@ -157,7 +167,9 @@ local function loop(def)
         log.failure("scan", err, { scan = name })
       end
     end
-    if not nap(name, M.pause(def, current.policy, t0, oops.now_ms())) then break end
+    local pause = more and 0 or M.pause(def, current.policy, t0, oops.now_ms())
+    if more then oops.metrics.inc("oops_scan_backlog_ticks_total", labels(name)) end
+    if not nap(name, pause) then break end
   end
 end
 

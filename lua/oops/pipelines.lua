@@ -9,6 +9,7 @@ local msg = require("oops.messages")
 local show = require("oops.duration").show
 local leader = require("oops.leader")
 local watch = require("oops.watch")
+local share = require("oops.share")
 
 local M = {}
 
@@ -24,6 +25,16 @@ function M.lock_id(name)
   end
 end
 
+-- What a scan's tick returns when it took a full share of new pipelines and
+-- more were free: the engine ticks it again at once (engine.lua).
+M.MORE = "more"
+
+-- Has a scan of this server had more to take than it took (M.MORE) within
+-- BACKLOG_MS? Other work of the server (the notifier) gives way meanwhile.
+M.BACKLOG_MS = 2000
+local more_at
+function M.backlog() return more_at ~= nil and oops.now_ms() - more_at < M.BACKLOG_MS end
+
 -- Rows a scan reads per page (oops.store.list's limit): a tick holds one page
 -- of candidates, plus the steps running and the new pipelines it takes.
 M.PAGE = 500
@@ -35,12 +46,18 @@ local DEFAULT_PARALLEL = require("oops.policy").DEFAULTS.scan.parallel
 
 -- Servers alive now: those whose name lock (held for the life of their lock
 -- session) is taken. A SIGKILLed server drops out the moment its session does.
-local LIVE_SQL = "SELECT COUNT(*) FROM server WHERE IS_USED_LOCK(CONCAT(?, name)) IS NOT NULL"
+-- With this server's rank among them, by name (share.lua's ring).
+local LIVE_SQL = "SELECT COUNT(*) AS n, COALESCE(SUM(name < ?), 0) AS r FROM server " ..
+  "WHERE IS_USED_LOCK(CONCAT(?, name)) IS NOT NULL"
 local function live_servers()
-  local rows = oops.db.exec("SELECT (" .. LIVE_SQL .. ") AS n", SERVER_PREFIX)
-  local n = rows and rows[1] and rows[1].n or 1
-  return math.max(n, 1)
+  local rows = oops.db.exec(LIVE_SQL, oops.server_name(), SERVER_PREFIX)
+  local row = rows and rows[1] or {}
+  return math.max(tonumber(row.n) or 1, 1), tonumber(row.r) or 0
 end
+
+-- Per scan: the free pipelines this server left to others at its last tick
+-- (share.pick's `waited`; at most one free answer's ids).
+local waited = {}
 
 -- The live servers of the last tick that took new pipelines: a tick asks
 -- for max_new x this many free ones first, and asks again only when more
@@ -148,14 +165,16 @@ local function slice(v, i, j) return table.move(v, i, j, 1, {}) end
 -- 1. The pipelines held, read by id a page of ids at a time, and stepped as
 --    their page is read.
 -- 2. The new ones: its fair share of the free ones, ceil(free / live
---    servers) but at most the policy's scan.max_new, chosen at random among
---    the oldest (live servers x share) free ones (other servers' ticks take
---    the others: fewer collisions; the oldest go first), in ONE GET_LOCK
---    statement, then read again under their lock and stepped. The free ones
+--    servers) but at most the policy's scan.max_new, those that fall to it
+--    on the ring of live servers first, others' only once they waited a tick
+--    (share.lua: servers do not race for the same rows; the oldest go
+--    first), in ONE GET_LOCK statement, then read again under their lock
+--    and stepped. The free ones
 --    are asked for by one statement that stops after live x max_new of them,
 --    so it never counts or reads the rest.
 -- Steps run side by side (tasks.pool, at most the policy's scan.parallel);
--- returns when all are done, so a tick never overlaps the next. true, or
+-- returns when all are done, so a tick never overlaps the next. true and
+-- whether more free pipelines wait than this tick took (a full share), or
 -- nil, err when reading failed; with the lock session down nothing more is
 -- driven (logged) and it returns true.
 function M.stream(o)
@@ -186,7 +205,7 @@ function M.stream(o)
       if id then held[#held + 1] = id end
     end
   end
-  local down = false
+  local down, more = false, false
   for i = 1, #held, M.PAGE do
     local page, err = oops.store.list { ids = slice(held, i, math.min(i + M.PAGE - 1, #held)),
                                         statuses = o.statuses, lock_owner = true }
@@ -225,24 +244,30 @@ function M.stream(o)
     local limit = max_new * live_hint
     local free, err = free_ids(limit)
     if not free then return fail(err) end
+    if #free == 0 then waited[scan] = nil end
     if #free > 0 then
-      local live = live_servers()
+      local live, rank = live_servers()
       if live > live_hint and #free == limit then
-        free, err = free_ids(max_new * live)
+        limit = max_new * live
+        free, err = free_ids(limit)
         if not free then return fail(err) end
       end
       live_hint = live
-      -- Right after a takeover this server takes every free one (the gone
-      -- server's pipelines, held again in milliseconds); else its fair share.
-      local share = math.min(watch.taking_over() and #free or math.ceil(#free / live), max_new)
-      local window = math.min(#free, live * share)
-      -- A random `share` of the first `window` (a partial Fisher-Yates).
-      for k = 1, share do
-        local j = math.random(k, window)
-        free[k], free[j] = free[j], free[k]
-      end
+      -- Its own on the ring of live servers first, others' only once they
+      -- waited a tick (share.lua); right after a takeover every free one
+      -- (the gone server's pipelines, held again in milliseconds).
+      local pick, fair
+      pick, waited[scan], fair = share.pick { free = free, live = live, rank = rank, max_new = max_new,
+                                              all = watch.taking_over(), waited = waited[scan] }
+      -- A full share (max_new; on the ring its own may be a few short of
+      -- it), and the answer was full (more may be free than it says) or held
+      -- more than this server took: tick again at once.
+      more = fair == max_new and (#free == limit or #free > #pick)
+      if more then more_at = oops.now_ms() end
+      free = pick
+      local share_n = #pick
       local names = {}
-      for k = 1, share do names[k] = M.lock_name(free[k]) end
+      for k = 1, share_n do names[k] = M.lock_name(free[k]) end
       local got, sent = oops.locks.acquire_many(names) -- sent: statements, or why it failed
       if not got then
         log.warn("lock session down: driving nothing new (" .. tostring(sent) .. ")", { scan = scan })
@@ -252,7 +277,7 @@ function M.stream(o)
         oops.metrics.inc("oops_lock_acquire_statements_total", { scan = scan }, sent)
         oops.metrics.inc("oops_lock_acquire_batches_total", { scan = scan })
         local won = {}
-        for k = 1, share do
+        for k = 1, share_n do
           if got[names[k]] then won[#won + 1] = free[k] end
         end
         -- Read again under the lock: what is stepped is what the row says
@@ -273,7 +298,7 @@ function M.stream(o)
     end
   end
   pool:wait()
-  return true
+  return true, more
 end
 
 -- Still ours? A lock lost mid-step (session gone) means: touch nothing more.

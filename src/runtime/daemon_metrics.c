@@ -22,6 +22,14 @@ void daemon_describe_metrics(metrics *m)
                      "operators' answers from the page whose audit row could not be written");
     metrics_add(m, "oops_audit_write_failures_total", "", 0);
     metrics_describe(m, "oops_scan_runs_total", METRIC_COUNTER, "scan ticks run");
+    metrics_describe(m, "oops_scan_backlog_ticks_total", METRIC_COUNTER,
+                     "scan ticks that took a full share of new pipelines with more free, each "
+                     "followed by the next at once");
+    metrics_describe(m, "oops_db_batches_total", METRIC_COUNTER,
+                     "batches of database calls run, on the server's own connection or the "
+                     "pool's");
+    metrics_add(m, "oops_db_batches_total", "conn=\"own\"", 0);
+    metrics_add(m, "oops_db_batches_total", "conn=\"pool\"", 0);
     metrics_describe(m, "oops_scan_errors_total", METRIC_COUNTER,
                      "scan ticks that raised an error");
     metrics_describe(m, "oops_scan_duration_seconds", METRIC_HISTOGRAM, "scan tick durations");

@@ -125,6 +125,7 @@ local STATUSES = { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }
 local function wanted(p) return p.status ~= "BUILD_SUCCEEDED" or p.deploy_requested_at ~= nil or not p.manual end
 local FREE = { statuses = STATUSES, deploy_requested = true }
 
+-- engine.MORE when more free pipelines wait than this tick took.
 function M.run(pol, gw)
   local ok, err = P.stream {
     scan = SCAN, pol = pol, statuses = STATUSES, wanted = wanted, free = FREE,
@@ -135,6 +136,7 @@ function M.run(pol, gw)
     },
   }
   if not ok then error("listing pipelines: " .. tostring(err)) end
+  if err then return P.MORE end
 end
 
 return M

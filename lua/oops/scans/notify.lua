@@ -34,6 +34,7 @@ local watch = require("oops.watch")
 local notify = require("oops.notification")
 local tasks = require("oops.tasks")
 local shown_url = require("oops.url").show
+local P = require("oops.pipelines")
 
 local M = { name = "notify" }
 local SCAN = "notify"
@@ -200,7 +201,7 @@ local function built(tick, row)
   local b = cache.rows[row.id]
   if not b then
     local m, why = message(row)
-    b = { m = m, why = why, json = m and notify.encode(m) }
+    b = { m = m, why = why } -- its JSON: encoded once, when a route that sends it first needs it
     if cache.n >= M.BUILT_MAX then cache.rows, cache.n = {}, 0 end
     cache.rows[row.id], cache.n = b, cache.n + 1
   end
@@ -267,6 +268,7 @@ local function deliver(tick, route, key, row, labels)
     taken(tick, key, row.id)
     return true
   end
+  if b.json == nil and route.kind ~= "log" then b.json = notify.encode(b.m) end
   local ok, why = send[route.kind](route, b.m, b.json)
   if ok then
     o.ok[key] = true
@@ -459,7 +461,10 @@ function M.run(pol)
   end
   -- Each route on its own, side by side: rounds (read, send, mark) while its
   -- batch comes back full, within the tick's budget; no route waits for
-  -- another's round.
+  -- another's round. While this server's scans have a backlog to take
+  -- (pipelines.backlog: a tick took its whole share and more were free), one
+  -- round a tick: the engine comes first, its events are delivered as it
+  -- drives and the rest right after.
   local t0, cache = oops.now_ms(), { rows = {}, n = 0 }
   local steps = {}
   for i, r in ipairs(routes) do
@@ -469,6 +474,7 @@ function M.run(pol)
         local more = run_route(tick, r, keys[i])
         record(tick, keys[i], keys, pol.notify.retry)
       until not more or oops.now_ms() - t0 > M.TICK_BUDGET_MS or not oops.locks.holds(LOCK) or oops.stopping()
+        or P.backlog()
     end
   end
   tasks.all(steps, "notify route")

@@ -170,6 +170,7 @@ function M.run(pol, gw)
     },
   }
   if not ok then error("listing pipelines: " .. tostring(err)) end
+  local more = err -- P.stream's second answer: more free ones wait than this tick took
   if not oops.locks.is_up() then
     log.warn("lock session down: sweeping nothing", { scan = SCAN })
     if gw.prune then gw.prune() end
@@ -180,6 +181,7 @@ function M.run(pol, gw)
   -- What the gateway remembers of pipelines no longer held (let go above,
   -- lost with the lock session, taken by another server) goes now.
   if gw.prune then gw.prune() end
+  if more then return P.MORE end
 end
 
 return M
