@@ -99,35 +99,40 @@ static void put_work(db_calls *s)
     db_pool_put(s->work_lane, NULL);
 }
 
-/* Should a WORK call run on `work` now? When no open pool connection is free
- * and nobody uses or waits for `work`: no connect for a call an idle server
- * makes now and then. While a short call (not a parked wait) uses it, wait
+/* Should a WORK call run on `work` now? When nobody uses or waits for
+ * `work` (an open pool connection left idle then ages out), or when no open
+ * pool connection is free: no connect for a call an idle server makes now
+ * and then. While a short call (not a parked wait) uses it, wait
  * behind it too: with no pool connection open at all, up to
  * DB_CALLS_OWN_QUEUE_MAX calls (an idle tick's scans, stats, heartbeat and
  * orphan checks meet here, each a millisecond or so), else only one. */
 static bool work_is_better(const db_calls *s)
 {
-    if (!s->work || !s->work_lane || db_pool_idle_open(s->pool) > 0)
+    if (!s->work || !s->work_lane)
         return false;
     size_t waiting = db_pool_waiting(s->work_lane);
     if (!db_pool_lent(s->work_lane))
-        return waiting == 0;
+        return waiting == 0; /* free now: the pool's idle connections age out (30 s) */
+    if (db_pool_idle_open(s->pool) > 0)
+        return false;
     if (s->work_parked && uv_now(s->loop) + DB_CALLS_PARK_ENDING_MS < s->work_park_ends_ms)
         return false; /* a long wait still ahead */
     return waiting == 0 || (db_pool_open(s->pool) == 0 && waiting < DB_CALLS_OWN_QUEUE_MAX);
 }
 
-/* Should a batch runner take `work`? Only when it is free this moment (and no
- * open pool connection is): a batch is load, tens of calls at once, and must
- * not queue behind another call there. Queued there, every batch of a busy
- * server ran one after another on that one connection and the pool never
- * opened: the 10,000-pipeline drive waited on it for half its time
- * (bench/README.md, issue 36). An idle tick's lone calls still meet there
- * (work_is_better). */
+/* Should a batch runner take `work`? Only when it is free this moment: a
+ * batch is load, tens of calls at once, and must not queue behind another
+ * call there. Queued there, every batch of a busy server ran one after
+ * another on that one connection and the pool never opened: the
+ * 10,000-pipeline drive waited on it for half its time (bench/README.md,
+ * issue 36). Free, it is taken even when a pool connection is open and idle:
+ * preferring the pool kept that connection alive for good on an idle server
+ * (a third connection after every drive). An idle tick's lone calls still
+ * meet there (work_is_better). */
 static bool work_is_free(const db_calls *s)
 {
-    return s->work && s->work_lane && db_pool_idle_open(s->pool) == 0 &&
-           !db_pool_lent(s->work_lane) && db_pool_waiting(s->work_lane) == 0;
+    return s->work && s->work_lane && !db_pool_lent(s->work_lane) &&
+           db_pool_waiting(s->work_lane) == 0;
 }
 
 /* ---- running ---- */

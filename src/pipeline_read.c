@@ -156,9 +156,12 @@ int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out,
 }
 
 int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested, size_t limit,
-                        char ***out, size_t *n, char *err, size_t errlen)
+                        char ***out, pipeline_status **statuses, size_t *n, char *err,
+                        size_t errlen)
 {
     *out = NULL;
+    if (statuses)
+        *statuses = NULL;
     *n = 0;
     if (limit < 1 || limit > 65535 || !status_mask) {
         snprintf(err, errlen, "a free list takes one status or more and 1 to 65535 rows, not %zu",
@@ -176,7 +179,8 @@ int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested,
         if (!(status_mask & (1u << s)))
             continue;
         len += snprintf(sql + len, sizeof sql - (size_t)len,
-                        "%sSELECT id, created_at FROM (SELECT id, created_at FROM pipeline"
+                        "%sSELECT id, created_at, status FROM (SELECT id, created_at, status"
+                        " FROM pipeline"
                         " WHERE status = ?%s AND IS_USED_LOCK(CONCAT('" OOPS_LOCK_PIPELINE_PREFIX
                         "', id)) IS NULL ORDER BY created_at, id LIMIT ?) f%d",
                         parts ? " UNION ALL " : "",
@@ -196,12 +200,14 @@ int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested,
     if (db_exec(c, sql, p, np, &r, err, errlen))
         return PSTORE_DB;
     *out = calloc(r->nrows ? r->nrows : 1, sizeof **out);
-    if (!*out)
+    if (!*out || (statuses && !(*statuses = calloc(r->nrows ? r->nrows : 1, sizeof **statuses))))
         abort();
     for (size_t i = 0; i < r->nrows; i++) {
         const char *id = db_get(r, i, 0);
         if (!((*out)[i] = strdup(id ? id : "")))
             abort();
+        if (statuses && pipeline_status_parse(db_get(r, i, 2), &(*statuses)[i]) != 0)
+            (*statuses)[i] = PS_INITIALIZED; /* not read: a status this build does not know */
     }
     *n = r->nrows;
     db_result_free(r);

@@ -66,10 +66,12 @@ int pipeline_store_scan(db_conn *c, const pipeline_list_opts *o, pipeline **out,
  * them), not how many pipelines are active or finished. deploy_requested:
  * BUILD_SUCCEEDED rows only when a deploy was requested (a manual pipeline
  * waiting for its release is nobody's work). 0 with out (n strings, free
- * with pipeline_ids_free) or PSTORE_DB.
+ * with pipeline_ids_free) and, when `statuses` is not NULL, each one's status
+ * (n of them, free()) or PSTORE_DB.
  */
 int pipeline_store_free(db_conn *c, unsigned status_mask, bool deploy_requested, size_t limit,
-                        char ***out, size_t *n, char *err, size_t errlen);
+                        char ***out, pipeline_status **statuses, size_t *n, char *err,
+                        size_t errlen);
 void pipeline_ids_free(char **v, size_t n);
 
 /* What pipeline_store_query selects; zero-initialise, then set what matters. */

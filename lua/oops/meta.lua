@@ -445,8 +445,9 @@ function oops.store.list(opts) end
 --- (held by a window, freeze or slot).
 --- Raises on an unknown or missing status or a bad limit.
 ---@param opts {statuses: oops.Status[], limit: integer, deploy_requested?: boolean}
+--- Returns the ids and, in the same order, each one's status.
 ---@return string[]|nil ids
----@return string? msg
+---@return oops.Status[]|string statuses or, on failure, msg
 ---@return oops.ErrorName? name
 function oops.store.free(opts) end
 

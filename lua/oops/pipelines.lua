@@ -242,23 +242,25 @@ function M.stream(o)
                                limit = math.min(n, 65535) }
     end
     local limit = max_new * live_hint
-    local free, err = free_ids(limit)
-    if not free then return fail(err) end
+    local free, statuses = free_ids(limit)
+    if not free then return fail(statuses) end
     if #free == 0 then waited[scan] = nil end
     if #free > 0 then
       local live, rank = live_servers()
       if live > live_hint and #free == limit then
         limit = max_new * live
-        free, err = free_ids(limit)
-        if not free then return fail(err) end
+        free, statuses = free_ids(limit)
+        if not free then return fail(statuses) end
       end
       live_hint = live
       -- Its own on the ring of live servers first, others' only once they
       -- waited a tick (share.lua); right after a takeover every free one
       -- (the gone server's pipelines, held again in milliseconds).
       local pick, fair
-      pick, waited[scan], fair = share.pick { free = free, live = live, rank = rank, max_new = max_new,
-                                              all = watch.taking_over(), waited = waited[scan] }
+      pick, waited[scan], fair = share.pick {
+        free = free, statuses = statuses, live = live, rank = rank, max_new = max_new,
+        all = watch.taking_over(), waited = waited[scan],
+      }
       -- A full share (max_new; on the ring its own may be a few short of
       -- it), and the answer was full (more may be free than it says) or held
       -- more than this server took: tick again at once.

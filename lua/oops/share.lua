@@ -10,12 +10,15 @@
 -- the more of them raced for the same rows: statements per pipeline rose from
 -- 7.2 at 50 servers to 15.0 at 200 (bench/README.md, issue 24).
 --
--- The others' pipelines are taken only once they have waited: free at this
--- server's previous tick too (their slot's server is gone, not yet counted,
--- or slow). Those are picked at random, like before, since every server sees
--- them. So a pipeline whose server does not come waits at most one tick more
--- of another server's; right after a takeover (watch.taking_over) a server
--- takes every free one at once, as before.
+-- The others' new pipelines are taken only once they have waited: free at
+-- this server's previous tick too (their slot's server is gone, not yet
+-- counted, or slow). Those are picked at random, like before, since every
+-- server sees them. So a pipeline whose server does not come waits at most
+-- one tick more of another server's. A free pipeline past its start
+-- (RUNNING, DEPLOYING, ROLLING_OUT: its driver is gone) is nobody's on the
+-- ring: any server takes it at once, so a takeover never waits for a ring
+-- slot; and right after a takeover (watch.taking_over) a server takes every
+-- free one at once, as before.
 --
 -- Pure functions over ids and numbers: spec/share_spec.lua drives them.
 local M = {}
@@ -28,7 +31,12 @@ function M.slot(id, live)
   return h % live
 end
 
--- o: free (ids, oldest first), live (>= 1), rank (this server's, 0-based),
+-- New work, shared on the ring: a pipeline not started yet, or built and
+-- waiting for its deploy (a release requested or automatic).
+M.NEW = { INITIALIZED = true, BUILD_SUCCEEDED = true }
+
+-- o: free (ids, oldest first), statuses (each one's, or nil: all new),
+-- live (>= 1), rank (this server's, 0-based),
 -- max_new, all (take any: a takeover), waited (set of ids free at this
 -- server's previous tick, or nil), random (function(m, n), default
 -- math.random). Returns the ids to ask locks for (at most the fair share,
@@ -47,15 +55,18 @@ function M.pick(o)
   local rank = o.rank or 0
   if rank >= live then live = rank + 1 end -- not counted live yet: a ring with us on it
   local others = {}
-  for _, id in ipairs(free) do
+  local statuses = o.statuses
+  for i, id in ipairs(free) do
     if live == 1 or M.slot(id, live) == rank then
       if #picked < share then picked[#picked + 1] = id end
+    elseif statuses and not M.NEW[statuses[i]] then
+      others[#others + 1] = id -- a gone driver's: anyone's, at once
     else
       left[id] = true
       if o.waited and o.waited[id] then others[#others + 1] = id end
     end
   end
-  -- Room left: the others' that waited a tick, a random few of them.
+  -- Room left: gone drivers' and the others' that waited a tick, a random few.
   local room = math.min(share - #picked, #others)
   for k = 1, room do
     local j = random(k, #others)

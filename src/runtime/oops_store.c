@@ -97,6 +97,7 @@ typedef struct store_call {
     /* list's ids (its own copies), free's answer */
     char **idv;
     size_t nidv;
+    pipeline_status *statusv; /* free's: each id's status */
     bool requested;
     /* transition with extras */
     pipeline_status from, to;
@@ -128,6 +129,7 @@ static void store_free(db_call *b)
     pipeline_list_free(s->v, s->nv);
     pipeline_events_free(s->ev, s->nv);
     pipeline_ids_free(s->idv, s->nidv);
+    free(s->statusv);
     free(s);
 }
 
@@ -478,7 +480,7 @@ static void free_run(db_call *b)
 {
     store_call *s = (store_call *)b;
     store_ran(b, pipeline_store_free(b->conn, s->opts.status_mask, s->requested, s->opts.limit,
-                                     &s->idv, &s->nidv, s->err, sizeof s->err));
+                                     &s->idv, &s->statusv, &s->nidv, s->err, sizeof s->err));
 }
 
 static int free_push(lua_State *L, db_call *b)
@@ -491,11 +493,17 @@ static int free_push(lua_State *L, db_call *b)
         lua_pushstring(L, s->idv[i]);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    return 1;
+    lua_createtable(L, (int)s->nidv, 0);
+    for (size_t i = 0; i < s->nidv; i++) {
+        lua_pushstring(L, pipeline_status_name(s->statusv[i]));
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 2;
 }
 
 /* oops.store.free{statuses = {...}, limit = n, deploy_requested = bool} -> ids of the oldest
- * pipelines in those statuses whose lock nobody holds, oldest first, at most n (1..65535);
+ * pipelines in those statuses whose lock nobody holds, oldest first, at most n (1..65535),
+ * and each one's status (a second array, in the same order);
  * deploy_requested: BUILD_SUCCEEDED ones only with a deploy request, or automatic (held by a
  * window, freeze or slot). */
 static int l_free(lua_State *L)

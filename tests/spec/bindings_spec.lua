@@ -646,6 +646,12 @@ describe("oops.store (needs OOPS_TEST_DB)", function()
     assert(oops.db.exec("UPDATE pipeline SET deploy_requested_at = NOW(6) WHERE id = ?", b))
     local _, p5 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535, deploy_requested = true }
     assert.is_true(p5[a] < p5[b] and p5[b] < p5[c])
+    -- Each one's status beside it (share.lua tells new work from a gone driver's).
+    local ids5, st5 = assert(oops.store.free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535,
+                                               deploy_requested = true })
+    assert.are.equal(#ids5, #st5)
+    assert.are.equal("BUILD_SUCCEEDED", st5[p5[b]])
+    assert.are.equal("INITIALIZED", st5[p5[a]])
     assert(oops.db.exec("UPDATE pipeline SET deploy_requested_at = NULL, deploy_mode = 'auto' WHERE id = ?", b))
     local _, p6 = free { statuses = { "INITIALIZED", "BUILD_SUCCEEDED" }, limit = 65535, deploy_requested = true }
     assert.is_true(p6[a] < p6[b] and p6[b] < p6[c])

@@ -102,6 +102,24 @@ describe("share.pick", function()
     for _, id in ipairs(picked) do assert.equals(2, share.slot(id, 3)) end
   end)
 
+  it("takes a gone driver's pipeline at once, whatever its slot", function()
+    local free, statuses = ids(60), {}
+    for i = 1, #free do statuses[i] = i % 2 == 0 and "RUNNING" or "INITIALIZED" end
+    local picked = share.pick { free = free, statuses = statuses, live = 3, rank = 0, max_new = 500 }
+    local got = {}
+    for _, id in ipairs(picked) do got[id] = true end
+    for i, id in ipairs(free) do
+      if statuses[i] == "INITIALIZED" and share.slot(id, 3) ~= 0 then
+        assert.is_nil(got[id], id .. ": another's new pipeline, not waited")
+      end
+    end
+    local orphans = 0
+    for i, id in ipairs(free) do
+      if statuses[i] == "RUNNING" and share.slot(id, 3) ~= 0 and got[id] then orphans = orphans + 1 end
+    end
+    assert.is_true(orphans > 0, "gone drivers' pipelines of other slots are taken")
+  end)
+
   it("takes every free one, up to max_new, right after a takeover", function()
     local free = ids(80)
     local picked = share.pick { free = free, live = 5, rank = 3, max_new = 60, all = true }
