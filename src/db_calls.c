@@ -131,8 +131,16 @@ static bool work_is_better(const db_calls *s)
  * meet there (work_is_better). */
 static bool work_is_free(const db_calls *s)
 {
-    return s->work && s->work_lane && !db_pool_lent(s->work_lane) &&
-           db_pool_waiting(s->work_lane) == 0;
+    if (!s->work || !s->work_lane || db_pool_waiting(s->work_lane) > 0)
+        return false;
+    if (!db_pool_lent(s->work_lane))
+        return true;
+    /* Busy: one batch may wait behind a short call there when no pool
+     * connection is open at all (a lightly loaded server opens none for it);
+     * a second one opens the pool. Never behind a long parked wait. */
+    if (db_pool_open(s->pool) > 0)
+        return false;
+    return !(s->work_parked && uv_now(s->loop) + DB_CALLS_PARK_ENDING_MS < s->work_park_ends_ms);
 }
 
 /* ---- running ---- */
