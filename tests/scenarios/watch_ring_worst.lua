@@ -12,7 +12,8 @@
 -- kept by a long session timeout), cuts the server it watches, waits until
 -- that server holds its name lock again with a new session, thaws the
 -- watcher, and asks that every pipeline the cut server held is held by
--- another server within WITHIN seconds — far less than the 5 s tick (the wake missed, the next tick comes 3 s or more after the thaw). The
+-- another server within WITHIN seconds — far less than the 5 s tick (the
+-- wake missed, the next tick comes 3 s or more after the thaw). The
 -- second case does it to a server that has just joined the ring between the
 -- two. The end checks prove nothing was driven twice.
 local INTERVAL_MS = 5000
