@@ -99,6 +99,13 @@ static void put_work(db_calls *s)
     db_pool_put(s->work_lane, NULL);
 }
 
+/* Is `work` parked in a wait with more than DB_CALLS_PARK_ENDING_MS still
+ * ahead (nobody queues behind that)? */
+static bool work_long_wait(const db_calls *s)
+{
+    return s->work_parked && uv_now(s->loop) + DB_CALLS_PARK_ENDING_MS < s->work_park_ends_ms;
+}
+
 /* Should a WORK call run on `work` now? When nobody uses or waits for
  * `work` (an open pool connection left idle then ages out), or when no open
  * pool connection is free: no connect for a call an idle server makes now
@@ -115,8 +122,8 @@ static bool work_is_better(const db_calls *s)
         return waiting == 0; /* free now: the pool's idle connections age out (30 s) */
     if (db_pool_idle_open(s->pool) > 0)
         return false;
-    if (s->work_parked && uv_now(s->loop) + DB_CALLS_PARK_ENDING_MS < s->work_park_ends_ms)
-        return false; /* a long wait still ahead */
+    if (work_long_wait(s))
+        return false;
     return waiting == 0 || (db_pool_open(s->pool) == 0 && waiting < DB_CALLS_OWN_QUEUE_MAX);
 }
 
@@ -140,7 +147,7 @@ static bool work_is_free(const db_calls *s)
      * a second one opens the pool. Never behind a long parked wait. */
     if (db_pool_open(s->pool) > 0)
         return false;
-    return !(s->work_parked && uv_now(s->loop) + DB_CALLS_PARK_ENDING_MS < s->work_park_ends_ms);
+    return !work_long_wait(s);
 }
 
 /* ---- running ---- */
