@@ -177,6 +177,14 @@ op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, 
         return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
                       "deploy %s: the build has not succeeded yet (%s)", id,
                       pipeline_status_name(st));
+    /* A release the engine has already taken up (a second click, or a retry after the
+     * engine moved on) was asked for already: that is the answer, not a stale 409. One
+     * that ended otherwise (stopped, failed) is stale, as before. */
+    if (requested && (st == PS_DEPLOYING || st == PS_ROLLING_OUT || st == PS_SUCCEEDED)) {
+        char what[64];
+        snprintf(what, sizeof what, "requested (it is %s)", pipeline_status_name(st));
+        return already(c, who, action, id, out, what);
+    }
     if (st != PS_BUILD_SUCCEEDED)
         return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_STALE,
                       "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; "

@@ -361,6 +361,15 @@ is "$(jq -r 'map("\(.action)/\(.outcome)/\(.reason)") | reverse | join(" ")' <<<
   "every answer is in the audit log, already ones as outcome already"
 is "$(jq -r '.[0].detail, .[3].detail' <<<"$out" | paste -sd'|')" "deploy of $first already overridden|deploy of $first already requested" \
   "... each with the words the operator saw"
+# A release the engine took up already (a second click after it moved on) is "already", not stale;
+# one never requested is stale as before.
+sql "UPDATE pipeline SET status = 'ROLLING_OUT' WHERE id = '$first'"
+is "$(ctl deploy "$first" --reason "third" 2>&1)" "deploy of $first already requested (it is ROLLING_OUT)" \
+  "a release asked again once it rolls out: already requested, saying where it is"
+other=$(ctl create --app shop/refuse --env qa --manual 2>/dev/null)
+sql "UPDATE pipeline SET status = 'DEPLOYING' WHERE id = '$other'"
+out=$(ctl deploy "$other" 2>&1); is "$?" 3 "a release of one deploying without a request exits 3 (stale)"
+like "$out" "state changed concurrently: it is DEPLOYING, not BUILD_SUCCEEDED; nothing changed" "... saying so"
 # An audit row that cannot be written (a trigger refuses it): the answer stands, a log line says so.
 sql "CREATE TRIGGER audit_full BEFORE INSERT ON operator_action FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'audit table full'"
 out=$(ctl stop "$aid" --reason "after the end" 2>&1); is "$?" 1 "with the audit log failing, a refused stop still exits 1"
