@@ -29,6 +29,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 mariadb_start "$work/mariadb" || exit 1
+# The URL has no password (tests pass it in argv): oopsctl and oopsd read it
+# from the file mariadb_start exported as OOPS_DB_PASSWORD_FILE.
 export OOPS_TEST_DB="$MDB_URL" OOPS_BUILD="$build" OOPS_ROOT="$root" OOPS_TEST_WORK="$work"
 # Sanitizer reports of every process — oopsd servers started by the tests
 # included — land in $work/sanitizer.*; any such file fails the run.

@@ -666,6 +666,17 @@ function oops.sandbox.run(fn, limits, ...) end
 ---@return oops.ErrorName? name "io"
 function oops.sandbox.read(path, max_bytes) end
 
+------------------------------------------------------------ fs (oops_fs.c)
+
+---@class oops.fs
+oops.fs = {}
+
+--- A new directory, 0700 whatever the umask (the tools' work directories).
+---@param path string
+---@return true|nil ok
+---@return string? err "PATH: why"
+function oops.fs.mkdir_private(path) end
+
 ------------------------------------------------------------ proc (oops_proc.c)
 
 ---@class oops.proc

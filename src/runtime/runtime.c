@@ -285,6 +285,7 @@ static int luaopen_oops(lua_State *L)
     oops_open_metrics(L);
     oops_open_daemon(L);
     oops_open_sandbox(L);
+    oops_open_fs(L);
     return 1;
 }
 

@@ -94,6 +94,7 @@ void oops_open_http(lua_State *L);
 void oops_open_metrics(lua_State *L);
 void oops_open_daemon(lua_State *L);
 void oops_open_sandbox(lua_State *L);
+void oops_open_fs(lua_State *L);
 /* Wrap string.find/match/gmatch/gsub (also reached as string methods) with
  * the sandbox's cost check; outside a sandbox they are the originals. */
 void sandbox_guard_patterns(lua_State *L);

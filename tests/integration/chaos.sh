@@ -36,6 +36,27 @@ like "$logs" 'simulating \(--simulate\): the simulated gateway' "  its servers s
 unlike "$logs" 'build started \(pid|build submitted: job|msg="exec:|127\.0\.0\.1:9' \
   "  and ran none of its commands, asked none of its addresses"
 like "$(printf '%s\n' "$out" | tail -n 1)" ', [1-9][0-9]* pipelines, 0 violations$' "  with pipelines of its applications"
+# Reachable by us alone (issue 34): the kept campaign is private, the receiver's hook path holds a
+# secret of its own, which went to the servers in their environment, not in argv.
+kept=$(ls -d "$work"/kept/chaos-seed21-*)
+is "$(stat -c %a "$kept")" 700 "  the kept campaign's directory is private (0700)"
+like "$(cat "$kept/receiver.port")" '^[0-9]+ [0-9a-f]{32}$' "  the receiver's port file holds its port and a 128-bit secret"
+like "$logs" "every notification a webhook to http://[0-9.]+:[0-9]+/\*\*\*;" "  the servers got the receiver's URL (said masked)"
+
+# The receiver alone: a POST to any path but its secret one is 404 and recorded nowhere.
+rw=$(mktemp -d "$work/receiver.XXXXXX")
+"$OOPS_BUILD/oopsd" lua "$OOPS_ROOT/lua/oops/chaos/receiver.lua" 127.0.0.1 "$rw/log" "$rw/port" "$rw/fail" &
+rpid=$!
+wait_for 15 "the campaign's receiver starts" test -s "$rw/port"
+read -r rport rsecret <"$rw/port"
+post_to() { printf 'url = "http://127.0.0.1:%s%s"\n' "$rport" "$1" |
+  curl -s -m 5 -o /dev/null -w '%{http_code}' -K - -X POST -H 'X-Oops-Event-Id: forged' -d '{}'; }
+is "$(post_to /hook)" 404 "  a POST to /hook without the secret: 404"
+is "$(post_to "/hook/${rsecret%?}0")" 404 "  ... with another secret: 404"
+is "$(wc -c <"$rw/log")" 0 "  ... and neither is recorded"
+is "$(post_to "/hook/$rsecret")" 200 "  with its secret: 200 (the secret given on curl's stdin, not in argv)"
+like "$(cat "$rw/log")" '"id":"forged"' "  ... recorded"
+kill "$rpid"; wait "$rpid" 2>/dev/null
 
 # The plan comes from the seed alone: --dry-run (which starts nothing)
 # prints the same faults, line for line.

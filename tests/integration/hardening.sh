@@ -11,7 +11,7 @@ oopsd="$OOPS_BUILD/oopsd"
 ctl() { "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" "$@"; }
 fast="$OOPS_ROOT/tests/fixtures/policies/fast/oopsd.lua"
 work="$OOPS_TEST_WORK/hardening"; mkdir -p "$work"
-pw=${OOPS_TEST_DB#mysql://*:}; pw=${pw%%@*}
+pw=$(cat "$OOPS_DB_PASSWORD_FILE") # the URL has none (issue 34)
 status() { sql "SELECT status FROM pipeline WHERE id = '$1'"; }
 bounded() { timeout 30 "$@"; } # a hang ends as exit 124 (the bound only stops a hung test)
 
@@ -36,7 +36,7 @@ application "shop/env" {
 EOF
 printf 'notify { command = { "sh", "-c", "env >> %s" } }\n' "$work/notify.env" >"$pol/notify.lua"
 # The URL is given without the password: it comes from OOPS_DB_PASSWORD.
-url_nopw=${OOPS_TEST_DB/:$pw@/@}
+url_nopw=$OOPS_TEST_DB
 port=$(_free_port)
 # A clean environment: the test's own variables hold the password too.
 env -i PATH="$PATH" HOME="${HOME:-/root}" ASAN_OPTIONS="${ASAN_OPTIONS:-}" UBSAN_OPTIONS="${UBSAN_OPTIONS:-}" \

@@ -153,7 +153,7 @@ run --db "$OOPS_TEST_DB" --json outbox
 is "$(j '.routes'),$(j '.total.pending'),$(j '.total.head.event_id')" "null,7,fail-1" "--json without a policy: routes null, the total"
 
 # --- the database ---------------------------------------------------------------------
-pw=${OOPS_TEST_DB#mysql://*:}; pw=${pw%%@*}
+pw=$(cat "$OOPS_DB_PASSWORD_FILE") # the URL has none (issue 34)
 port=$(_free_port)
 run --db "mysql://oops:$pw@127.0.0.1:$port/oops" outbox --policies "$P"
 is "$rc" 2 "an unreachable database exits 2"

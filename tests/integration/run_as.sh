@@ -47,8 +47,8 @@ status_is() { test "$(sql "SELECT status FROM pipeline WHERE id = '$1'")" = "$2"
 ctl migrate >/dev/null
 
 # The credentials, as systemd hands them to User=daemon.
-pw=${OOPS_TEST_DB#mysql://*:}; pw=${pw%%@*}
-url=${OOPS_TEST_DB/:$pw@/@}
+pw=$(cat "$OOPS_DB_PASSWORD_FILE") # the URL has none (issue 34)
+url=$OOPS_TEST_DB
 token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 mkdir "$T/creds"
 printf '%s\n' "$pw" >"$T/creds/db-password"

@@ -29,8 +29,8 @@ cleanup() {
 trap cleanup EXIT
 
 # The URL without its password, and the password alone.
-pw=${OOPS_TEST_DB#mysql://*:}; pw=${pw%%@*}
-url=${OOPS_TEST_DB/:$pw@/@}
+pw=$(cat "$OOPS_DB_PASSWORD_FILE") # the URL has none (issue 34)
+url=$OOPS_TEST_DB
 printf '%s\n' "$pw" >"$work/db-password" # one trailing newline, stripped
 chmod 600 "$work/db-password"
 

@@ -17,7 +17,8 @@
 # reads nothing; inside files/ they work. The directory, files/ and the
 # socket are 0700 and ours. For b and c, no argv and no environment of the
 # mariadb, mariadbd and mariadb-install-db they run holds the oops password
-# (a wrapper in PATH records them). Needs root (CI runs as root) and setpriv.
+# (a wrapper in PATH records them). No URL of a or c holds the password (tests
+# pass theirs in argv): a 0600 file does, OOPS_DB_PASSWORD_FILE names it. Needs root (CI runs as root) and setpriv.
 set -u
 source "$OOPS_ROOT/tests/lib/tap.sh"
 if ((EUID != 0)) || ! command -v setpriv >/dev/null || ! id nobody >/dev/null 2>&1 ||
@@ -30,7 +31,7 @@ not_under_sanitizers "it probes MariaDB's accounts, modes and files; the C it ru
 
 # (a)'s coordinates, before mariadb.sh replaces MDB_* in this process.
 a_port=$MDB_PORT a_sock=$MDB_SOCKET a_admin=${MDB_ADMIN_USER:-root}
-a_pw=${OOPS_TEST_DB#mysql://*:}; a_pw=${a_pw%%@*}
+a_pw=$(cat "$OOPS_DB_PASSWORD_FILE") a_pw_file=$OOPS_DB_PASSWORD_FILE a_url=$OOPS_TEST_DB
 a_db=${OOPS_TEST_DB##*/}; a_db=${a_db%%\?*}
 source "$OOPS_ROOT/tests/lib/mariadb.sh"
 
@@ -125,6 +126,10 @@ probe() {
 
 # ---- a. this run's own ------------------------------------------------------
 probe "the test run's MariaDB" "$(dirname "$a_sock")" "$a_port" "$a_admin" "$a_pw" "$a_db"
+# Tests pass their URL to oopsctl in argv, which ps shows every user: it holds no password;
+# the password is in a file only we may read, which the environment names.
+unlike "$a_url" '^mysql://[^/@]*:[^/@]*@' "the URL every test passes in argv holds no password"
+is "$(stat -c '%a %U' "$a_pw_file")" "600 $(id -un)" "... the password is in a file only we may read (0600)"
 
 # ---- b. lua/oops/scenario/mariadb.lua, as oopsctl scenario and chaos ----------
 mkdir -m 755 "$pub/b"
@@ -173,6 +178,9 @@ PATH=$shim:$PATH mariadb_start "$pub/c/mariadb" >"$priv/c.out" 2>&1 ||
   { echo "not ok - mariadb_start: $(cat "$priv/c.out")"; exit 1; }
 probe "mariadb.sh's MariaDB" "$pub/c/mariadb" "$MDB_PORT" "${MDB_ADMIN_USER:-root}" "$MDB_PASSWORD" oops
 is "$(calls_with "$MDB_PASSWORD")" "" "mariadb.sh's MariaDB: no argv or environment of its tools holds the oops password"
+unlike "$MDB_URL$(mariadb_new_db probe_url)" ':[^/@]*@' "mariadb.sh's URLs hold no password"
+is "$(stat -c '%a' "$OOPS_DB_PASSWORD_FILE") $(dirname "$OOPS_DB_PASSWORD_FILE")" "600 $pub/c/mariadb" \
+  "... it is in a 0600 file of its directory, which OOPS_DB_PASSWORD_FILE names"
 like "$(grep -c '^argv: .*/mariadb ' "$priv/calls.log")" "^[1-9]" "  (the wrapper saw the mariadb client)"
 mariadb_stop
 done_testing

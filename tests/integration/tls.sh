@@ -7,7 +7,8 @@ set -u
 source "$OOPS_ROOT/tests/lib/tap.sh"
 source "$OOPS_ROOT/tests/lib/oopsd.sh"
 plain_db=$OOPS_TEST_DB
-plain_pw=${plain_db#mysql://*:}; plain_pw=${plain_pw%%@*}
+plain_pw=$(cat "$OOPS_DB_PASSWORD_FILE") # the URL has none (issue 34)
+plain_pw_file=$OOPS_DB_PASSWORD_FILE
 source "$OOPS_ROOT/tests/lib/mariadb.sh" # replaces MDB_* in this process only
 work=$(mktemp -d "$OOPS_TEST_WORK/tls.XXXXXX")
 trap 'stop_servers; mariadb_stop' EXIT
@@ -97,14 +98,14 @@ like "$(cipher "$x509&ssl-cert=$MDB_TLS_CERT&ssl-key=$MDB_TLS_KEY")" "^cipher=.+
 
 # A server without TLS (the run's own MariaDB).
 plain_hostport=${plain_db#*@}; plain_hostport=${plain_hostport%%/*}
-out=$("$ctl" --db "$plain_db?ssl-mode=REQUIRED" list 2>&1); rc=$?
+out=$(OOPS_DB_PASSWORD_FILE=$plain_pw_file "$ctl" --db "$plain_db?ssl-mode=REQUIRED" list 2>&1); rc=$?
 is "$rc" 2 "ssl-mode=REQUIRED against a server without TLS exits 2"
 is "$out" "oopsctl: cannot connect to database at $plain_hostport: the server offers no TLS, and ssl-mode=REQUIRED requires it" \
   "... saying so (the session it opened in the clear is closed unused)"
-out=$("$ctl" --db "$plain_db?ssl-mode=VERIFY_CA&ssl-ca=$ca" list 2>&1); rc=$?
+out=$(OOPS_DB_PASSWORD_FILE=$plain_pw_file "$ctl" --db "$plain_db?ssl-mode=VERIFY_CA&ssl-ca=$ca" list 2>&1); rc=$?
 is "$rc:$out" "2:oopsctl: cannot connect to database at $plain_hostport: the server offers no TLS, and ssl-mode=VERIFY_CA requires it" \
   "... and so does VERIFY_CA"
-out=$("$ctl" --db "$plain_db?ssl-mode=VERIFY_IDENTITY&ssl-ca=$ca" list 2>&1); rc=$?
+out=$(OOPS_DB_PASSWORD_FILE=$plain_pw_file "$ctl" --db "$plain_db?ssl-mode=VERIFY_IDENTITY&ssl-ca=$ca" list 2>&1); rc=$?
 is "$rc" 2 "VERIFY_IDENTITY against a server without TLS exits 2 (refused before authenticating)"
 like "$out" "SSL is required, but the server does not support it" "... saying so"
 unlike "$out" "$plain_pw" "... never the password"

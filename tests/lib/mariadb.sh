@@ -1,11 +1,13 @@
 # Throwaway MariaDB for tests and the demo: sourced, not run.
-#   mariadb_start DIR   → sets MDB_PORT, MDB_SOCKET, MDB_URL (user oops with a
-#                         generated password), MDB_PASSWORD, MDB_ADMIN (mariadb
+#   mariadb_start DIR   → sets MDB_PORT, MDB_SOCKET, MDB_URL (user oops, no
+#                         password in it), MDB_PASSWORD (oops' generated one),
+#                         MDB_PASSWORD_FILE (DIR/db-password, 0600; exported as
+#                         OOPS_DB_PASSWORD_FILE for oopsd and oopsctl), MDB_ADMIN (mariadb
 #                         client args: the private socket, as the account of the
 #                         OS user who started it, unix_socket auth, no password)
 #                         and MDB_ADMIN_USER (that account's name)
 #   mariadb_stop        → stops the server and removes DIR (call it from an EXIT trap)
-#   mariadb_new_db NAME → creates database NAME, prints its URL
+#   mariadb_new_db NAME → creates database NAME, prints its URL (no password)
 #   mariadb_password    → prints a new random password (for a test's own accounts)
 # The server listens on a free loopback port and a private socket; nothing is
 # shared with a system MariaDB.
@@ -17,8 +19,11 @@
 # dropped, and the start fails if one is left); `oops` has a random password
 # that never goes into an argv (statements reach the client on stdin); and
 # secure_file_priv is DIR/files (0700), so INTO OUTFILE, INTO DUMPFILE, LOAD
-# DATA and LOAD_FILE() reach nothing else. MDB_URL and MDB_PASSWORD are not
-# exported: tests/run.sh hands each test its URL (OOPS_TEST_DB).
+# DATA and LOAD_FILE() reach nothing else. No URL holds the password (a test
+# passes its URL to oopsctl in argv): it is in MDB_PASSWORD_FILE, which
+# mariadb_start exports as OOPS_DB_PASSWORD_FILE. MDB_URL
+# and MDB_PASSWORD are not exported: tests/run.sh hands each test its URL
+# (OOPS_TEST_DB).
 #
 # TLS, opt-in: MDB_TLS=1 before mariadb_start makes a certificate authority
 # with openssl in DIR/tls (nothing leaves DIR), a server certificate for
@@ -167,7 +172,14 @@ mariadb_start() {
     ${MDB_IPV6:+CREATE USER 'oops'@'::1' IDENTIFIED BY '$MDB_PASSWORD'; GRANT ALL PRIVILEGES ON *.* TO 'oops'@'::1';}
     CREATE DATABASE oops;
 SQL
-  MDB_URL="mysql://oops:$MDB_PASSWORD@127.0.0.1:$MDB_PORT/oops"
+  # The password in a file of DIR's (0600), never in a URL: tests hand URLs to
+  # oopsctl in argv, which ps shows every user. OOPS_DB_PASSWORD_FILE names it
+  # to this process's oopsctl and oopsd (a test that also reaches another
+  # server's URL names that one's file for those commands).
+  MDB_PASSWORD_FILE="$MDB_DIR/db-password"
+  (umask 077 && printf '%s' "$MDB_PASSWORD" >"$MDB_PASSWORD_FILE") || return 1
+  MDB_URL="mysql://oops@127.0.0.1:$MDB_PORT/oops"
+  export OOPS_DB_PASSWORD_FILE=$MDB_PASSWORD_FILE
   export MDB_PORT MDB_SOCKET MDB_IPV6 MDB_ADMIN_USER
 }
 
@@ -199,7 +211,7 @@ _mariadb_make_tls() {
 
 mariadb_new_db() {
   mariadb "${MDB_ADMIN[@]}" -e "DROP DATABASE IF EXISTS \`$1\`; CREATE DATABASE \`$1\`"
-  echo "mysql://oops:$MDB_PASSWORD@127.0.0.1:$MDB_PORT/$1"
+  echo "mysql://oops@127.0.0.1:$MDB_PORT/$1"
 }
 
 mariadb_stop() {

@@ -34,7 +34,10 @@ sql() {
   local url=${OOPS_TEST_DB#mysql://}; local cred=${url%%@*}; local rest=${url#*@}
   local hostport=${rest%%/*}; local db=${rest#*/}; db=${db%%\?*} # without the URL's options
   # The password in MYSQL_PWD (this client's environment), never in argv: ps shows argv to every user.
-  MYSQL_PWD=${cred#*:} mariadb --no-defaults -N -B -h"${hostport%%:*}" -P"${hostport##*:}" -u"${cred%%:*}" "$db" -e "$1"
+  # The URL has none (issue 34): it is in the file OOPS_DB_PASSWORD_FILE names.
+  local pw=${cred#*:}
+  [[ $cred == *:* ]] || pw=$(cat "${OOPS_DB_PASSWORD_FILE:?}")
+  MYSQL_PWD=$pw mariadb --no-defaults -N -B -h"${hostport%%:*}" -P"${hostport##*:}" -u"${cred%%:*}" "$db" -e "$1"
 }
 export -f sql
 

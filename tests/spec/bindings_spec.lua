@@ -46,7 +46,8 @@ end
 local function run_script(text)
   local path = write_temp(text)
   local r, err = oops.wait(function()
-    return oops.proc.run{ argv = { OOPSD, "lua", path }, inherit_env = true, timeout_ms = 60000 }
+    return oops.proc.run{ argv = { OOPSD, "lua", path }, inherit_env = true, timeout_ms = 60000,
+                          env = require("support.db").child_env() }
   end)
   os.remove(path)
   assert(r, err)
@@ -802,7 +803,7 @@ describe("error names (needs OOPS_TEST_DB)", function()
     assert(oops.db.exec("UPDATE spec_names SET v = v + 1 WHERE id = 1"))
     local box = { out = "" }
     assert(oops.proc.start{
-      argv = { OOPSD, "lua", path }, inherit_env = true, timeout_ms = 60000,
+      argv = { OOPSD, "lua", path }, inherit_env = true, timeout_ms = 60000, env = require("support.db").child_env(),
       on_output = function(stream, data) if stream == 1 then box.out = box.out .. data end end,
       on_exit = function(r) box.result = r end,
     })
@@ -916,7 +917,7 @@ describe("lock names (src/lock_names.h through oops.locks.names)", function()
     assert.is_true(oops.locks.acquire(lock))
     local r = oops.wait(function()
       return oops.proc.run{ argv = { build .. "/oopsctl", "--db", os.getenv("OOPS_TEST_DB"), "--json", "locks" },
-                            inherit_env = true, timeout_ms = 60000 }
+                            inherit_env = true, timeout_ms = 60000, env = require("support.db").child_env() }
     end)
     if not held_before then oops.locks.release(lock) end
     assert(r and r.ok, r and r.stderr)
@@ -938,10 +939,29 @@ describe("oopsctl on a database not migrated yet (needs OOPS_TEST_DB)", function
     local url = os.getenv("OOPS_TEST_DB"):gsub("^(mysql://[^/]*@[^/]*)/[^?]*", "%1/" .. db)
     local r = oops.wait(function()
       return oops.proc.run{ argv = { build .. "/oopsctl", "--db", url, "list" }, inherit_env = true,
-                            timeout_ms = 60000 }
+                            timeout_ms = 60000, env = require("support.db").child_env() }
     end)
     assert(oops.db.exec("DROP DATABASE " .. db))
     assert.are.equal(1, r.status, r.stderr)
     assert.truthy(r.stderr:find("(run `oopsctl migrate` first)", 1, true), r.stderr)
+  end)
+end)
+
+describe("oops.fs (issue 34: the tools' files are the user's alone)", function()
+  local lfs = require("lfs")
+  it("mkdir_private makes a 0700 directory whatever the umask, and says why it cannot", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert.is_true(oops.fs.mkdir_private(dir))
+    assert.are.equal("rwx------", lfs.attributes(dir, "permissions"))
+    local ok, err = oops.fs.mkdir_private(dir)
+    assert.is_nil(ok)
+    assert.are.equal(dir .. ": File exists", err)
+    assert(lfs.rmdir(dir))
+  end)
+  it("the scenario runner's and campaigns' work directories are private", function()
+    local dir = assert(require("oops.scenario.files").workdir("oops-spec"))
+    assert.are.equal("rwx------", lfs.attributes(dir, "permissions"))
+    assert(lfs.rmdir(dir))
   end)
 end)

@@ -228,7 +228,8 @@ describe("fail closed (needs OOPS_TEST_DB)", function()
     ]])
     f:close()
     local r = assert(oops.wait(function()
-      return oops.proc.run { argv = { "/proc/self/exe", "lua", path }, inherit_env = true, timeout_ms = 60000 }
+      return oops.proc.run { argv = { "/proc/self/exe", "lua", path }, inherit_env = true, timeout_ms = 60000,
+        env = require("support.db").child_env() }
     end))
     os.remove(path)
     assert.matches("RESULT calls=0 status=INITIALIZED up=false", r.stdout, 1, true)
@@ -281,7 +282,8 @@ describe("fail closed (needs OOPS_TEST_DB)", function()
     ]]):format(me))
     f:close()
     local gw = recorder { deploy = function()
-      local r = oops.proc.run { argv = { "/proc/self/exe", "lua", script }, inherit_env = true, timeout_ms = 60000 }
+      local r = oops.proc.run { argv = { "/proc/self/exe", "lua", script }, inherit_env = true, timeout_ms = 60000,
+        env = require("support.db").child_env() }
       assert(r.status == 0, r.stderr)
       return true
     end }

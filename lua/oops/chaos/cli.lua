@@ -73,7 +73,9 @@ local work
 if o.keep then
   -- The work directory inside DIR (several campaigns may keep theirs there).
   work = o.keep .. ("/chaos-seed%d-%d"):format(o.seed, os.time())
-  if not lfs.mkdir(work) then bad("--keep: cannot create " .. work) end
+  -- Private (0700): its policy, logs and the receiver's secret are nobody else's.
+  local made, why = oops.fs.mkdir_private(work)
+  if not made then bad("--keep: cannot create " .. tostring(why)) end
 else
   local parent
   work, parent = require("oops.scenario.files").workdir("oops-chaos")

@@ -445,7 +445,8 @@ local function start_receiver(host)
     if oops.now_ms() > deadline then error("the webhook receiver did not start within 15 s") end
     sleep(0.05)
   end
-  r.url = ("http://%s:%d/hook"):format(host, tonumber(files.read(r.port)))
+  local port, secret = files.read(r.port):match("^(%d+) (%x+)\n")
+  r.url = ("http://%s:%d/hook/%s"):format(host, tonumber(port), secret)
   return r
 end
 
@@ -456,7 +457,12 @@ local function start_servers()
   C.faketime = opts.envs ~= nil
   if o.policies then
     opts.policies = o.policies
-    opts.args = { "--simulate", C.receiver.url }
+    -- --simulate's URL in the environment, not in argv (ps): its secret is ours.
+    if opts.envs then
+      for _, e in ipairs(opts.envs) do e.OOPS_SIMULATE = C.receiver.url end
+    else
+      opts.env = { OOPS_SIMULATE = C.receiver.url }
+    end
   else
     C.own_policy = true
     C.policy_text = M.POLICY:gsub("RECEIVER", C.receiver.url)

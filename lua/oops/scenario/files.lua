@@ -3,6 +3,7 @@
 -- demo, bench/): logs, policy files, /proc, results. The engine has none of
 -- its own: the policy loader reads through oops.sandbox.read (bounded).
 local lfs = require("lfs")
+local oops = require("oops")
 
 local M = {}
 
@@ -35,15 +36,16 @@ function M.remove_tree(p)
   os.remove(p)
 end
 
--- A new private directory named PREFIX-NNNNNN under $TMPDIR (when it names a
--- directory), else /tmp; nil and the parent when none could be made.
+-- A new private directory (0700: its policies, logs and files are nobody
+-- else's) named PREFIX-NNNNNN under $TMPDIR (when it names a directory), else
+-- /tmp; nil and the parent when none could be made.
 function M.workdir(prefix)
   local base = os.getenv("TMPDIR")
   if not base or base == "" or lfs.attributes(base, "mode") ~= "directory" then base = "/tmp" end
   base = base:gsub("/+$", "")
   for _ = 1, 20 do
     local dir = ("%s/%s-%06d"):format(base, prefix, math.random(0, 999999))
-    if lfs.mkdir(dir) then return dir end
+    if oops.fs.mkdir_private(dir) then return dir end
   end
   return nil, base
 end

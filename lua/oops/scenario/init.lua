@@ -421,7 +421,8 @@ Pipeline.__index = Pipeline
 
 local function oopsctl(...)
   local argv = { run.oopsctl, ... }
-  local r = oops.proc.run { argv = argv, env = { OOPS_DB = run.db }, inherit_env = true, timeout_ms = 30000 }
+  local env = { OOPS_DB = run.db, OOPS_DB_PASSWORD_FILE = os.getenv("OOPS_DB_PASSWORD_FILE") } -- see server.lua
+  local r = oops.proc.run { argv = argv, env = env, inherit_env = true, timeout_ms = 30000 }
   return r.status, r.stdout, r.stderr
 end
 

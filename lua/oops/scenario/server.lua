@@ -46,6 +46,9 @@ function M.start(s, o)
   local env = {}
   for k, v in pairs(o.env or {}) do env[k] = v end
   env.OOPS_DB = o.db -- not in argv: ps must not show the password
+  -- A URL without one (tests/lib/mariadb.sh's) names its file; oops.proc
+  -- hands a child no OOPS_DB* of ours unless given here.
+  env.OOPS_DB_PASSWORD_FILE = env.OOPS_DB_PASSWORD_FILE or os.getenv("OOPS_DB_PASSWORD_FILE")
   s.proc = assert(oops.proc.start {
     argv = argv,
     env = env,

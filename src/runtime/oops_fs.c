@@ -1,0 +1,32 @@
+/* oops.fs: the files of the project's own tools (scenarios, campaigns, the demo),
+ * private to the user who runs them. Lua's io and lfs create with the process's
+ * umask (0755 directories, 0644 files), which other local users may read. */
+#include <errno.h>
+#include <lauxlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime.h"
+
+/* oops.fs.mkdir_private(path): a new directory, 0700 whatever the umask. true, or
+ * nil, "PATH: why" (it exists already, no such parent, ...). */
+static int l_mkdir_private(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    if (mkdir(path, 0700) != 0 || chmod(path, 0700) != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+void oops_open_fs(lua_State *L)
+{
+    static const luaL_Reg fns[] = {
+        {"mkdir_private", l_mkdir_private},
+        {NULL, NULL},
+    };
+    oops_setfuncs_in(L, "fs", fns);
+}
