@@ -52,7 +52,8 @@ read -r rport rsecret <"$rw/port"
 post_to() { printf 'url = "http://127.0.0.1:%s%s"\n' "$rport" "$1" |
   curl -s -m 5 -o /dev/null -w '%{http_code}' -K - -X POST -H 'X-Oops-Event-Id: forged' -d '{}'; }
 is "$(post_to /hook)" 404 "  a POST to /hook without the secret: 404"
-is "$(post_to "/hook/${rsecret%?}0")" 404 "  ... with another secret: 404"
+other=${rsecret%?}0; [[ $other == "$rsecret" ]] && other=${rsecret%?}1
+is "$(post_to "/hook/$other")" 404 "  ... with another secret: 404"
 is "$(wc -c <"$rw/log")" 0 "  ... and neither is recorded"
 is "$(post_to "/hook/$rsecret")" 200 "  with its secret: 200 (the secret given on curl's stdin, not in argv)"
 like "$(cat "$rw/log")" '"id":"forged"' "  ... recorded"
