@@ -22,7 +22,9 @@ static inline void testdb_config(db_config *cfg)
         fprintf(stderr, "OOPS_TEST_DB is not set: run through tests/run.sh\n");
         exit(2);
     }
-    if (db_config_parse(cfg, url, NULL, err, sizeof err) != 0) {
+    /* The URL carries no password (tests/lib/mariadb.sh): it is in the file
+     * OOPS_DB_PASSWORD_FILE names, read as oopsd and oopsctl read it. */
+    if (db_config_resolve(cfg, url, err, sizeof err) != 0) {
         fprintf(stderr, "OOPS_TEST_DB: %s\n", err);
         exit(2);
     }
