@@ -283,10 +283,13 @@ describe("oops.db.lookup batched or alone (needs OOPS_TEST_DB)", function()
       for i, k in ipairs(KEYS) do
         side_by_side { function() alone[i] = vs(assert(oops.db.lookup(sql, k))) end }
       end
-      -- Batched: both connections busy first, so every lookup queues up.
+      -- Batched: every connection busy first (the task's own and the pool's
+      -- two, one more waiting), so every lookup queues up behind them. With
+      -- only two busy, the third connection, when a former test left it open,
+      -- took each lookup alone as its timer fired (a CI run under ASan).
       local before = batches()
       local fns = {}
-      for i = 1, 2 do fns[i] = function() rows("SELECT SLEEP(0.2) AS s") end end
+      for i = 1, 4 do fns[i] = function() rows("SELECT SLEEP(0.3) AS s") end end
       for i, k in ipairs(KEYS) do
         fns[#fns + 1] = function()
           oops.sleep(50)
