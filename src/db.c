@@ -920,8 +920,15 @@ static unsigned exec(db_conn *c, const char *sql, const db_value *params, size_t
         abort(); /* out of memory */
     if ((code = read_results(c, st, r, err, errlen))) {
         db_result_free(r);
+        /* Rows that failed after the columns came (a deadlock while a
+         * SELECT ... FOR UPDATE reads them) leave Connector/C's handle
+         * waiting for them: executed again, it would first read for the rest
+         * of a result the server has ended, until the read timeout (30 s,
+         * "gone away"). So the statement goes; the next run prepares it anew. */
         if (!c->alive)
             cache_clear(c);
+        else
+            cache_drop(c, st);
         return code;
     }
     if (out)

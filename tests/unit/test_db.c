@@ -513,6 +513,41 @@ static void an_idle_connection_is_reopened_before_its_wait_timeout(void **state)
     db_config_free(&cfg);
 }
 
+/* A statement whose rows fail after its columns came (here a subquery of
+ * more than one row; in the engine a deadlock while a SELECT ... FOR UPDATE
+ * reads its rows) leaves Connector/C's handle expecting rows: executed again
+ * from the cache, it first waited for the rest of a result the server had
+ * ended, until the read timeout ("gone away", 30 s; the notify bench's
+ * stalls). Such a statement is dropped from the cache: the next run of the
+ * same text fails at once with the same error, on the same session. */
+static void a_statement_whose_rows_failed_is_prepared_again(void **state)
+{
+    (void)state;
+    db_config cfg;
+    testdb_config(&cfg);
+    cfg.read_timeout_s = 3; /* the stall, if it came back: "lost connection" after 3 s */
+    char err[512];
+    db_conn *c = db_open(&cfg, err, sizeof err);
+    assert_non_null(c);
+    db_result_free(testdb_q(c, "CREATE TEMPORARY TABLE rows_fail (a INT)", NULL, 0));
+    db_result_free(testdb_q(c, "INSERT INTO rows_fail VALUES (1), (2)", NULL, 0));
+    uint64_t id = db_connection_id(c);
+    const char *sql = "SELECT a, (SELECT a FROM rows_fail) AS b FROM rows_fail";
+    for (int round = 0; round < 3; round++) {
+        db_result *r = NULL;
+        unsigned code = db_exec(c, sql, NULL, 0, &r, err, sizeof err);
+        assert_int_equal(code, 1242); /* ER_SUBQUERY_NO_1_ROW */
+        assert_null(r);
+        if (round == 0) /* the rows failed, not the execution: the case above */
+            assert_memory_equal(err, "fetch:", 6);
+        assert_true(db_connection_id(c) == id);
+    }
+    assert_int_equal(testdb_int(c, "SELECT 7", NULL, 0), 7);
+    assert_true(db_connection_id(c) == id);
+    db_close(c);
+    db_config_free(&cfg);
+}
+
 /* ---- in fibers: sockets whose numbers come back ------------------------- */
 
 typedef struct fiber_job {
@@ -768,6 +803,7 @@ int main(void)
         cmocka_unit_test(a_killed_work_connection_is_reopened_on_demand),
         cmocka_unit_test(session_settings_apply_on_open_and_reopen),
         cmocka_unit_test(an_idle_connection_is_reopened_before_its_wait_timeout),
+        cmocka_unit_test(a_statement_whose_rows_failed_is_prepared_again),
         cmocka_unit_test(a_lost_sessions_socket_number_is_not_forgotten_for_its_next_owner),
         cmocka_unit_test(a_tls_handshake_left_unanswered_does_not_hold_the_loop),
         /* last: left out where the test server has no ::1 (tests/lib/mariadb.sh) */
