@@ -3,8 +3,8 @@
 --   oopsd lua bench/case.lua scale    N SERVERS WORKDIR
 --   oopsd lua bench/case.lua reaction N SERVERS WORKDIR
 --   oopsd lua bench/case.lua idle     POLICY_DIR SECONDS WORKDIR
---   oopsd lua bench/case.lua notify   N WORKDIR
---   oopsd lua bench/case.lua receiver PORT_FILE STOP_FILE
+--   oopsd lua bench/case.lua notify   N [RECEIVER] WORKDIR
+--   oopsd lua bench/case.lua receiver PORT_FILE STOP_FILE [--close] [--fail PATH=SECONDS]...
 --   oopsd lua bench/case.lua probe    INTERVAL_MS TIMEOUT_MS STOP_FILE PORT...
 -- OOPSD: the oopsd binary to run as servers. Servers log to WORKDIR/*.log.
 -- OOPSCTL (optional): migrate the case's database with that oopsctl (the
@@ -65,21 +65,118 @@ if mode == "probe" then
 end
 
 ---------------------------------------------------------------- a receiver
--- `case.lua receiver PORT_FILE STOP_FILE`: a webhook receiver answering 200
--- at once, in a process of its own (the case's blocking database calls must
--- not delay its answers). Writes its port to PORT_FILE, counts the requests
--- by X-Oops-Event-Id until STOP_FILE exists, prints one JSON object:
--- { received, distinct, duplicates, first_at, last_at } (oops.time()).
+-- `case.lua receiver PORT_FILE STOP_FILE [--close] [--fail PATH=SECONDS]...`:
+-- a webhook receiver answering at once, in a process of its own (the case's
+-- blocking database calls must not delay its answers). Writes its port to
+-- PORT_FILE, counts the requests by path and X-Oops-Event-Id until STOP_FILE
+-- exists, prints one JSON object: { received, distinct, duplicates,
+-- first_at, last_at (oops.time(), of the requests answered 200), close,
+-- impl, connections (when known), paths = { [PATH] = { requests, failed,
+-- received, distinct, duplicates, first_at, last_at, fail_from,
+-- switched_at } } }.
+--   --fail PATH=SECONDS  answer 500 on PATH for SECONDS from its first
+--     request (fail_from), 200 from then on (switched_at = fail_from + SECONDS).
+--   --close  close the connection after each answer (Connection: close). The
+--     bench's own server, oops.http.serve, cannot: its handler returns status,
+--     body and content type only, and libmicrohttpd keeps an HTTP/1.1
+--     client's connection alive. This receiver is then the same logic in
+--     Node.js (RECEIVER_JS below), run by this process; without node it fails.
+-- Keep-alive (the default) is oops.http.serve, as the notifier meets it in the
+-- single-route case.
+local RECEIVER_JS = [==[
+const http = require("http"), fs = require("fs");
+const [portFile, stopFile, closeArg, failJson] = process.argv.slice(1);
+const close = closeArg === "1", fail = JSON.parse(failJson);
+const now = () => (performance.timeOrigin + performance.now()) / 1000;
+const out = { received: 0, distinct: 0, duplicates: 0, close, impl: "node " + process.version, connections: 0,
+  paths: {} };
+const seen = new Set(), seenBy = {};
+const srv = http.createServer((req, res) => {
+  req.on("data", () => {});
+  req.on("end", () => {
+    const t = now(), path = decodeURIComponent(req.url.split("?")[0]), id = req.headers["x-oops-event-id"] || "?";
+    const p = out.paths[path] ||
+      (out.paths[path] = { requests: 0, failed: 0, received: 0, distinct: 0, duplicates: 0 });
+    seenBy[path] = seenBy[path] || new Set();
+    p.requests++;
+    let status = 200;
+    if (fail[path] !== undefined) {
+      if (p.fail_from === undefined) { p.fail_from = t; p.switched_at = t + fail[path]; }
+      if (t < p.switched_at) status = 500;
+    }
+    if (status === 500) p.failed++;
+    else {
+      p.received++; out.received++;
+      p.first_at = p.first_at || t; p.last_at = t;
+      out.first_at = out.first_at || t; out.last_at = t;
+      if (seenBy[path].has(id)) p.duplicates++; else { seenBy[path].add(id); p.distinct++; }
+      if (seen.has(path + " " + id)) out.duplicates++; else { seen.add(path + " " + id); out.distinct++; }
+    }
+    const body = status === 200 ? "ok" : "failing on purpose";
+    res.writeHead(status, { "Content-Type": "text/plain", "Content-Length": body.length,
+      "Connection": close ? "close" : "keep-alive" });
+    res.end(body);
+  });
+});
+srv.on("connection", () => out.connections++);
+srv.keepAliveTimeout = 30000;
+srv.listen(0, "127.0.0.1", () => fs.writeFileSync(portFile, srv.address().port + "\n"));
+setInterval(() => {
+  if (!fs.existsSync(stopFile)) return;
+  srv.close();
+  process.stdout.write(JSON.stringify(out) + "\n", () => process.exit(0));
+}, 100);
+]==]
 if mode == "receiver" then
   local port_file, stop_file = arg[2], arg[3]
-  local seen, out = {}, { received = 0, distinct = 0, duplicates = 0 }
+  local close, fail = false, {}
+  local i = 4
+  while arg[i] do
+    if arg[i] == "--close" then close = true
+    elseif arg[i] == "--fail" and arg[i + 1] and arg[i + 1]:match("^/[^=]*=%d+%.?%d*$") then
+      local path, s = arg[i + 1]:match("^(/[^=]*)=(.+)$")
+      fail[path] = tonumber(s)
+      i = i + 1
+    else
+      io.stderr:write("bench receiver: unknown option " .. tostring(arg[i]) .. "\n")
+      os.exit(2)
+    end
+    i = i + 1
+  end
+  local out = { received = 0, distinct = 0, duplicates = 0, close = close, impl = "oops.http.serve", paths = {} }
   local ok, err = pcall(oops.wait, function()
+    if close then
+      -- Node.js answers; this process waits for it and hands on its JSON.
+      local r = oops.proc.run { argv = { "node", "-e", RECEIVER_JS, port_file, stop_file, "1", json.encode(fail) },
+        inherit_env = true, timeout_ms = 4 * 3600 * 1000, max_output = 16 * 1024 * 1024 }
+      if not r then error("cannot run node (the closing receiver needs Node.js)") end
+      if not r.ok then error("node: " .. r.stderr:sub(-2000)) end
+      out = assert(json.decode(r.stdout:match("[^\n]*\n?$") or ""), "node printed no JSON")
+      return
+    end
+    local seen, seen_by = {}, {}
     local srv = assert(oops.http.serve { listen = "127.0.0.1:0", max_body = 1 << 20, handler = function(req)
-      local id = req.headers["x-oops-event-id"] or "?"
-      out.received = out.received + 1
-      local now = oops.time()
+      local id, path, now = req.headers["x-oops-event-id"] or "?", req.path, oops.time()
+      local p = out.paths[path]
+      if not p then
+        p = { requests = 0, failed = 0, received = 0, distinct = 0, duplicates = 0 }
+        out.paths[path], seen_by[path] = p, {}
+      end
+      p.requests = p.requests + 1
+      if fail[path] then
+        if not p.fail_from then p.fail_from, p.switched_at = now, now + fail[path] end
+        if now < p.switched_at then
+          p.failed = p.failed + 1
+          return 500, "failing on purpose"
+        end
+      end
+      p.received, out.received = p.received + 1, out.received + 1
+      p.first_at, p.last_at = p.first_at or now, now
       out.first_at, out.last_at = out.first_at or now, now
-      if seen[id] then out.duplicates = out.duplicates + 1 else seen[id], out.distinct = true, out.distinct + 1 end
+      if seen_by[path][id] then p.duplicates = p.duplicates + 1
+      else seen_by[path][id], p.distinct = true, p.distinct + 1 end
+      local k = path .. " " .. id
+      if seen[k] then out.duplicates = out.duplicates + 1 else seen[k], out.distinct = true, out.distinct + 1 end
       return 200, "ok"
     end })
     files.write(port_file, tostring(srv:port()) .. "\n")
@@ -366,6 +463,37 @@ gateway "simulated" { build = "1h", deploy = "0s", rollout = "0s" }
   return { n = n, servers = nservers, interval_s = 0.5, reaction = summary(xs), samples = xs }
 end
 
+-- A receiver (the receiver mode above) in a process of its own, on a free
+-- port: { port, stop = function() -> its JSON (a table; {} when it printed
+-- none) }. `opts`: the receiver mode's options after STOP_FILE.
+local function start_receiver(workdir, name, opts)
+  local lua = os.getenv("BENCH_LUA") or OOPSD
+  local port_file, stop_file = ("%s/%s.port"):format(workdir, name), ("%s/%s.stop"):format(workdir, name)
+  local argv = { lua, "lua", arg[0], "receiver", port_file, stop_file }
+  for _, o in ipairs(opts or {}) do argv[#argv + 1] = o end
+  local result
+  local rec = {}
+  local h = assert(oops.proc.start { argv = argv, inherit_env = true, max_output = 16 * 1024 * 1024,
+    timeout_ms = 3600 * 1000, on_exit = function(r) result, rec.exit = r, r end })
+  rec.proc = h
+  C.started[#C.started + 1] = rec
+  local deadline = oops.now_ms() + 20000
+  while not files.read(port_file) do
+    if oops.now_ms() > deadline or result then
+      error("the receiver did not start: " .. tostring(result and result.stderr or "no port after 20 s"))
+    end
+    C.sleep(0.05)
+  end
+  local port = tonumber(files.read(port_file))
+  return { port = port, stop = function()
+    files.write(stop_file, "stop\n")
+    local until_ms = oops.now_ms() + 20000
+    while not result and oops.now_ms() < until_ms do C.sleep(0.05) end
+    if result and not result.ok then files.write(("%s/%s.err"):format(workdir, name), result.stderr) end
+    return result and result.ok and json.decode(result.stdout:match("[^\n]*\n?$") or "") or {}
+  end }
+end
+
 -- Notifications at flood scale (issue 28): N pipelines on an instant gateway,
 -- one server, one webhook route to a receiver of its own that answers at
 -- once. The drain: from the last pipeline's SUCCEEDED to the last outbox row
@@ -373,28 +501,13 @@ end
 -- was still undelivered 30 s after the last SUCCEEDED; every id received, and
 -- how many twice.
 local NOTIFY_WAIT_S = 180
-function cases.notify(n, workdir)
-  n = tonumber(n)
-  local lua = os.getenv("BENCH_LUA") or OOPSD
-  local port_file, stop_file = workdir .. "/receiver.port", workdir .. "/receiver.stop"
-  local result
-  local rec = {}
-  local h = assert(oops.proc.start { argv = { lua, "lua", arg[0], "receiver", port_file, stop_file },
-    inherit_env = true, max_output = 16 * 1024 * 1024, timeout_ms = 3600 * 1000,
-    on_exit = function(r) result, rec.exit = r, r end })
-  rec.proc = h
-  C.started[#C.started + 1] = rec
-  local deadline = oops.now_ms() + 20000
-  while not files.read(port_file) do
-    if oops.now_ms() > deadline or result then error("the receiver did not start") end
-    C.sleep(0.05)
-  end
-  local port = tonumber(files.read(port_file))
+local function notify_one(n, workdir)
+  local rcv = start_receiver(workdir, "receiver")
   local dir = policy_dir(workdir, "notify", ([[
 scan    { interval = "500ms" }
 gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
 notify  { webhook = "http://127.0.0.1:%d/hook" }
-]]):format(port))
+]]):format(rcv.port))
   local s = start_servers(1, dir, workdir)[1]
   C.sleep(1)
   local t0 = db_now()
@@ -417,15 +530,179 @@ notify  { webhook = "http://127.0.0.1:%d/hook" }
   end
   local first = tonumber(sql("SELECT UNIX_TIMESTAMP(MIN(created_at)) AS t FROM outbox")[1].t)
   C.stop_server(s)
-  files.write(stop_file, "stop\n")
-  deadline = oops.now_ms() + 20000
-  while not result and oops.now_ms() < deadline do C.sleep(0.05) end
-  local got = result and result.ok and json.decode(result.stdout:match("[^\n]*\n?$") or "") or {}
+  local got = rcv.stop()
   local drain = drained_at and math.max(0, drained_at - last) or nil
   return { n = n, events = events, drive_s = last - t0, drain_s = drain, wait_s = NOTIFY_WAIT_S,
     undelivered_after_30s = pending_30 or 0,
     events_per_s = drained_at and events / math.max(0.001, drained_at - first) or nil,
     received = got.received, distinct = got.distinct, duplicates = got.duplicates }
+end
+
+-- Issue 37: a queue per route. N pipelines on an instant gateway, one server,
+-- three routes to one receiver (RECEIVER: "keep-alive", or "close": each
+-- connection closed after its answer), a path each:
+--   /all     a webhook for every event (healthy);
+--   /errors  a slack route for ERROR events only (healthy; a filtered route);
+--   /flaky   a webhook whose receiver answers 500 for NOTIFY_FAIL_S from its
+--            first request, then 200 (the failing route). The policy's retry
+--            is 1 s doubling to 4 s (the default doubles to 1 min): a route
+--            is tried again at most 4 s after its receiver recovered.
+-- Polled every NOTIFY_POLL_S on the database's clock: when each route's queue
+-- is empty once every pipeline SUCCEEDED and every event was routed
+-- (schema 14: its notify_pending rows, and outbox rows not routed yet;
+-- before it, schema 13: the undelivered outbox rows its key has not taken,
+-- delivered_routes). Measured: the healthy routes' drain after the last
+-- SUCCEEDED; the failing route's drain after the receiver switched to 200
+-- (its first delivery after the switch, the route's back-off, apart); the
+-- server's statements (oops_db_round_trips_total) per delivery (a row
+-- delivered to a route that wanted it), over the whole run (the engine's
+-- drive included) and after the drive (from the last SUCCEEDED on, the
+-- work connections: the notifier, with the idle engine's ticks); the
+-- server's peak RSS; ids received and received twice per path.
+local NOTIFY_FAIL_S, NOTIFY_POLL_S, NOTIFY_ROUTES_WAIT_S = 20, 0.1, 240
+local function notify_routes(n, kind, workdir)
+  if kind ~= "keep-alive" and kind ~= "close" then
+    error("notify: receiver kind " .. tostring(kind) .. ": keep-alive or close")
+  end
+  local rcv = start_receiver(workdir, "receiver", kind == "close" and
+    { "--close", "--fail", "/flaky=" .. NOTIFY_FAIL_S } or { "--fail", "/flaky=" .. NOTIFY_FAIL_S })
+  local base = ("http://127.0.0.1:%d"):format(rcv.port)
+  local routes = {
+    { name = "all", path = "/all", kind = "webhook", healthy = true },
+    { name = "errors", path = "/errors", kind = "slack", healthy = true, filter = "ERROR" },
+    { name = "flaky", path = "/flaky", kind = "webhook", healthy = false },
+  }
+  local key_of = require("oops.scans.notify").route_key
+  for _, r in ipairs(routes) do r.key = key_of { kind = r.kind, url = base .. r.path } end
+  local dir = policy_dir(workdir, "notify-routes", ([[
+scan    { interval = "500ms" }
+gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
+notify  { webhook = "%s/all" }
+notify  { slack = "%s/errors", events = { "ERROR" } }
+notify  { webhook = "%s/flaky", retry = { initial = "1s", max = "4s" } }
+]]):format(base, base, base))
+  local s = start_servers(1, dir, workdir)[1]
+  -- Schema 14 has a queue per route; 13 (before issue 37) records in the
+  -- outbox which routes took a row.
+  local queues = tonumber(sql([[SELECT COUNT(*) AS n FROM information_schema.tables
+    WHERE table_schema = DATABASE() AND table_name = 'notify_pending']])[1].n) > 0
+  local function pending(r)
+    if queues then
+      return tonumber(sql("SELECT COUNT(*) AS n FROM notify_pending WHERE route_key = ?", r.key)[1].n)
+    end
+    return tonumber(sql([[SELECT COUNT(*) AS n FROM outbox WHERE delivered_at IS NULL
+      AND FIND_IN_SET(?, COALESCE(delivered_routes, '')) = 0]], r.key)[1].n)
+  end
+  local function unrouted()
+    if not queues then return 0 end
+    return tonumber(sql("SELECT COUNT(*) AS n FROM outbox WHERE routed = 0")[1].n)
+  end
+  if queues then -- the leader registered the routes under the keys we count
+    local deadline = oops.now_ms() + 30000
+    while tonumber(sql("SELECT COUNT(*) AS n FROM notify_route WHERE route_key IN (?, ?, ?)",
+        routes[1].key, routes[2].key, routes[3].key)[1].n) < 3 do
+      if oops.now_ms() > deadline then error("the routes are not in notify_route after 30 s: their keys differ") end
+      C.sleep(0.1)
+    end
+  end
+  C.sleep(1)
+  local before = C.metrics(s)
+  local t0, last, at_last, backlog, left
+  local usage = sampled({ s }, function()
+    t0 = db_now()
+    insert_pipelines(n)
+    local deadline = oops.now_ms() + 1800 * 1000
+    while true do
+      local now = db_now()
+      if not last then
+        local done = count("SUCCEEDED")
+        if done >= n then
+          last = tonumber(sql("SELECT UNIX_TIMESTAMP(MAX(status_changed_at)) AS t FROM pipeline")[1].t)
+          at_last = C.metrics(s)
+          backlog = { unrouted = unrouted() }
+          for _, r in ipairs(routes) do backlog[r.name] = pending(r) end
+        elseif oops.now_ms() > deadline then
+          error(("%d of %d pipelines SUCCEEDED after 1800 s"):format(done, n))
+        end
+      end
+      if last then
+        local open = unrouted()
+        local all = true
+        for _, r in ipairs(routes) do
+          if not r.drained_at then
+            if open == 0 and pending(r) == 0 then r.drained_at = now else all = false end
+          end
+        end
+        if all then break end
+        if now > last + NOTIFY_ROUTES_WAIT_S then
+          left = { unrouted = open }
+          for _, r in ipairs(routes) do left[r.name] = pending(r) end
+          break
+        end
+      end
+      C.sleep(NOTIFY_POLL_S)
+    end
+  end)
+  local after = C.metrics(s)
+  local events = tonumber(sql("SELECT COUNT(*) AS n FROM outbox")[1].n)
+  local errors = tonumber(sql([[SELECT COUNT(*) AS n FROM outbox o
+    JOIN pipeline_event e ON o.kind = 'pipeline' AND e.id = o.ref_id
+    WHERE e.to_status = 'ERROR' OR e.event_type = 'ERROR']])[1].n)
+  local undelivered = tonumber(sql("SELECT COUNT(*) AS n FROM outbox WHERE delivered_at IS NULL")[1].n)
+  C.stop_server(s)
+  local got = rcv.stop()
+  local paths = got.paths or {}
+  local out = { n = n, receiver = kind, receiver_impl = got.impl, connections = got.connections,
+    events = events, error_events = errors, drive_s = last - t0, last_at = last, wait_s = NOTIFY_ROUTES_WAIT_S,
+    fail_s = NOTIFY_FAIL_S, poll_s = NOTIFY_POLL_S, schema = queues and "queues" or "delivered_routes",
+    backlog_at_last = backlog, left = left, undelivered_at_end = undelivered, routes = {} }
+  local wanted = { all = events, errors = errors, flaky = events }
+  local deliveries = 0
+  for _, r in ipairs(routes) do
+    local p = paths[r.path] or {}
+    out.routes[r.name] = { kind = r.kind, key = r.key, healthy = r.healthy, wanted = wanted[r.name],
+      drained_at = r.drained_at, requests = p.requests or 0, failed = p.failed or 0, received = p.received or 0,
+      distinct = p.distinct or 0, duplicates = p.duplicates or 0, first_at = p.first_at, last_at = p.last_at,
+      fail_from = p.fail_from, switched_at = p.switched_at }
+    deliveries = deliveries + wanted[r.name]
+  end
+  -- The healthy routes: the last of them drained, after the last SUCCEEDED.
+  local healthy, drained = 0, true
+  for _, r in ipairs(routes) do
+    if r.healthy then
+      if r.drained_at then healthy = math.max(healthy, r.drained_at - last) else drained = false end
+    end
+  end
+  out.healthy_drain_s = drained and math.max(0, healthy) or nil
+  local fr = out.routes.flaky
+  if fr.switched_at and fr.drained_at then
+    out.failing_drain_s = math.max(0, fr.drained_at - fr.switched_at)
+    out.failing_first_ok_s = fr.first_at and fr.first_at - fr.switched_at
+  end
+  local d_run = C.delta { { before = before, after = after } }
+  local d_after = C.delta { { before = at_last, after = after } }
+  out.deliveries = deliveries
+  out.round_trips = C.sum(d_run, "oops_db_round_trips_total")
+  out.statements_per_delivery = deliveries > 0 and out.round_trips / deliveries or nil
+  out.delivered_metric = C.sum(d_run, "oops_notifications_delivered_total")
+  out.failures_metric = C.sum(d_run, "oops_notification_failures_total")
+  out.after_drive = { round_trips = C.sum(d_after, "oops_db_round_trips_total", { conn = "work" }),
+    deliveries = C.sum(d_after, "oops_notifications_delivered_total") }
+  out.after_drive.statements_per_delivery = out.after_drive.deliveries > 0
+    and out.after_drive.round_trips / out.after_drive.deliveries or nil
+  local u = usage[s.name]
+  out.usage = { cpu_s = u.cpu_s, cpu_percent = u.cpu_percent, peak_rss_kb = u.peak_rss_kb,
+    peak_anon_kb = u.peak_anon_kb, samples = u.samples }
+  out.received, out.distinct, out.duplicates = got.received, got.distinct, got.duplicates
+  return out
+end
+
+-- `notify N WORKDIR`: the single-route case; `notify N RECEIVER WORKDIR`: the
+-- three routes of issue 37 against a "keep-alive" or "close" receiver.
+function cases.notify(n, a, b)
+  n = tonumber(n)
+  if b == nil then return notify_one(n, a) end
+  return notify_routes(n, a, b)
 end
 
 -- One server, no pipelines: CPU, memory and statements over `seconds`.

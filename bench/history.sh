@@ -141,9 +141,9 @@ INSERT INTO pipeline_event (pipeline_id, event_type, from_status, to_status, mes
   SELECT CONCAT('h', LPAD(seq DIV $EVENTS + 1, 11, '0')), 'BUILDING', 'INITIALIZED', 'RUNNING', 'x', 'old',
     NOW(6) - INTERVAL ($E - seq) * $P_SPAN DIV $E + 3600 SECOND
   FROM seq_0_to_$((E - 1));
-INSERT INTO outbox (event_id, kind, ref_id, created_at, delivered_at, next_attempt_at)
+INSERT INTO outbox (event_id, kind, ref_id, created_at, delivered_at, next_attempt_at, routed)
   SELECT CONCAT('hist-', seq), 'pipeline', seq, NOW(6) - INTERVAL ($E - seq) * $S_SPAN DIV $E + 3600 SECOND,
-    NOW(6) - INTERVAL ($E - seq) * $S_SPAN DIV $E + 3500 SECOND, NOW(6) - INTERVAL ($E - seq) * $S_SPAN DIV $E + 3600 SECOND
+    NOW(6) - INTERVAL ($E - seq) * $S_SPAN DIV $E + 3500 SECOND, NOW(6) - INTERVAL ($E - seq) * $S_SPAN DIV $E + 3600 SECOND, 1
   FROM seq_1_to_$E;
 INSERT INTO pipeline_log (pipeline_id, step, server, argv, exit_status, result, output, created_at)
   SELECT CONCAT('h', LPAD(seq, 11, '0')), 'build', 'old', '[\"./build.sh\"]', 0, 'exited 0', 'ok',

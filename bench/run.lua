@@ -39,8 +39,11 @@ usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
                  server, before the idle window and after the takeovers
                  (default 45 s: the pool gives back a connection idle 30 s)
   --fleet-kills  single-server SIGKILLs in the fleet's takeover (default 3)
-  --notify-pipelines  pipelines of the notify case, 4 events each (default 3000:
-                 12,000 events to one webhook receiver)
+  --notify-pipelines  pipelines of the notify cases, 4 events each (default 3000:
+                 12,000 events to one webhook receiver; then issue 37's three
+                 routes (a webhook, a slack route for ERROR only, a webhook whose
+                 receiver answers 500 for its first 20 s) to a receiver that keeps
+                 connections alive, and to one that closes each (Node.js))
   --out          where latest.json and the plots go (default bench/results)
   --build        the build directory with oopsd and oopsctl (default build/)
   --compare REV  also build REV (any git commit-ish: HEAD~3, a hash, a tag) from a
@@ -360,13 +363,23 @@ local function fleet_one(n, side)
   table.insert(res_of(side).fleet, doc)
 end
 
--- Notifications at flood scale (issue 28): bench/case.lua notify.
+-- Notifications at flood scale (issue 28): bench/case.lua notify, one
+-- webhook; then issue 37's three routes (a webhook, a slack route for ERROR
+-- only, a webhook failing its first 20 s) against a receiver that keeps
+-- connections alive and one that closes each.
 local function notify_section()
   results.notify, before.notify = {}, {}
   each_side(function(side)
     local doc = run_case(("notify N=%d"):format(opt.notify_pipelines), "notify", side, opt.notify_pipelines)
     if doc then table.insert(res_of(side).notify, doc) end
   end)
+  for _, kind in ipairs { "keep-alive", "close" } do
+    each_side(function(side)
+      local doc = run_case(("notify N=%d, 3 routes, %s receiver"):format(opt.notify_pipelines, kind), "notify", side,
+        opt.notify_pipelines, kind)
+      if doc then table.insert(res_of(side).notify, doc) end
+    end)
+  end
 end
 
 local function fleet()
@@ -391,6 +404,14 @@ local FLEET_IDLE_CONNECTIONS, FLEET_IDLE_STATEMENTS = 2, 0.5
 local FLEET_TAKEOVER_MEDIAN, FLEET_TAKEOVER_MAX = 0.5, 1.5
 -- Issue 28's: 12,000 events drained within 15 s of the last pipeline's end.
 local NOTIFY_DRAIN_MAX = 15
+-- Issue 37's, with three routes (one failing its first 20 s): the healthy
+-- routes drained within 5 s of the last SUCCEEDED, the failing one within 5 s
+-- of its receiver's recovery, at most 0.1 statements per delivery.
+local ROUTES_DRAIN_MAX, ROUTES_FAILING_DRAIN_MAX, ROUTES_STATEMENTS_MAX = 5, 5, 0.1
+local function routes_case(c)
+  return ("%d pipelines (%d events), 1 server, 3 routes, %s receiver"):format(c.n, c.events, c.receiver)
+end
+local ROUTE_NAMES = { "all", "errors", "flaky" }
 local MARIADB_MAX_PREPARED = 16382 -- max_prepared_stmt_count's default, every session together
 
 -- A fleet case's takeover samples of one kind ("one", "leader", "tenth"):
@@ -506,6 +527,55 @@ local function fleet_rows(res, row)
         ("<= %d"):format(FLEET_IDLE_CONNECTIONS), ac.max <= FLEET_IDLE_CONNECTIONS)
     end
   end
+end
+
+-- Issue 37's case (bench/case.lua notify N RECEIVER): its rows.
+local function routes_rows(c, row)
+  local case = routes_case(c)
+  local function left()
+    local l = c.left or {}
+    return ("unrouted %d; all %d, errors %d, flaky %d"):format(l.unrouted or 0, l.all or 0, l.errors or 0, l.flaky or 0)
+  end
+  row("notify", case, "healthy routes (webhook, slack ERROR) drained after the last SUCCEEDED",
+    c.healthy_drain_s and ("%s (all %s, errors %s; drive %s)"):format(secs(c.healthy_drain_s),
+      secs(c.routes.all.drained_at and c.routes.all.drained_at - c.last_at),
+      secs(c.routes.errors.drained_at and c.routes.errors.drained_at - c.last_at), secs(c.drive_s))
+    or ("> %d s (not drained: %s)"):format(c.wait_s, left()),
+    ("<= %d s"):format(ROUTES_DRAIN_MAX), c.healthy_drain_s ~= nil and c.healthy_drain_s <= ROUTES_DRAIN_MAX)
+  row("notify", case, ("failing route drained after its receiver's recovery (500 for %d s)"):format(c.fail_s),
+    c.failing_drain_s and ("%s (its first delivery %s after the recovery: back-off; drained %s after the last "
+      .. "SUCCEEDED)"):format(secs(c.failing_drain_s), secs(c.failing_first_ok_s),
+      secs(c.routes.flaky.drained_at - c.last_at))
+      or ("not drained within %d s of the last SUCCEEDED (%s)"):format(c.wait_s, left()),
+    ("<= %d s"):format(ROUTES_FAILING_DRAIN_MAX),
+    c.failing_drain_s ~= nil and c.failing_drain_s <= ROUTES_FAILING_DRAIN_MAX)
+  row("notify", case, "statements per delivery, whole run (the engine's drive included)",
+    c.statements_per_delivery and ("%.3f (%d round trips / %d deliveries)"):format(c.statements_per_delivery,
+      c.round_trips, c.deliveries) or "-",
+    ("<= %.1f"):format(ROUTES_STATEMENTS_MAX),
+    c.statements_per_delivery ~= nil and c.statements_per_delivery <= ROUTES_STATEMENTS_MAX)
+  local a = c.after_drive
+  row("notify", case, "statements per delivery after the drive (work connections)",
+    a.statements_per_delivery and ("%.3f (%d / %d)"):format(a.statements_per_delivery, a.round_trips, a.deliveries)
+    or ("- (%d round trips, no delivery)"):format(a.round_trips))
+  row("notify", case, "server: peak RSS / CPU", ("%s / %.0f %% of a core"):format(mb(c.usage.peak_rss_kb),
+    c.usage.cpu_percent or 0))
+  local b = c.backlog_at_last or {}
+  row("notify", case, "queued at the last SUCCEEDED", ("unrouted %d; all %d, errors %d, flaky %d"):format(
+    b.unrouted or 0, b.all or 0, b.errors or 0, b.flaky or 0))
+  local ids = {}
+  for _, name in ipairs(ROUTE_NAMES) do
+    local r = c.routes[name]
+    ids[#ids + 1] = ("%s %d of %d / %d"):format(name, r.distinct, r.wanted, r.duplicates)
+      .. (r.failed > 0 and (" (%d answered 500)"):format(r.failed) or "")
+  end
+  local dup = 0
+  for _, name in ipairs(ROUTE_NAMES) do dup = dup + c.routes[name].duplicates end
+  row("notify", case, "ids received / twice, per route", table.concat(ids, "; ") ..
+    (c.connections and ("; %d connections for %d requests"):format(c.connections,
+      c.routes.all.requests + c.routes.errors.requests + c.routes.flaky.requests) or ""),
+    "all, none twice", dup == 0 and c.routes.all.distinct == c.routes.all.wanted
+      and c.routes.errors.distinct == c.routes.errors.wanted and c.routes.flaky.distinct == c.routes.flaky.wanted)
 end
 
 -- The table's rows for one set of results: { section, case, measure, value, target, met? }.
@@ -624,6 +694,10 @@ local function table_rows(res)
   end
   fleet_rows(res, row)
   for _, c in ipairs(res.notify or {}) do
+    if c.routes then routes_rows(c, row) end
+  end
+  for _, c in ipairs(res.notify or {}) do
+    if c.routes then goto next end
     local case = ("%d pipelines (%d events), 1 server, 1 webhook"):format(c.n, c.events)
     local big = c.events >= 12000
     row("notify", case, "drain after the last SUCCEEDED", c.drain_s and secs(c.drain_s)
@@ -633,6 +707,7 @@ local function table_rows(res)
     row("notify", case, "events per second, first event to last delivery",
       c.events_per_s and ("%.0f"):format(c.events_per_s) or "-")
     row("notify", case, "ids received / twice", ("%d / %d"):format(c.distinct or 0, c.duplicates or 0))
+    ::next::
   end
   return rows
 end
@@ -735,6 +810,27 @@ local function measures(res)
     end
   end
   for _, c in ipairs(res.notify or {}) do
+    if not c.routes then goto next end
+    local case = routes_case(c)
+    m("notify", case, "healthy routes drained after the last SUCCEEDED", c.healthy_drain_s, "%.2f s",
+      ("<= %d s"):format(ROUTES_DRAIN_MAX), function(v) return v <= ROUTES_DRAIN_MAX end)
+    m("notify", case, "failing route drained after its recovery", c.failing_drain_s, "%.2f s",
+      ("<= %d s"):format(ROUTES_FAILING_DRAIN_MAX), function(v) return v <= ROUTES_FAILING_DRAIN_MAX end)
+    m("notify", case, "failing route: first delivery after its recovery", c.failing_first_ok_s, "%.2f s")
+    m("notify", case, "statements per delivery, whole run", c.statements_per_delivery, "%.3f",
+      ("<= %.1f"):format(ROUTES_STATEMENTS_MAX), function(v) return v <= ROUTES_STATEMENTS_MAX end)
+    m("notify", case, "statements per delivery after the drive", c.after_drive.statements_per_delivery, "%.3f")
+    m("notify", case, "server peak RSS", c.usage.peak_rss_kb / 1024, "%.1f MB")
+    for _, name in ipairs(ROUTE_NAMES) do
+      local route = c.routes[name]
+      m("notify", case, ("ids received: %s (of %d)"):format(name, route.wanted), route.distinct, "%d")
+      m("notify", case, ("ids received twice: %s"):format(name), route.duplicates, "%d", "0",
+        function(v) return v == 0 end)
+    end
+    ::next::
+  end
+  for _, c in ipairs(res.notify or {}) do
+    if c.routes then goto next end
     local case = ("%d pipelines (%d events), 1 server, 1 webhook"):format(c.n, c.events)
     m("notify", case, "drain after the last SUCCEEDED", c.drain_s, "%.2f s",
       c.events >= 12000 and ("<= %d s"):format(NOTIFY_DRAIN_MAX) or nil,
@@ -742,6 +838,7 @@ local function measures(res)
     m("notify", case, "undelivered 30 s after it", c.undelivered_after_30s, "%d")
     m("notify", case, "events per second, first event to last delivery", c.events_per_s, "%.0f")
     m("notify", case, "received twice", c.duplicates, "%d")
+    ::next::
   end
   local x = fp.driving
   if x then
@@ -763,7 +860,7 @@ local function compare_rows(before_res, after_res)
     local found = false
     for _, y in ipairs(list) do if y.key == x.key then found = true break end end
     if not found then list[#list + 1] = { key = x.key, section = x.section, case = x.case, measure = x.measure,
-      fmt = x.fmt, target = x.target } end
+      fmt = x.fmt, target = x.target, missing = true } end
   end
   for _, a in ipairs(list) do
     if not seen[a.key] then
@@ -772,7 +869,10 @@ local function compare_rows(before_res, after_res)
       local ratio = bv and av and bv ~= 0 and av / bv or nil
       local met
       if a.met and av ~= nil then met = a.met(av, ratio) end
-      rows[#rows + 1] = { a.section, a.case, a.measure, bv and a.fmt:format(bv) or "-", av and a.fmt:format(av) or "-",
+      -- "n/a": that side has no such measure at all (a case it could not run,
+      -- or one a revision does not know); "-": it has, without a value.
+      local function shown(side, v) return v and a.fmt:format(v) or (side and "-" or "n/a") end
+      rows[#rows + 1] = { a.section, a.case, a.measure, shown(b[a.key], bv), shown(a.value ~= nil or not a.missing, av),
         ratio and ("%.2f"):format(ratio) or "-", a.target or "-", met == nil and "-" or (met and "yes" or "NO") }
     end
   end

@@ -555,6 +555,46 @@ static const char *const v13[] = {
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
     NULL,
 };
+/* v14: notifications, a queue per route (issue 37). The outbox stays the one
+ * row per event, written in the transaction of its change; `routed` says
+ * whether the notifier has handed it to its routes yet (0: waiting;
+ * ix_outbox_unrouted reads those first). Routing writes one notify_pending row
+ * per route that wants the event (a route's filters are applied there, once);
+ * a route reads, sends and deletes its own rows (primary key: route, then
+ * outbox id, so a route's read costs its own backlog only), each row with its
+ * own attempts and retry. An outbox row is delivered (delivered_at) once no
+ * notify_pending row is left for it. notify_route: each route the leader has
+ * seen, its failures in a row and when it may try again (its own clock), and
+ * removed_at while the rows of a route a reload removed are released in
+ * pages. The column is added with DEFAULT 1, so rows delivered before need no
+ * rewrite, then its default becomes 0 for new rows; undelivered rows are set
+ * to 0, and routing skips the routes their delivered_routes (the old record)
+ * lists. */
+static const char *const v14[] = {
+    "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS routed TINYINT NOT NULL DEFAULT 1",
+    "ALTER TABLE outbox ALTER COLUMN routed SET DEFAULT 0",
+    "UPDATE outbox SET routed = 0 WHERE delivered_at IS NULL AND routed = 1",
+    "ALTER TABLE outbox ADD INDEX IF NOT EXISTS ix_outbox_unrouted (routed, id)",
+    "CREATE TABLE IF NOT EXISTS notify_route ("
+    " route_key VARCHAR(64) NOT NULL PRIMARY KEY,"
+    " name VARCHAR(300) NOT NULL,"
+    " failures INT NOT NULL DEFAULT 0,"
+    " retry_at DATETIME(6) NULL,"
+    " last_error VARCHAR(1000) NULL,"
+    " added_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " removed_at DATETIME(6) NULL"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
+    "CREATE TABLE IF NOT EXISTS notify_pending ("
+    " route_key VARCHAR(64) NOT NULL,"
+    " outbox_id BIGINT UNSIGNED NOT NULL,"
+    " attempts INT NOT NULL DEFAULT 0,"
+    " next_attempt_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " last_error VARCHAR(1000) NULL,"
+    " PRIMARY KEY (route_key, outbox_id),"
+    " KEY ix_notify_pending_outbox (outbox_id)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -571,6 +611,7 @@ static const migration migrations[] = {
     {11, "transitions fenced by the driver's name lock too: oops_transition2", v11},
     {12, "release safety: holds, overrides, automatic rollbacks, deploy slots", v12},
     {13, "operators: who acted and why (event actor, reason; operator_action)", v13},
+    {14, "notifications: a queue per route (notify_route, notify_pending, outbox.routed)", v14},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

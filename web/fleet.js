@@ -331,8 +331,9 @@
       muted(" firing for " + dur(a.for_s)))) : [h("li", { class: "muted" }, "none firing")]));
     fill($("routes").tBodies[0], f.routes.map((r) => h("tr", null,
       h("td", null, r.kind, h("div", { class: "muted mono" }, r.where !== r.kind ? r.where : "")),
-      h("td", { class: r.failing ? "bad" : r.pending ? "warn" : "good" }, String(r.pending),
-        r.failing ? h("div", { class: "muted" }, r.failing + " failing") : null),
+      h("td", { class: r.failing ? "bad" : r.pending ? "warn" : "good" }, String(r.pending) + (r.capped ? "+" : ""),
+        r.failing ? h("div", { class: "muted" }, r.failing + " failing") : null,
+        r.retry_in_s > 0 ? h("div", { class: "muted" }, "backing off " + dur(r.retry_in_s)) : null),
       h("td", null, r.pending ? dur(r.oldest_s) : "—",
         r.last_error ? h("div", { class: "muted route-error" }, r.last_error) : null))), "no route", 3);
   }

@@ -94,7 +94,7 @@ function M.statement(me, target, wait_s, seen)
     end
     add("(" .. table.concat(any, " OR ") .. ") AS " .. scan .. "_free")
   end
-  add("EXISTS (SELECT 1 FROM outbox WHERE delivered_at IS NULL AND next_attempt_at <= NOW(6)) AS outbox_due")
+  add("EXISTS (SELECT 1 FROM outbox WHERE routed = 0) AS outbox_due") -- rows for the notifier to route
   for _, scan in ipairs(LEADERS) do add("IS_USED_LOCK(?) AS leader_" .. scan, NAMES.leaders[scan]) end
   -- Live: its name lock held by a session other than this one (a name lock
   -- this statement just won is a gone server's: not next). Each as "SESSION

@@ -4,13 +4,14 @@
 --
 --   * The fleet snapshot is refreshed every REFRESH_MS, and only while the page
 --     has been asked for within the last WANTED_MS: a server nobody looks at
---     sends no query for it. One refresh is at most 7 statements (an eighth
---     while a notification route fails: its last error), each served
---     by an index (tests/integration/explain.sh) and bounded by a LIMIT,
---     whatever the history holds: servers, leader locks (+ the database's
---     clock), unfinished pipelines, the RECENT newest pipelines, the last
---     restart outcomes per scheduled target (one UNION statement), firing
---     alerts, the outbox backlog per set of routes already done.
+--     sends no query for it. One refresh is at most 6 statements and one per
+--     notification route of the policy (MAX_ROUTES at most), each served by an index
+--     (tests/integration/explain.sh) and bounded by a LIMIT, whatever the
+--     history holds: servers, leader locks (+ the database's clock),
+--     unfinished pipelines, the RECENT newest pipelines, the last restart
+--     outcomes per scheduled target (one UNION statement), firing alerts,
+--     and each route's backlog (its own queue, notify_pending, counted to
+--     ROUTE_SCAN rows, and its state, notify_route: issue 37).
 --   * `/api/fleet` says how old its snapshot is (snapshot_age_s, on this
 --     server's clock) and why the last refresh failed (refresh_error), and how
 --     long a refresh has been waiting on the database (refresh_running_s): a
@@ -109,12 +110,18 @@ local SQL = {
   alerts = "SELECT namespace, application, environment, metric, firing_since,"
     .. " TIMESTAMPDIFF(SECOND, firing_since, NOW(6)) AS for_s, LEFT(pods, 300) AS pods"
     .. " FROM alert_state WHERE firing = 1 LIMIT ?",
-  outbox = "SELECT delivered_routes, COUNT(*) AS n,"
-    .. " TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS age_us,"
-    .. " SUM(attempts > 0) AS failing, MAX(IF(attempts > 0, id, NULL)) AS failing_id"
-    .. " FROM outbox WHERE delivered_at IS NULL GROUP BY delivered_routes LIMIT 100",
-  -- the last errors of the routes' newest failing rows (issue 28), only when a route fails
-  errors = "SELECT id, LEFT(last_error, 300) AS last_error FROM outbox WHERE id IN (?, ?, ?, ?, ?, ?, ?, ?)",
+  -- a notification route's backlog (issue 37), one statement per route of the policy: its queue counted
+  -- (notify_pending's primary key range, at most ROUTE_SCAN rows) with its first failing row, the age of its
+  -- head's outbox row, that failing row's last error, and the route's own state (notify_route)
+  route = "SELECT c.n, c.failing,"
+    .. " TIMESTAMPDIFF(MICROSECOND, (SELECT o.created_at FROM notify_pending h LEFT JOIN outbox o ON o.id = h.outbox_id"
+    .. " WHERE h.route_key = ? ORDER BY h.outbox_id LIMIT 1), NOW(6)) AS age_us,"
+    .. " (SELECT LEFT(e.last_error, 1000) FROM notify_pending e WHERE e.route_key = ? AND e.outbox_id = c.failing_id)"
+    .. " AS row_error, r.failures, TIMESTAMPDIFF(MICROSECOND, NOW(6), r.retry_at) AS retry_us,"
+    .. " LEFT(r.last_error, 1000) AS route_error"
+    .. " FROM (SELECT COUNT(*) AS n, SUM(q.attempts > 0) AS failing, MIN(IF(q.attempts > 0, q.outbox_id, NULL))"
+    .. " AS failing_id FROM (SELECT outbox_id, attempts FROM notify_pending WHERE route_key = ? LIMIT ?) AS q) AS c"
+    .. " LEFT JOIN notify_route r ON r.route_key = ?",
   -- with the name of the live server whose lock session holds the pipeline's lock
   pipeline = "SELECT " .. PIPELINE_COLUMNS .. ", LEFT(source, 2000) AS source,"
     .. " (SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(CONCAT(?, pipeline.id))"
@@ -194,6 +201,25 @@ local function restart_targets(pol)
   table.sort(list, function(x, y) return x.app .. "/" .. x.environment < y.app .. "/" .. y.environment end)
   while #list > M.MAX_TARGETS do list[#list] = nil end
   return list
+end
+
+M.ROUTE_SCAN = 10000 -- queue rows a route's count reads at most (the page refreshes every 1.5 s: "10000+")
+M.MAX_ROUTES = 50 -- notification routes shown (a statement each), in the policy's order
+
+-- A route as the page shows it, from its SQL.route row: a webhook by its scheme and host only (its
+-- userinfo, path or query may hold the secret: oops.url); the last error masked again (oops.outbox:
+-- URLs, userinfo; bounded): the route's own while its rounds fail (failures > 0), else its first
+-- failing row's. failures, retry_in_s: its back-off (notify_route); capped: pending reached ROUTE_SCAN.
+function M.route_backlog(row, r)
+  local mask = require("oops.outbox").mask_error
+  local failures = math.tointeger(num(row.failures) or 0) or 0
+  local pending = math.tointeger(num(row.n) or 0) or 0
+  local retry_us = num(row.retry_us)
+  return { kind = r.kind, where = r.url and shown_url(r.url) or (r.argv and r.argv[1]) or r.kind,
+    pending = pending, oldest_s = math.max(0, (num(row.age_us) or 0) / 1e6),
+    failing = math.tointeger(num(row.failing) or 0) or 0, capped = pending >= M.ROUTE_SCAN,
+    failures = failures, retry_in_s = retry_us and math.max(0, retry_us / 1e6) or nil,
+    last_error = mask(failures > 0 and row.route_error or row.row_error or nil) }
 end
 
 -- One snapshot of the fleet, as a table ready for JSON.
@@ -290,48 +316,17 @@ function M.read_fleet(pol)
     alerts[#alerts + 1] = { namespace = r.namespace, application = r.application, environment = r.environment,
       metric = r.metric, since = r.firing_since, for_s = num(r.for_s), pods = r.pods }
   end
-  -- Notification backlog per route of the running policy.
-  local groups = exec(c, SQL.outbox)
+  -- Notification backlog per route of the running policy: each route's own queue and state.
   local routes = {}
   local route_key = require("oops.scans.notify").route_key
   local done_keys = {}
   for _, r in ipairs(pol and pol.notify.routes or {}) do
     local key = route_key(r)
-    if not done_keys[key] then
+    if not done_keys[key] and #routes < M.MAX_ROUTES then
       done_keys[key] = true
-      local pending, oldest, failing, failing_id = 0, 0, 0, nil
-      for _, g in ipairs(groups) do
-        local done = false
-        for k in (g.delivered_routes or ""):gmatch("[^,]+") do if k == key then done = true end end
-        if not done then
-          pending = pending + (num(g.n) or 0)
-          oldest = math.max(oldest, (num(g.age_us) or 0) / 1e6)
-          failing = failing + (num(g.failing) or 0)
-          local f = num(g.failing_id)
-          if f and (not failing_id or f > failing_id) then failing_id = f end
-        end
-      end
-      -- A webhook by its scheme and host only: its userinfo, path or query may hold
-      -- the secret (oops.url).
-      routes[#routes + 1] = { kind = r.kind, where = r.url and shown_url(r.url) or (r.argv and r.argv[1]) or r.kind,
-        pending = pending, oldest_s = oldest, failing = failing, failing_id = failing_id }
+      routes[#routes + 1] = M.route_backlog(exec(c, SQL.route, key, key, key, M.ROUTE_SCAN, key)[1] or {}, r)
     end
   end
-  -- The last error of each failing route's newest failing row: one statement, only then.
-  local ids, want = {}, {}
-  for _, rt in ipairs(routes) do
-    if rt.failing_id and not want[rt.failing_id] and #ids < 8 then
-      ids[#ids + 1], want[rt.failing_id] = rt.failing_id, true
-    end
-  end
-  if #ids > 0 then
-    local padded = {}
-    for i = 1, 8 do padded[i] = ids[math.min(i, #ids)] end
-    local errs = {}
-    for _, e in ipairs(exec(c, SQL.errors, table.unpack(padded))) do errs[num(e.id)] = e.last_error end
-    for _, rt in ipairs(routes) do rt.last_error = rt.failing_id and errs[rt.failing_id] or nil end
-  end
-  for _, rt in ipairs(routes) do rt.failing_id = nil end
   return {
     server = oops.server_name(), now = now, refresh_ms = M.REFRESH_MS,
     servers = json.array(servers), leaders = leaders, pipelines = json.array(pipelines),

@@ -34,7 +34,7 @@ root() { mariadb "${MDB_ADMIN[@]}" -N -B "$@"; } # the socket, as our OS user (u
 # sim_metric), one row (restart_watermark) or a row per migration
 # (schema_version): reading them whole is what the alert scan, the leader
 # count and `oopsctl locks` mean to do.
-growing=" pipeline pipeline_event pipeline_log outbox exec_job sim_call restart_run sim_job operator_action "
+growing=" pipeline pipeline_event pipeline_log outbox notify_pending exec_job sim_call restart_run sim_job operator_action "
 # Statements allowed a full scan of a growing table: "REGEX|why", the regex
 # (extended) matched against the folded statement.
 allowed=(
@@ -156,7 +156,9 @@ for want in "FROM pipeline WHERE 1 = 1 AND status IN" "FROM pipeline_event WHERE
   "FROM pipeline_log WHERE pipeline_id" "FROM outbox o" "UPDATE pipeline SET status" \
   "FROM restart_run WHERE finished_at IS NULL" "FROM exec_job" "UPDATE outbox SET" "DELETE FROM pipeline" \
   "UNION ALL (SELECT" "IF(status = 'SUCCEEDED', status_changed_at, created_at) DESC" \
-  "FROM pipeline ORDER BY created_at DESC LIMIT" "FROM outbox WHERE delivered_at IS NULL GROUP BY delivered_routes" \
+  "FROM pipeline ORDER BY created_at DESC LIMIT" "FROM notify_pending WHERE route_key = ? LIMIT" \
+  "FROM notify_pending n JOIN outbox o ON o.id = n.outbox_id" "WHERE o.routed = N ORDER BY o.id LIMIT" \
+  "DELETE FROM notify_pending WHERE route_key = ?" \
   "FROM operator_action WHERE 1 = 1 ORDER BY" "FROM operator_action WHERE N = N AND actor = ?" \
   "FROM operator_action WHERE N = N AND namespace = ?" "AND e.actor IS NOT NULL ORDER BY e.id DESC LIMIT"; do
   check "... among them: $want" grep -qF "$want" "$work/distinct.tsv"
@@ -175,10 +177,12 @@ INSERT INTO pipeline_event (pipeline_id, event_type, from_status, to_status, mes
   SELECT CONCAT('h', LPAD(seq DIV 4 + 1, 11, '0')), 'BUILDING', 'INITIALIZED', 'RUNNING', 'x', 'old',
     NOW(6) - INTERVAL (seq + 3600) SECOND
   FROM seq_0_to_$((4 * N - 1));
-INSERT INTO outbox (event_id, kind, ref_id, created_at, delivered_at, next_attempt_at)
+INSERT INTO outbox (event_id, kind, ref_id, created_at, delivered_at, next_attempt_at, routed)
   SELECT CONCAT('hist-', seq), 'pipeline', seq, NOW(6) - INTERVAL (seq + 3600) SECOND,
-    NOW(6) - INTERVAL (seq + 3500) SECOND, NOW(6) - INTERVAL (seq + 3600) SECOND
+    IF(seq % 8, NOW(6) - INTERVAL (seq + 3500) SECOND, NULL), NOW(6) - INTERVAL (seq + 3600) SECOND, 1
   FROM seq_1_to_$((4 * N));
+INSERT INTO notify_pending (route_key, outbox_id, attempts, next_attempt_at)
+  SELECT 'webhook:0badbeef', o.id, 3, NOW(6) + INTERVAL 1 HOUR FROM outbox o WHERE o.delivered_at IS NULL;
 INSERT INTO pipeline_log (pipeline_id, step, server, argv, exit_status, result, output, created_at)
   SELECT CONCAT('h', LPAD(seq, 11, '0')), 'build', 'old', '[\"./build.sh\"]', 0, 'exited 0', 'ok',
     NOW(6) - INTERVAL (seq + 3600) SECOND
@@ -207,8 +211,8 @@ INSERT INTO operator_action (created_at, actor, action, pipeline_id, namespace, 
     ELT(1 + seq % 4, 'create', 'stop', 'release', 'rollback'), CONCAT('h', LPAD(seq, 11, '0')), 'hist',
     CONCAT('app', seq % 50), IF(seq % 2, 'prod', 'staging'), 'a reason', 'done', 'oopsctl@host'
   FROM seq_1_to_$N;
-ANALYZE TABLE pipeline, pipeline_event, outbox, pipeline_log, exec_job, sim_job, sim_call, restart_run,
-  operator_action;" \
+ANALYZE TABLE pipeline, pipeline_event, outbox, notify_pending, pipeline_log, exec_job, sim_job, sim_call,
+  restart_run, operator_action;" \
   >"$work/fill.log" 2>&1
 is "$?" 0 "history: $N finished pipelines, $((4 * N)) events, notifications and simulated calls, $N logs, jobs, restarts"
 

@@ -98,9 +98,11 @@ is "$(awk '$3 == 500' "$work/hook1.rec" | wc -l)" 5 "the sink failed the first 5
 failed_ids=$(awk '$3 == 500' "$work/hook1.rec" | ids | sort -u)
 is "$(ok_lines "$work/hook1.rec" | ids | grep -Fxc -f <(echo "$failed_ids"))" \
   "$(echo "$failed_ids" | wc -l)" "... and each failed event was retried until it got through"
-like "$(sql "SELECT last_error FROM outbox WHERE attempts > 0 ORDER BY id LIMIT 1")" \
-  "^s1: webhook http://127.0.0.1:$port/\*\*\*: HTTP 500" "the outbox records the failure, by whom and why (the URL's path masked)"
-like "$(sql "SELECT MAX(attempts) FROM outbox")" '^[1-5]$' "... and the attempts"
+like "$(sql "SELECT last_error FROM notify_route WHERE route_key LIKE 'webhook:%'")" \
+  "^s1: webhook http://127.0.0.1:$port/\*\*\*: HTTP 500" "the route records its last failure, by whom and why (the URL's path masked)"
+like "$(grep -Ec 'attempt=[1-5] .*notification not delivered: HTTP 500|notification not delivered: HTTP 500.* attempt=[1-5]' \
+  "${SRV_LOG[s1]}")" '^[1-9]' \
+  "... and each failure is logged with its attempt"
 check "each pipeline's events arrived in order" in_order_per_pipeline "$work/hook1.rec"
 
 is "$(awk '{print $4}' "$work/hook1.rec" | sort -u)" "s1" "only the notify leader (s1) sent webhooks"
@@ -138,7 +140,7 @@ pending=$(sql "SELECT COUNT(*) FROM outbox o JOIN pipeline_event e ON e.id = o.r
 is "$pending" "$(sql "SELECT COUNT(*) FROM pipeline_event WHERE pipeline_id = '$id4'")" \
   "... while every event of the new pipeline waits for the webhook"
 wait_for 20 "... and s1 keeps retrying it" bash -c \
-  "[[ \$(sql \"SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND attempts >= 2\") -ge 1 ]]"
+  "[[ \$(sql \"SELECT COUNT(*) FROM notify_pending WHERE attempts >= 2\") -ge 1 ]]"
 
 kill -KILL "${SRV_PID[s1]}"; wait "${SRV_PID[s1]}" 2>/dev/null; unset 'SRV_PID[s1]'
 wait_for 20 "s2 takes over oops:leader:notify after s1 is SIGKILLed" bash -c '[[ $(notify_leader) == s2 ]]'

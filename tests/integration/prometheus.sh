@@ -57,10 +57,12 @@ is "$(metric 'oops_pipeline_timeout_seconds{status="DEPLOYING"}')" 6 "... DEPLOY
 like "$text" $'\n# TYPE oops_scan_duration_seconds histogram\n' "scan durations are a histogram"
 like "$text" $'\noops_scan_duration_seconds_bucket\\{le="\\+Inf",scan="build"\\} [1-9]' "... with its buckets"
 
-# An hour-old notification no route has taken (not due for a day: the
-# notifier leaves it), and a manual pipeline waiting an hour in BUILD_SUCCEEDED.
-sql "INSERT INTO outbox (event_id, kind, payload, created_at, next_attempt_at)
-     VALUES ('prometheus-test', 'alert', '{}', NOW(6) - INTERVAL 1 HOUR, NOW(6) + INTERVAL 1 DAY)"
+# An hour-old notification in the log route's queue (its retry not due for a
+# day: the notifier leaves it), and a manual pipeline waiting an hour in BUILD_SUCCEEDED.
+sql "INSERT INTO outbox (event_id, kind, payload, created_at, routed)
+     VALUES ('prometheus-test', 'alert', '{}', NOW(6) - INTERVAL 1 HOUR, 1);
+     INSERT INTO notify_pending (route_key, outbox_id, attempts, next_attempt_at)
+     SELECT 'log', id, 1, NOW(6) + INTERVAL 1 DAY FROM outbox WHERE event_id = 'prometheus-test'"
 id=$("$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" create --app shop/api --env prod --manual 2>/dev/null)
 wait_for 30 "the manual pipeline reaches BUILD_SUCCEEDED" \
   bash -c "[[ \$(sql \"SELECT status FROM pipeline WHERE id = '$id'\") == BUILD_SUCCEEDED ]]"

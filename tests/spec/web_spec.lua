@@ -62,3 +62,34 @@ describe("web.unknown_driver", function()
     assert.are.equal("lock session 42, not a live server's", web.unknown_driver(42))
   end)
 end)
+
+describe("web.route_backlog", function()
+  local hook = { kind = "webhook", url = "http://user:secret@hooks.example:8443/path?token=s3cr3t" }
+
+  it("shows a route's own queue and state, a webhook by its scheme and host only", function()
+    local r = web.route_backlog({ n = "5", failing = "2", age_us = "7200000000", failures = "4",
+      retry_us = "300000000", route_error = "down: http://user:secret@hooks.example:8443/path?token=s3cr3t",
+      row_error = "HTTP 500" }, hook)
+    assert.are.same({ kind = "webhook", where = "http://hooks.example:8443/***", pending = 5, failing = 2,
+      oldest_s = 7200, capped = false, failures = 4, retry_in_s = 300,
+      last_error = "down: http://hooks.example:8443/***" }, r)
+  end)
+
+  it("takes the first failing row's error while the route does not back off", function()
+    local r = web.route_backlog({ n = "3", failing = "1", age_us = "1000000", failures = "0",
+      route_error = "an error of long ago", row_error = "user:pw@host refused" }, { kind = "log" })
+    assert.are.equal("log", r.where)
+    assert.are.equal("***@host refused", r.last_error)
+    assert.is_nil(r.retry_in_s)
+  end)
+
+  it("reads an empty queue of a route never registered as nothing pending", function()
+    local r = web.route_backlog({ n = "0" }, { kind = "command", argv = { "/usr/bin/notify", "x" } })
+    assert.are.same({ kind = "command", where = "/usr/bin/notify", pending = 0, failing = 0, oldest_s = 0,
+      capped = false, failures = 0 }, r)
+  end)
+
+  it("says when a count reached its bound", function()
+    assert.is_true(web.route_backlog({ n = tostring(web.ROUTE_SCAN) }, { kind = "log" }).capped)
+  end)
+end)

@@ -1,53 +1,65 @@
 -- oopsctl outbox: the notification backlog, per route of the policy.
 --
--- What waits in the outbox table (src/schema.c) for each route the policy
--- names (routes keyed as the notifier keys them: oops.scans.notify
--- route_key), read in two kinds of bounded statements:
+-- Each route of the notifier has a queue of its own (issue 37, src/schema.c
+-- v14): its notify_pending rows (one per event it still has to deliver, each
+-- with its own attempts, retry time and last error), in id order, and its
+-- state in notify_route (failed rounds in a row, when it may try again, the
+-- last error of a failed round). Routes are keyed as the notifier keys them
+-- (oops.scans.notify route_key). Every statement is index-served and bounded:
 --
---   groups  the undelivered rows counted by delivered_routes (which routes
---           already took them): at most SCAN_MAX rows read (a derived table
---           with a LIMIT, on ix_outbox_pending), at most GROUPS_MAX groups;
---           past either the counts are lower bounds ("capped").
---   head    a route's first pending rows (not delivered, not in its
---           delivered_routes), oldest first, on ix_outbox_delivered
---           (delivered_at, created_at): read in index order, no sort, it
---           stops at its LIMIT, or after SCAN_MAX rows examined (MariaDB's
---           LIMIT ROWS EXAMINED: rows the route already took, waiting for
---           another route, are skipped one by one; past the bound the head
---           is "not within the rows read"). The notifier goes in id order; the ids of
---           rows written at the same moment by concurrent transactions may
---           be out of created_at order, so the first ROWS rows are sorted
---           by id here and the head is the lowest id among them.
+--   total     the undelivered outbox rows counted (a derived table with a
+--             LIMIT, on ix_outbox_pending), each with whether some queue
+--             failed it (a point read of ix_notify_pending_outbox), and the
+--             rows waiting to be routed (ix_outbox_unrouted); at most SCAN_MAX
+--             rows each, past it the count is a lower bound ("capped", ">=").
+--   head_any  the oldest undelivered row (ix_outbox_delivered, in index
+--             order), and head_queues: the queue rows holding it.
+--   counts    a route's queue counted, failing rows (attempts > 0) too: its
+--             primary key range, at most SCAN_MAX rows.
+--   rows      a route's first rows (its head first), the outbox row joined
+--             by its primary key: in primary key order, no sort.
+--   state     the route's notify_route row (its primary key).
 --
 -- A webhook (slack, teams) is named by its scheme and host only
 -- (oops.url.show): its userinfo, path or query may hold the secret. Row
--- contents (event ids, errors) are outside input: last_error is masked again
--- (anything like a URL, userinfo), bounded, and escaped for the terminal.
+-- contents (event ids, errors) are outside input: every last error is masked
+-- again (anything like a URL, userinfo), bounded, and escaped for the terminal.
 local duration = require("oops.duration")
 local json = require("oops.json")
 local shown_url = require("oops.url").show
 
 local M = {}
 
-M.SCAN_MAX = 100000 -- undelivered rows the counts read at most
-M.GROUPS_MAX = 1000 -- distinct delivered_routes values
-M.ROWS = 20 -- rows listed with --route (and read per route for its head)
+M.SCAN_MAX = 100000 -- rows a count reads at most (a route's queue, the undelivered, the unrouted)
+M.ROWS = 20 -- rows listed with --route
+M.HEAD_QUEUES = 100 -- queue rows read for the oldest undelivered row (one per route holding it)
 M.ERROR_MAX = 300 -- characters of a last error shown
 
+local AGE = "TIMESTAMPDIFF(MICROSECOND, %s, NOW(6))"
+local WAIT = "TIMESTAMPDIFF(MICROSECOND, NOW(6), %s)"
+
 M.SQL = {
-  groups = "SELECT delivered_routes, COUNT(*) AS n, SUM(attempts > 0) AS failing,"
-    .. " TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS age_us"
-    .. " FROM (SELECT delivered_routes, attempts, created_at FROM outbox"
-    .. " WHERE delivered_at IS NULL LIMIT ?) AS pending"
-    .. " GROUP BY delivered_routes ORDER BY NULL LIMIT ?",
+  total = "SELECT COUNT(*) AS n, SUM(t.failing) AS failing FROM (SELECT o.id,"
+    .. " EXISTS (SELECT 1 FROM notify_pending f FORCE INDEX (ix_notify_pending_outbox)"
+    .. " WHERE f.outbox_id = o.id AND f.attempts > 0) AS failing"
+    .. " FROM outbox o WHERE o.delivered_at IS NULL LIMIT ?) AS t",
+  unrouted = "SELECT COUNT(*) AS n FROM (SELECT id FROM outbox WHERE routed = 0 LIMIT ?) AS t",
+  head_any = "SELECT id, event_id, kind, routed, " .. AGE:format("created_at") .. " AS age_us"
+    .. " FROM outbox WHERE delivered_at IS NULL ORDER BY created_at, id LIMIT 1",
+  head_queues = "SELECT attempts, next_attempt_at, (next_attempt_at <= NOW(6)) AS due, "
+    .. WAIT:format("next_attempt_at") .. " AS wait_us, LEFT(last_error, 1000) AS last_error"
+    .. " FROM notify_pending WHERE outbox_id = ? LIMIT ?",
+  counts = "SELECT COUNT(*) AS n, SUM(attempts > 0) AS failing"
+    .. " FROM (SELECT attempts FROM notify_pending WHERE route_key = ? LIMIT ?) AS t",
+  rows = "SELECT n.outbox_id AS id, o.event_id, o.kind, n.attempts, n.next_attempt_at,"
+    .. " (n.next_attempt_at <= NOW(6)) AS due, " .. WAIT:format("n.next_attempt_at") .. " AS wait_us, "
+    .. AGE:format("o.created_at") .. " AS age_us, LEFT(n.last_error, 1000) AS last_error"
+    .. " FROM notify_pending n LEFT JOIN outbox o ON o.id = n.outbox_id"
+    .. " WHERE n.route_key = ? ORDER BY n.outbox_id LIMIT ?",
+  state = "SELECT failures, retry_at, (retry_at > NOW(6)) AS backing_off, " .. WAIT:format("retry_at")
+    .. " AS wait_us, LEFT(last_error, 1000) AS last_error, (removed_at IS NOT NULL) AS removed"
+    .. " FROM notify_route WHERE route_key = ?",
 }
-local ROW_COLUMNS = "SELECT id, event_id, kind, attempts, next_attempt_at, (next_attempt_at <= NOW(6)) AS due,"
-  .. " TIMESTAMPDIFF(MICROSECOND, NOW(6), next_attempt_at) AS wait_us,"
-  .. " TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) AS age_us, LEFT(last_error, 1000) AS last_error"
-  .. " FROM outbox WHERE delivered_at IS NULL"
-M.SQL.head = ROW_COLUMNS .. " AND FIND_IN_SET(?, COALESCE(delivered_routes, '')) = 0"
-  .. " ORDER BY created_at, id LIMIT ? ROWS EXAMINED ?"
-M.SQL.head_any = ROW_COLUMNS .. " ORDER BY created_at, id LIMIT ?"
 
 ------------------------------------------------------------------ text
 
@@ -175,65 +187,83 @@ end
 ------------------------------------------------------------------ reading
 
 local function num(v) return math.tointeger(tonumber(v)) or tonumber(v) or 0 end
-
-local function set_of(text)
-  local set = {}
-  for k in (text or ""):gmatch("[^,]+") do set[k] = true end
-  return set
-end
-
--- The counts: { groups = {{routes = set, n, failing, age_us}}, capped }.
--- exec is oops.db.exec; nil, err, name on a database error.
-function M.read_groups(exec)
-  local rows, err, name = exec(M.SQL.groups, M.SCAN_MAX, M.GROUPS_MAX)
-  if not rows then return nil, err, name end
-  local out, read = { groups = {} }, 0
-  for _, r in ipairs(rows) do
-    out.groups[#out.groups + 1] = { routes = set_of(r.delivered_routes), n = num(r.n),
-      failing = num(r.failing), age_us = num(r.age_us) }
-    read = read + num(r.n)
-  end
-  out.capped = read >= M.SCAN_MAX or #rows >= M.GROUPS_MAX
-  return out
-end
+local function seconds(us) return math.max(0, num(us) / 1e6) end
+local function stamp(v) return v and v:sub(1, 19) end
 
 local function row_of(r)
   return {
     id = num(r.id), event_id = r.event_id, kind = r.kind, attempts = num(r.attempts),
-    next_attempt_at = r.next_attempt_at and r.next_attempt_at:sub(1, 19), due = num(r.due) == 1,
-    wait_s = math.max(0, num(r.wait_us) / 1e6), age_s = math.max(0, num(r.age_us) / 1e6),
-    last_error = M.mask_error(r.last_error),
+    next_attempt_at = stamp(r.next_attempt_at), due = num(r.due) == 1,
+    wait_s = seconds(r.wait_us), age_s = seconds(r.age_us), last_error = M.mask_error(r.last_error),
   }
 end
 
--- A route's (key) or, without a key, the whole backlog's first rows: their
--- oldest age and the rows in id order (rows[1] the head).
-function M.read_rows(exec, key, limit)
-  local rows, err, name
-  if key then rows, err, name = exec(M.SQL.head, key, limit, M.SCAN_MAX)
-  else rows, err, name = exec(M.SQL.head_any, limit) end
+-- The whole backlog: the undelivered rows and the failing ones among them,
+-- the rows waiting to be routed, the oldest undelivered row (its queue rows:
+-- how many routes hold it; the most tried one's attempts, retry and error).
+-- exec is oops.db.exec; nil, err, name on a database error.
+function M.read_total(exec)
+  local rows, err, name = exec(M.SQL.total, M.SCAN_MAX)
   if not rows then return nil, err, name end
-  local out, oldest = {}, 0
-  for i, r in ipairs(rows) do
-    out[i] = row_of(r)
-    oldest = math.max(oldest, out[i].age_s)
+  local t = { pending = num(rows[1] and rows[1].n), failing = num(rows[1] and rows[1].failing) }
+  t.capped = t.pending >= M.SCAN_MAX
+  rows, err, name = exec(M.SQL.unrouted, M.SCAN_MAX)
+  if not rows then return nil, err, name end
+  t.unrouted = num(rows[1] and rows[1].n)
+  t.unrouted_capped = t.unrouted >= M.SCAN_MAX
+  rows, err, name = exec(M.SQL.head_any)
+  if not rows then return nil, err, name end
+  t.oldest_s, t.head = 0, json.null
+  local h = rows[1]
+  if not h then return t end
+  local queues
+  queues, err, name = exec(M.SQL.head_queues, h.id, M.HEAD_QUEUES)
+  if not queues then return nil, err, name end
+  local most = { attempts = 0 }
+  for _, q in ipairs(queues) do
+    if num(q.attempts) > num(most.attempts) or not most.next_attempt_at then most = q end
   end
-  table.sort(out, function(a, b) return a.id < b.id end)
-  return { rows = out, oldest_s = oldest }
+  most.id, most.event_id, most.kind, most.age_us = h.id, h.event_id, h.kind, h.age_us
+  t.head = row_of(most)
+  t.head.routed, t.head.queues = num(h.routed) == 1, #queues
+  t.oldest_s = t.head.age_s
+  return t
 end
 
--- A route's counts from the groups: the rows whose delivered_routes lack
--- its key.
-function M.count(groups, key)
-  local c = { pending = 0, failing = 0, oldest_s = 0 }
-  for _, g in ipairs(groups) do
-    if not key or not g.routes[key] then
-      c.pending = c.pending + g.n
-      c.failing = c.failing + g.failing
-      c.oldest_s = math.max(c.oldest_s, g.age_us / 1e6)
-    end
-  end
+-- A route's queue: { pending, failing, capped }.
+function M.read_counts(exec, key)
+  local rows, err, name = exec(M.SQL.counts, key, M.SCAN_MAX)
+  if not rows then return nil, err, name end
+  local c = { pending = num(rows[1] and rows[1].n), failing = num(rows[1] and rows[1].failing) }
+  c.capped = c.pending >= M.SCAN_MAX
   return c
+end
+
+-- A route's first rows (at most limit), its head first: { rows, oldest_s }
+-- (the head's age).
+function M.read_rows(exec, key, limit)
+  local rows, err, name = exec(M.SQL.rows, key, limit)
+  if not rows then return nil, err, name end
+  local out = {}
+  for i, r in ipairs(rows) do out[i] = row_of(r) end
+  return { rows = out, oldest_s = out[1] and out[1].age_s or 0 }
+end
+
+-- A route's own state (notify_route): seen (the notifier's leader has
+-- registered it), its failed rounds in a row, when it may try again, its
+-- last error (masked), and whether a reload removed it (its queue being
+-- released).
+function M.read_state(exec, key)
+  local rows, err, name = exec(M.SQL.state, key)
+  if not rows then return nil, err, name end
+  local r = rows[1]
+  if not r then
+    return { seen = false, failures = 0, retry_at = json.null, retry_in_s = json.null, backing_off = false,
+      last_error = json.null, removing = false }
+  end
+  return { seen = true, failures = num(r.failures), retry_at = stamp(r.retry_at) or json.null,
+    retry_in_s = r.retry_at and seconds(r.wait_us) or json.null, backing_off = num(r.backing_off) == 1,
+    last_error = M.mask_error(r.last_error) or json.null, removing = num(r.removed) == 1 }
 end
 
 ------------------------------------------------------------------ the report
@@ -243,29 +273,29 @@ end
 -- every route listed has its first ROWS rows). nil, err, name on a database
 -- error.
 function M.report(exec, opts)
-  local g, err, name = M.read_groups(exec)
-  if not g then return nil, err, name end
-  local total = M.count(g.groups, nil)
-  local first
-  first, err, name = M.read_rows(exec, nil, 1)
-  if not first then return nil, err, name end
-  total.oldest_s = math.max(total.oldest_s, first.oldest_s)
-  local out = { policy = opts.policy, capped = g.capped, total = total, routes = json.null }
-  total.head = first.rows[1] or json.null
+  local total, err, name = M.read_total(exec)
+  if not total then return nil, err, name end
+  local out = { policy = opts.policy, capped = total.capped or total.unrouted_capped, total = total,
+    routes = json.null }
   if not opts.routes then return out end
   out.routes = json.array()
+  local limit = opts.detail and M.ROWS or 1
   for _, r in ipairs(opts.routes) do
-    local c = M.count(g.groups, r.key)
-    local rows
-    rows, err, name = M.read_rows(exec, r.key, M.ROWS)
+    local c, rows, st
+    c, err, name = M.read_counts(exec, r.key)
+    if not c then return nil, err, name end
+    rows, err, name = M.read_rows(exec, r.key, limit)
     if not rows then return nil, err, name end
+    st, err, name = M.read_state(exec, r.key)
+    if not st then return nil, err, name end
     local entry = { name = r.name, kind = r.kind, where = r.where, pending = c.pending, failing = c.failing,
-      oldest_s = math.max(c.oldest_s, rows.oldest_s), head = rows.rows[1] or json.null }
-    -- A head seen while the counts missed it (written in between, or capped).
+      capped = c.capped, oldest_s = rows.oldest_s, head = rows.rows[1] or json.null, state = st }
+    -- A head seen while the count missed it (written in between).
     if rows.rows[1] and entry.pending == 0 then entry.pending = #rows.rows end
-    -- Fewer rows than counted and than asked for: the read stopped at its bound.
-    entry.rows_capped = #rows.rows < M.ROWS and #rows.rows < entry.pending
+    -- Fewer rows than counted and than asked for: rows gone in between.
+    entry.rows_capped = #rows.rows < limit and #rows.rows < entry.pending
     if opts.detail then entry.rows = json.array(rows.rows) end
+    out.capped = out.capped or c.capped
     out.routes[#out.routes + 1] = entry
   end
   return out
@@ -273,29 +303,37 @@ end
 
 ------------------------------------------------------------------ printing
 
+local ROUTE = { "name", "kind", "where", "pending", "failing", "capped", "oldest_s", "head", "rows_capped", "state" }
 local KEYS = {
   report = { "policy", "capped", "total", "routes" },
-  total = { "pending", "failing", "oldest_s", "head" },
-  route = { "name", "kind", "where", "pending", "failing", "oldest_s", "head", "rows_capped" },
-  route_rows = { "name", "kind", "where", "pending", "failing", "oldest_s", "head", "rows_capped", "rows" },
+  total = { "pending", "failing", "capped", "unrouted", "unrouted_capped", "oldest_s", "head" },
+  route = ROUTE,
+  route_rows = { table.unpack(ROUTE) },
+  state = { "seen", "failures", "retry_at", "retry_in_s", "backing_off", "last_error", "removing" },
   row = { "id", "event_id", "kind", "attempts", "next_attempt_at", "due", "wait_s", "age_s", "last_error" },
+  head = { "id", "event_id", "kind", "routed", "queues", "attempts", "next_attempt_at", "due", "wait_s", "age_s",
+    "last_error" },
 }
+KEYS.route_rows[#KEYS.route_rows + 1] = "rows"
 
-local function clean_row(r)
+local function clean_row(r, keys)
   if r == json.null then return r end
-  r.event_id, r.kind = M.escape(r.event_id, true), M.escape(r.kind, true)
+  if r.event_id then r.event_id = M.escape(r.event_id, true) end
+  if r.kind then r.kind = M.escape(r.kind, true) end
   if r.last_error then r.last_error = M.escape(r.last_error, true) end
-  return json.object(r, KEYS.row)
+  return json.object(r, keys or KEYS.row)
 end
 
 function M.encode(rep)
   json.object(rep, KEYS.report)
-  clean_row(rep.total.head)
+  clean_row(rep.total.head, KEYS.head)
   json.object(rep.total, KEYS.total)
   if rep.routes ~= json.null then
     for _, r in ipairs(rep.routes) do
       clean_row(r.head)
       for _, row in ipairs(r.rows or {}) do clean_row(row) end
+      if r.state.last_error ~= json.null then r.state.last_error = M.escape(r.state.last_error, true) end
+      json.object(r.state, KEYS.state)
       json.object(r, r.rows and KEYS.route_rows or KEYS.route)
     end
   end
@@ -306,34 +344,58 @@ end
 local function age(s) return duration.format(math.floor(s) * 1000) end
 
 local function next_attempt(row)
-  if row == json.null then return "-" end
+  if row == json.null or not row.next_attempt_at then return "-" end
   if row.due then return "due" end
   return row.next_attempt_at .. " (in " .. age(row.wait_s) .. ")"
 end
 
-local function at_least(rep, n) return (rep.capped and ">=" or "") .. n end
+local function at_least(capped, n) return (capped and ">=" or "") .. n end
+local function shown(s) return s and M.escape(s) or "-" end
 
 local function text_summary(rep, w)
   local t = rep.total
-  w(("total: %s undelivered, %s failing, oldest %s\n"):format(at_least(rep, t.pending), at_least(rep, t.failing),
-    t.pending > 0 and age(t.oldest_s) or "-"))
+  w(("total: %s undelivered (%s waiting to be routed), %s failing, oldest %s\n"):format(at_least(t.capped, t.pending),
+    at_least(t.unrouted_capped, t.unrouted), at_least(t.capped, t.failing), t.head ~= json.null and age(t.oldest_s)
+    or "-"))
   if rep.capped then
-    w(("(counts read the first %d undelivered rows only)\n"):format(M.SCAN_MAX))
+    w(("(a count stops at %d rows: \">=\" marks a count that reached it)\n"):format(M.SCAN_MAX))
   end
 end
 
--- The table of routes, then each route's last error under it.
+-- What a route's state says, or nil when there is nothing to say (seen,
+-- not failing, not removed).
+local function state_text(st)
+  if not st.seen then return "not registered by the notifier yet (its leader runs another policy?)" end
+  if st.removing then return "removed by a reload: its queue is being released" end
+  if st.failures == 0 then return nil end
+  local s = ("%d failed round%s in a row, "):format(st.failures, st.failures == 1 and "" or "s")
+  if st.backing_off then
+    return s .. ("backing off until %s (in %s)"):format(st.retry_at, age(st.retry_in_s))
+  end
+  return s .. "may try again now"
+end
+
+-- The table of routes, then the routes' state and each route's last error under it.
 local function text_routes(rep, w)
   local width = #"ROUTE"
   for _, r in ipairs(rep.routes) do width = math.max(width, math.min(60, #M.escape(r.name))) end
   local fmt = "%-" .. width .. "s  %8s  %8s  %10s  %8s  %s\n"
   w(fmt:format("ROUTE", "PENDING", "FAILING", "OLDEST", "ATTEMPTS", "NEXT ATTEMPT"))
-  local errors = {}
+  local states, errors = {}, {}
   for _, r in ipairs(rep.routes) do
     local h = r.head
-    w(fmt:format(M.escape(r.name), at_least(rep, r.pending), at_least(rep, r.failing),
+    w(fmt:format(M.escape(r.name), at_least(r.capped, r.pending), at_least(r.capped, r.failing),
       r.pending > 0 and age(r.oldest_s) or "-", h ~= json.null and h.attempts or "-", next_attempt(h)))
+    local s = state_text(r.state)
+    if s then states[#states + 1] = { r.name, s, r.state.failures > 0 and r.state.last_error } end
     if h ~= json.null and h.last_error then errors[#errors + 1] = { r.name, h.last_error } end
+  end
+  if #states > 0 then
+    w("\nroute state:\n")
+    for _, s in ipairs(states) do
+      w("  " .. M.escape(s[1]) .. ": " .. s[2] .. "\n")
+      if s[3] and s[3] ~= json.null then w("    last failed round: " .. M.escape(s[3]) .. "\n") end
+    end
   end
   if #errors > 0 then
     w("\nlast errors (of each route's first pending row):\n")
@@ -342,30 +404,43 @@ local function text_routes(rep, w)
 end
 
 -- One route in detail, and its first rows.
-local function text_detail(rep, r, w)
-  local h = r.head
+local function text_detail(r, w)
+  local h, st = r.head, r.state
   w("route:        " .. M.escape(r.name) .. "\n")
-  w(("pending:      %s (%s failing)\n"):format(at_least(rep, r.pending), at_least(rep, r.failing)))
+  w("state:        " .. (state_text(st) or "delivering") .. "\n")
+  if st.failures > 0 and st.last_error ~= json.null then w("round error:  " .. M.escape(st.last_error) .. "\n") end
+  w(("pending:      %s (%s failing)\n"):format(at_least(r.capped, r.pending), at_least(r.capped, r.failing)))
   w("oldest:       " .. (r.pending > 0 and age(r.oldest_s) or "-") .. "\n")
   if h == json.null then
-    w("head:         - " .. (r.rows_capped and ("(not within the first %d undelivered rows read)"):format(M.SCAN_MAX)
-      or "(nothing pending)") .. "\n")
+    w("head:         - (nothing pending)\n")
     return
   end
-  w(("head:         #%d %s, %d attempts, next attempt %s\n"):format(h.id, M.escape(h.event_id), h.attempts,
+  w(("head:         #%d %s, %d attempts, next attempt %s\n"):format(h.id, shown(h.event_id), h.attempts,
     next_attempt(h)))
-  w("last error:   " .. (h.last_error and M.escape(h.last_error) or "-") .. "\n\n")
+  w("last error:   " .. shown(h.last_error) .. "\n\n")
   local fmt = "%-10s  %-32s  %-8s  %8s  %-32s  %s\n"
   w(fmt:format("ID", "EVENT", "KIND", "ATTEMPTS", "NEXT ATTEMPT", "LAST ERROR"))
   for _, row in ipairs(r.rows or {}) do
-    w(fmt:format(row.id, M.escape(row.event_id), M.escape(row.kind), row.attempts, next_attempt(row),
-      row.last_error and M.escape(row.last_error) or "-"))
+    w(fmt:format(row.id, shown(row.event_id), shown(row.kind), row.attempts, next_attempt(row), shown(row.last_error)))
   end
   if #(r.rows or {}) == M.ROWS and r.pending > M.ROWS then
-    w(("... the first %d of %s\n"):format(M.ROWS, at_least(rep, r.pending)))
-  elseif r.rows_capped then
-    w(("... and more, past the first %d undelivered rows read\n"):format(M.SCAN_MAX))
+    w(("... the first %d of %s\n"):format(M.ROWS, at_least(r.capped, r.pending)))
   end
+end
+
+-- The oldest undelivered row, without a policy.
+local function text_first(h, w)
+  local s = ("first:  #%d %s, %s old, "):format(h.id, shown(h.event_id), age(h.age_s))
+  if not h.routed then
+    s = s .. "waiting to be routed"
+  elseif h.queues == 0 then
+    s = s .. "in no route's queue (its delivery being recorded)"
+  else
+    s = s .. ("queued for %d route%s, %d attempts, next attempt %s"):format(h.queues, h.queues == 1 and "" or "s",
+      h.attempts, next_attempt(h))
+  end
+  w(s .. "\n")
+  w("last error: " .. shown(h.last_error) .. "\n")
 end
 
 function M.text(rep, detail)
@@ -373,16 +448,11 @@ function M.text(rep, detail)
   local function w(s) parts[#parts + 1] = s end
   if rep.routes == json.null then
     text_summary(rep, w)
-    local h = rep.total.head
-    if h ~= json.null then
-      w(("first:  #%d %s, %d attempts, next attempt %s\n"):format(h.id, M.escape(h.event_id), h.attempts,
-        next_attempt(h)))
-      w("last error: " .. (h.last_error and M.escape(h.last_error) or "-") .. "\n")
-    end
+    if rep.total.head ~= json.null then text_first(rep.total.head, w) end
   elseif detail then
     for i, r in ipairs(rep.routes) do
       if i > 1 then w("\n") end
-      text_detail(rep, r, w)
+      text_detail(r, w)
     end
   else
     text_routes(rep, w)
