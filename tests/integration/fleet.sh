@@ -52,8 +52,14 @@ EOF
 
 # All started at once (each in the background), then awaited together: a
 # server that cannot get its connections must not cost the test 30 s each.
+# Ports are picked before any server binds: each one different (60 picks of
+# 12,000 collide one run in seven; a CI run's f25 found its port taken).
+declare -A picked
 for i in $(seq 1 "$FLEET"); do
-  name=f$i port=$(_free_port) log="$work/f$i.log"
+  port=$(_free_port)
+  while [[ -n ${picked[$port]:-} ]]; do port=$(_free_port); done
+  picked[$port]=1
+  name=f$i log="$work/f$i.log"
   "$OOPS_BUILD/oopsd" --db "$OOPS_TEST_DB" --name "$name" --policies "$work/policies" \
     --listen "127.0.0.1:$port" 2>>"$log" &
   SRV_PID[$name]=$! SRV_PORT[$name]=$port SRV_LOG[$name]=$log

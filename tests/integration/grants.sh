@@ -24,7 +24,7 @@ trap cleanup EXIT
 MDB_TLS=1 mariadb_start "$work/mariadb" || { echo "not ok 1 - a MariaDB with TLS starts"; exit 1; }
 oopsd="$OOPS_BUILD/oopsd" ctl="$OOPS_BUILD/oopsctl"
 root() { mariadb "${MDB_ADMIN[@]}" -N -B "$@"; } # the socket, as our OS user (unix_socket)
-latest=13 # schema_latest() of this build; checked below against `oopsctl migrate`
+latest=14 # schema_latest() of this build; checked below against `oopsctl migrate`
 
 # The guide's statements, as written.
 grants=$(awk '/^## Database grants/ {on = 1; next} /^## / {on = 0} on' "$OOPS_ROOT/doc/guide/database.md" |
@@ -143,10 +143,11 @@ like "$out" "has no earlier SUCCEEDED release to roll back to" "... saying so"
 # --- schema versions ---------------------------------------------------------
 newer=$((latest + 1))
 root oops -e "INSERT INTO schema_version (version, description) VALUES ($newer, 'from a newer oopsd')"
-out=$("$oopsd" --db "$run_db" --name gn1 --policies "$policies" --listen off 2>&1); rc=$?
+# Bounded: a server that does start (a wrong $latest) fails the test, not hangs it.
+out=$(timeout 30 "$oopsd" --db "$run_db" --name gn1 --policies "$policies" --listen off 2>&1); rc=$?
 is "$rc:$out" "1:oopsd: database schema $newer is newer than this oopsd ($latest): upgrade oopsd" \
   "a server refuses to start against a newer schema (exit 1)"
-out=$("$oopsd" --db "$admin_db" --name gn1 --policies "$policies" --listen off 2>&1); rc=$?
+out=$(timeout 30 "$oopsd" --db "$admin_db" --name gn1 --policies "$policies" --listen off 2>&1); rc=$?
 is "$rc:$out" "1:oopsd: database schema $newer is newer than this oopsd ($latest): upgrade oopsd" \
   "... also with an account that could migrate"
 out=$(rctl list 2>&1); rc=$?
