@@ -12,25 +12,13 @@ ctl() { "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" "$@"; }
 work=$OOPS_TEST_WORK/notify.$$
 mkdir -p "$work/policies"
 port=$(_free_port)
-sink_pid=""
+source "$OOPS_ROOT/tests/lib/sink.sh"
 
 # The webhook receiver: records "METHOD PATH STATUS X-Oops-Server BODY" lines.
 start_sink() { # RECORD FAIL_FIRST
-  "$OOPS_BUILD/http_sink" --port "$port" --fail-first "$2" --record "$1" \
-    --header X-Oops-Server >"$work/sink.out" 2>&1 &
-  sink_pid=$!
-  local end=$((SECONDS + 10))
-  while ((SECONDS < end)); do
-    grep -q '^listening' "$work/sink.out" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "# http_sink did not start:"; sed 's/^/#   /' "$work/sink.out"; return 1
+  sink_start hook "$work/sink.out" "$port" --fail-first "$2" --record "$1" --header X-Oops-Server
 }
-stop_sink() {
-  [[ -n $sink_pid ]] || return 0
-  kill -TERM "$sink_pid" 2>/dev/null; wait "$sink_pid" 2>/dev/null; sink_pid=""
-}
-cleanup() { stop_servers; stop_sink; }
+cleanup() { stop_servers; sink_stop_all; }
 trap cleanup EXIT
 
 cat >"$work/policies/oopsd.lua" <<EOF
@@ -131,7 +119,7 @@ is "$(grep -c 'msg="notification: ' "${SRV_LOG[s2]}")" 0 "... and none on s2"
 ############################################ a failing route; the leader crashes
 
 # The webhook goes away; the command and log routes carry on.
-stop_sink
+sink_stop hook
 id4=$(ctl create --app shop/n4 --env prod)
 wait_for 60 "with the webhook down, the command route still gets the new events" \
   bash -c "grep -qF '\"title\":\"shop/n4 prod: SUCCEEDED\"' '$work/command.rec'"
@@ -176,7 +164,7 @@ like "$alert" '"advice":"CPU over the limit is throttled' "... and the advice"
 
 ############################################### a reload removes the failing route
 
-stop_sink
+sink_stop hook
 id5=$(ctl create --app shop/n5 --env prod)
 wait_for 60 "with the webhook down again, the command route gets a new pipeline's events" \
   bash -c "grep -qF '\"title\":\"shop/n5 prod: SUCCEEDED\"' '$work/command.rec'"

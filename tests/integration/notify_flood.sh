@@ -14,27 +14,16 @@ ctl() { "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" "$@"; }
 ctl migrate >/dev/null
 work=$OOPS_TEST_WORK/notify_flood.$$
 mkdir -p "$work/policies"
-declare -A SINK_PID SINK_PORT
+source "$OOPS_ROOT/tests/lib/sink.sh"
+declare -A SINK_PORT
 start_sink() { # NAME ARGS...
   local name=$1; shift
-  local port; port=$(_free_port)
-  "$OOPS_BUILD/http_sink" --port "$port" --record "$work/$name.rec" --header X-Oops-Event-Id "$@" \
-    >"$work/$name.out" 2>&1 &
-  SINK_PID[$name]=$! SINK_PORT[$name]=$port
-  local end=$((SECONDS + 10))
-  while ((SECONDS < end)); do
-    grep -q '^listening' "$work/$name.out" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "# http_sink $name did not start"; return 1
+  SINK_PORT[$name]=$(_free_port)
+  sink_start "$name" "$work/$name.out" "${SINK_PORT[$name]}" --record "$work/$name.rec" \
+    --header X-Oops-Event-Id "$@"
 }
 hook() { echo "http://127.0.0.1:${SINK_PORT[$1]}/$1"; }
-cleanup() {
-  stop_servers
-  local n
-  for n in "${!SINK_PID[@]}"; do kill -TERM "${SINK_PID[$n]}" 2>/dev/null; done
-  for n in "${!SINK_PID[@]}"; do wait "${SINK_PID[$n]}" 2>/dev/null; done
-}
+cleanup() { stop_servers; sink_stop_all; }
 trap cleanup EXIT
 # The ids a sink answered STATUS (default 200), one per line.
 got() { awk -v s="${2:-200}" '$3 == s { print $4 }' "$work/$1.rec"; }

@@ -15,11 +15,8 @@ ctl() { "$OOPS_BUILD/oopsctl" --db "$OOPS_TEST_DB" "$@"; }
 work=$OOPS_TEST_WORK/notify_migrate.$$
 mkdir -p "$work/policies"
 port=$(_free_port)
-sink_pid=""
-cleanup() {
-  stop_servers
-  [[ -n $sink_pid ]] && kill -TERM "$sink_pid" 2>/dev/null && wait "$sink_pid" 2>/dev/null
-}
+source "$OOPS_ROOT/tests/lib/sink.sh"
+cleanup() { stop_servers; sink_stop_all; }
 trap cleanup EXIT
 
 out=$(ctl migrate 2>&1); is "$?" 0 "migrate ($out)"
@@ -52,9 +49,7 @@ is "$(sql "SELECT GROUP_CONCAT(CONCAT(RIGHT(event_id, 1), ':', routed) ORDER BY 
   "... the undelivered rows wait to be routed, the delivered one does not"
 is "$(sql "SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND delivered_routes IS NOT NULL")" 2 "... what each route took is kept"
 
-"$OOPS_BUILD/http_sink" --port "$port" --record "$work/hook.rec" >"$work/sink.out" 2>&1 &
-sink_pid=$!
-wait_for 10 "the receiver listens" grep -q '^listening' "$work/sink.out"
+sink_start hook "$work/sink.out" "$port" --record "$work/hook.rec" || exit 1
 cat >"$work/policies/oopsd.lua" <<EOF
 scan    { interval = "300ms" }
 notify  { webhook = "$hook", log = true }

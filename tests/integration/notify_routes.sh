@@ -29,21 +29,15 @@ ctl migrate >/dev/null || { echo "not ok 1 - migrate"; exit 1; }
 work=$OOPS_TEST_WORK/notify_routes.$$
 mkdir -p "$work/policies"
 P=$work/policies/oopsd.lua
-sink_pid=""
-cleanup() {
-  stop_servers
-  [[ -n $sink_pid ]] && { kill -TERM "$sink_pid" 2>/dev/null; wait "$sink_pid" 2>/dev/null; }
-}
+source "$OOPS_ROOT/tests/lib/sink.sh"
+cleanup() { stop_servers; sink_stop_all; }
 trap cleanup EXIT
 
 # One receiver for every healthy route, told apart by path; records
 # "POST PATH STATUS EVENT-ID BODY" lines.
 sink_port=$(_free_port)
-"$OOPS_BUILD/http_sink" --port "$sink_port" --record "$work/sink.rec" --header X-Oops-Event-Id \
-  >"$work/sink.out" 2>&1 &
-sink_pid=$!
-for _ in $(seq 100); do grep -q '^listening' "$work/sink.out" 2>/dev/null && break; sleep 0.1; done
-grep -q '^listening' "$work/sink.out" || { echo "not ok 1 - http_sink did not start"; exit 1; }
+sink_start hook "$work/sink.out" "$sink_port" --record "$work/sink.rec" --header X-Oops-Event-Id ||
+  { echo "not ok 1 - http_sink did not start"; exit 1; }
 : >>"$work/sink.rec"
 # Three ports nothing listens on: routes whose receiver is down.
 closed1=$(_free_port)
