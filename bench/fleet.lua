@@ -13,7 +13,9 @@
 -- together, failed pipelines of 200 servers of the build before issue 24;
 -- the peak used is measured and judged against 16,382),
 -- BENCH_KILL_ROUNDS (single-server kills, default 3), BENCH_MAX_CONNECTIONS
--- (default max(500, 8 × SERVERS + 100)).
+-- (default max(500, 8 × SERVERS + 100)), BENCH_PROFILE (1: the drive's ten
+-- most frequent statement shapes per pipeline, from the general log, in
+-- drive.top_statements; it slows the drive).
 --
 -- A MariaDB of its own (so its global counters count this fleet and nothing
 -- else), with performance_schema on (per-thread statement counters) and
@@ -62,6 +64,7 @@ local SETTLE_S = env_number("BENCH_SETTLE", 45)
 local KILL_ROUNDS = env_number("BENCH_KILL_ROUNDS", 3)
 local MAX_CONNECTIONS = env_number("BENCH_MAX_CONNECTIONS", math.max(500, 8 * N + 100))
 local PERFORMANCE_SCHEMA = os.getenv("BENCH_PERFORMANCE_SCHEMA") ~= "0"
+local PROFILE = os.getenv("BENCH_PROFILE") == "1"
 local MAX_PREPARED = math.tointeger(env_number("BENCH_MAX_PREPARED_STMT_COUNT",
   math.max(16382, 64 * MAX_CONNECTIONS)))
 local IDLE_CONNECTIONS = 2     -- issue 24's budget: what "settled" means
@@ -342,6 +345,37 @@ local function idle(list)
   }
 end
 
+-- BENCH_PROFILE=1: what the drive spent its statements on, by shape. The
+-- database's general log (to a table) records the drive's statements, the
+-- servers' prepared ones with their values in: numbers and quoted strings
+-- become ?, IN lists one (?). It slows the drive, so only when asked.
+local function profile_start()
+  if not PROFILE then return end
+  sql("SET GLOBAL log_output = 'TABLE'")
+  sql("TRUNCATE mysql.general_log")
+  sql("SET GLOBAL general_log = 1")
+end
+
+-- The ten most frequent shapes: { per_pipeline, text }. Where statements
+-- per pipeline grow with the fleet.
+local function profile_top(pipelines)
+  if not PROFILE then return nil end
+  sql("SET GLOBAL general_log = 0")
+  local by = {}
+  for _, r in ipairs(sql([[SELECT LEFT(CONVERT(argument USING utf8mb4), 400) AS t FROM mysql.general_log
+      WHERE command_type IN ('Query', 'Execute')]])) do
+    local t = tostring(r.t):gsub("'[^']*'", "?"):gsub("%f[%w_]%-?%d+%.?%d*%f[^%w_]", "?")
+      :gsub("%(%?[%?, ]*%)", "(?)"):gsub("%s+", " "):sub(1, 160)
+    by[t] = (by[t] or 0) + 1
+  end
+  sql("TRUNCATE mysql.general_log")
+  local list = {}
+  for text, n in pairs(by) do list[#list + 1] = { per_pipeline = n / pipelines, text = text } end
+  table.sort(list, function(x, y) return x.per_pipeline > y.per_pipeline end)
+  for i = #list, 11, -1 do list[i] = nil end
+  return list
+end
+
 -- PIPELINES pipelines at once until every one SUCCEEDED.
 local function drive(list)
   sql("FLUSH STATUS") -- Max_used_connections starts again from the connections open now
@@ -359,6 +393,7 @@ local function drive(list)
       C.sleep(0.5)
     end
   end)
+  profile_start()
   local q0, own0 = global_status().questions, own
   local t0, w0 = db_now(), oops.now_ms()
   local ids = C.insert_pipelines(P, { prefix = "f", namespace = "fleet", app = "app" })
@@ -400,6 +435,7 @@ local function drive(list)
     connections_peak = { per_server = stats(peaks), total_sampled = peak_total, samples = samples,
       mariadb_max_used = st.max_used_connections },
     statements_per_pipeline = q / P,
+    top_statements = profile_top(P),
     peak_rss_kb = stats(hwm),
     cpu_percent = { servers = 100 * cpu / wall_local,
       mariadb = dbu and u0.db and 100 * (dbu.cpu - u0.db.cpu) / wall_local or nil },
