@@ -106,6 +106,8 @@ static bool work_long_wait(const db_calls *s)
     return s->work_parked && uv_now(s->loop) + DB_CALLS_PARK_ENDING_MS < s->work_park_ends_ms;
 }
 
+bool db_calls_work_long_wait(const db_calls *s) { return s->loop && work_long_wait(s); }
+
 /* Should a WORK call run on `work` now? When nobody uses or waits for
  * `work` (an open pool connection left idle then ages out), or when no open
  * pool connection is free: no connect for a call an idle server makes now

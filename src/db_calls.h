@@ -158,6 +158,9 @@ void db_calls_owner_ended(db_calls *s, const void *owner);
 bool db_calls_busy(const db_calls *s);
 /* Milliseconds since `work` was last given back (0 while it is in use). */
 uint64_t db_calls_work_idle_ms(const db_calls *s);
+/* `work` is parked in a wait (oops.db.park) that has more than
+ * DB_CALLS_PARK_ENDING_MS still ahead: nothing else can be running on it. */
+bool db_calls_work_long_wait(const db_calls *s);
 
 /* ---- for batch kinds: lists padded to a few statement shapes ---- */
 

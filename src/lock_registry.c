@@ -335,6 +335,20 @@ int lock_registry_acquire_many(lock_registry *r, const char *const *names, size_
     return held;
 }
 
+int lock_registry_interrupt(lock_registry *r, uint64_t connection_id)
+{
+    if (!r->conn)
+        return LOCK_DOWN;
+    db_value p[] = {db_int((long long)connection_id)};
+    char e[256];
+    unsigned rc = q(r, "KILL QUERY ?", p, 1, NULL, e, sizeof e);
+    if (rc && db_errno_is_connection(rc)) {
+        go_down(r);
+        return LOCK_DOWN;
+    }
+    return 0; /* no such thread (it ended meanwhile): nothing to end */
+}
+
 int lock_registry_release(lock_registry *r, const char *name)
 {
     if (!r->conn)

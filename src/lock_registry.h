@@ -102,6 +102,9 @@ int lock_registry_release(lock_registry *r, const char *name);
 int lock_registry_release_many(lock_registry *r, const char *const *names, size_t n);
 /* Release every lock held; the session stays open. */
 void lock_registry_release_all(lock_registry *r);
+/* KILL QUERY connection_id (a session of this user's, not this one): ends
+ * the statement it runs, the connection stays open. 0 done, LOCK_DOWN. */
+int lock_registry_interrupt(lock_registry *r, uint64_t connection_id);
 /* name (copied; NULL: none) is taken again by release_all: the lock that
  * says who this session is (a script's name lock, oops.connect). */
 void lock_registry_pin(lock_registry *r, const char *name);

@@ -248,6 +248,7 @@ local function round(pol, me, target, failures, ticking)
     rows, err = oops.db.own(sql, table.unpack(params))
   end
   if not rows then
+    if oops.stopping() then return false end -- the daemon ended the wait (daemon.c, end_watch_wait)
     failures.n = failures.n + 1
     if failures.n == 1 or failures.n % 60 == 0 then
       log.warn("watching: " .. tostring(err), { scan = "watch" })

@@ -204,6 +204,44 @@ static void drain_check(uv_timer_t *t)
         drain_over(d);
 }
 
+/* The watcher's wait (watch.lua: GET_LOCK on the next server's name lock,
+ * parked on the own connection until just before the next scan tick) would
+ * hold the drain that long, up to --drain, and with it every lock this
+ * server holds: a server stopped by SIGTERM was taken over only then
+ * (scenarios/watch_ring, "stopped", beside CPU hogs). The lock session ends
+ * that wait (KILL QUERY: the connection stays); checked again as it goes, so
+ * no other statement, which may follow once the wait has ended, is cut. */
+typedef struct {
+    db_call base;
+    server_state *d;
+    uint64_t id;
+} end_wait_call;
+
+static void end_wait_run(db_call *c)
+{
+    end_wait_call *k = (end_wait_call *)c;
+    if (db_calls_work_long_wait(&k->d->ctx.calls))
+        lock_registry_interrupt(k->d->ctx.locks, k->id);
+}
+
+static void end_wait_done(db_call *c) { free(c); }
+
+static void end_watch_wait(server_state *d)
+{
+    if (!d->ctx.calls.work || !lock_registry_is_up(d->ctx.locks) ||
+        !db_calls_work_long_wait(&d->ctx.calls))
+        return;
+    end_wait_call *k = calloc(1, sizeof *k);
+    if (!k)
+        return; /* the drain waits for the wait, as it would */
+    k->base.lane = DB_CALL_LOCK;
+    k->base.run = end_wait_run;
+    k->base.done = end_wait_done;
+    k->d = d;
+    k->id = db_connection_id(d->ctx.calls.work);
+    db_calls_submit(&d->ctx.calls, &k->base, true);
+}
+
 void daemon_begin_shutdown(server_state *d, const char *why)
 {
     if (d->draining)
@@ -214,6 +252,7 @@ void daemon_begin_shutdown(server_state *d, const char *why)
     log_msg(LOG_INFO, "%s: starting no new tick, letting in-flight steps finish", why);
     daemon_engine_call0(d, "stop");
     runtime_wake_sleepers(d->ctx.rt);
+    end_watch_wait(d);
     d->drain_deadline = uv_now(&d->loop) + d->o.drain_ms;
     uv_timer_start(&d->drain, drain_check, 0, 50);
 }

@@ -7,6 +7,7 @@
 #include "daemon_tick.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon_connect.h"
@@ -103,6 +104,47 @@ static void forget_idle_sessions(server_state *d)
         db_conn_disconnect(d->ctx.calls.work);
 }
 
+/*
+ * A reconnected lock session is named in the server row at once, on any work
+ * connection (a WORK call: the own one when free, else the pool). The
+ * heartbeat would do it on the own connection, but that waits behind the
+ * watcher's parked GET_LOCK, up to a scan interval: meanwhile the server
+ * drives pipelines under a session its row does not name, and readers that
+ * join the two (the page's owner, `p:driver()` of the scenarios) see nobody
+ * holding them (scenarios/watch_ring, "stopped": a thawed server took a
+ * stopped one's pipelines 4 s and more before its row said so).
+ */
+typedef struct {
+    db_call base;
+    server_state *d;
+    uint64_t session;
+} name_session_call;
+
+static void name_session_run(db_call *c)
+{
+    name_session_call *k = (name_session_call *)c;
+    char err[512];
+    db_value p[] = {db_int((long long)k->session), db_text(k->d->ctx.server_name)};
+    if (db_exec(c->conn, "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?",
+                p, 2, NULL, err, sizeof err))
+        log_msg(LOG_WARN, "naming the new lock session in the server row: %s", err);
+}
+
+static void name_session_done(db_call *c) { free(c); }
+
+static void name_session(server_state *d)
+{
+    name_session_call *k = calloc(1, sizeof *k);
+    if (!k)
+        return; /* the heartbeat names it */
+    k->base.lane = DB_CALL_WORK;
+    k->base.run = name_session_run;
+    k->base.done = name_session_done;
+    k->d = d;
+    k->session = lock_registry_connection_id(d->ctx.locks);
+    db_calls_submit(&d->ctx.calls, &k->base, true);
+}
+
 /* Back on the loop: act on what the tick found. */
 static void tick_done(void *arg)
 {
@@ -129,7 +171,8 @@ static void tick_done(void *arg)
         log_msg(LOG_INFO, "lock session reconnected (connection %llu)",
                 (unsigned long long)lock_registry_connection_id(d->ctx.locks));
         daemon_notify_status(d, "");
-        d->last_heartbeat = 0; /* the server row names the new session at the next tick */
+        d->last_heartbeat = 0; /* the whole row again at the next tick */
+        name_session(d);
     }
 }
 

@@ -58,7 +58,7 @@ local function taken_within(victim, fault, why)
       if d == nil or d == victim.name then return false end
     end
     return true
-  end, WITHIN)
+  end, math.max(0.1, WITHIN - (oops.time() - t0))) -- from the fault: stop() waits for the exit
   if ok then note(("%s: held again %.2fs after the fault (scan tick 8s)"):format(why, oops.time() - t0)) end
 end
 

@@ -15,7 +15,9 @@
 -- another server within WITHIN seconds — far less than the 5 s tick (the
 -- wake missed, the next tick comes 3 s or more after the thaw). The
 -- second case does it to a server that has just joined the ring between the
--- two. The end checks prove nothing was driven twice.
+-- two. The third stops (SIGTERM) a server while its watcher waits; the
+-- fourth cuts one while its watcher waits and asks that its server row names
+-- its new session at once. The end checks prove nothing was driven twice.
 local INTERVAL_MS = 5000
 local SLOW = [[
 scan    { interval = "5s" }
@@ -104,6 +106,67 @@ for round = 1, 6 do
 end
 expect(#held_by("s4") > 0, "s4 (joined) drives a pipeline")
 worst(s4, s5, "a server that just joined, between two waits")
+
+-- 3. A server stopped (SIGTERM) while its watcher waits: the wait, parked on
+-- its own connection until just before the next tick, held the drain (up to
+-- --drain, 3 s here) and with it every lock, so the stopped server's
+-- pipelines lay held by nobody driving them. The daemon now ends that wait
+-- as it stops: it releases every lock itself at once.
+local up = { s1, s3, s4, s5 }
+local victim, most = nil, -1
+for _, s in ipairs(up) do
+  local n = #held_by(s.name)
+  if n > most then victim, most = s, n end
+end
+local mine = held_by(victim.name)
+expect(#mine > 0, victim.name .. " holds pipelines before it is stopped", tostring(#mine))
+-- Every live server's watcher waits in GET_LOCK (state "User lock"): so does the victim's.
+local parked = wait_until("every watcher waits (4 sessions in GET_LOCK)", function()
+  return sql("SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'")[1].n >= #up
+end, 3 * INTERVAL_MS / 1000)
+if parked then
+  local t0 = oops.time()
+  victim:stop()
+  local log = victim:log() or ""
+  expect(log:find("stopped: every lock released", 1, true) ~= nil and not log:find("unanswered", 1, true),
+    victim.name .. " ended its watcher's wait and released every lock itself",
+    (log:match("[^\n]*stopp[^\n]*$") or "no stop line"))
+  local taken = wait_until(victim.name .. "'s pipelines are held by others within " .. WITHIN ..
+    "s of its SIGTERM (stopped while its watcher waits)", function()
+    for _, p in ipairs(mine) do
+      local d = p:driver()
+      if d == nil or d == victim.name then return false end
+    end
+    return true
+  end, math.max(0.1, WITHIN - (oops.time() - t0))) -- from the SIGTERM: stop() waits for the exit
+  if taken then note(("stopped: held again %.2fs after SIGTERM (drain 3s)"):format(oops.time() - t0)) end
+end
+
+-- 4. A server whose lock session is cut while its watcher waits reconnects
+-- and drives under its new session: its row in the server table must name
+-- that session at once, not when its watcher's wait ends (up to the next
+-- tick, 5 s): readers that join the two (the page's owner, p:driver()) saw
+-- nobody holding what it drove meanwhile.
+local cutme
+for _, s in ipairs(up) do if s ~= victim and s:alive() then cutme = s end end
+local waiting = wait_until("every live watcher waits (3 sessions in GET_LOCK)", function()
+  return sql("SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'")[1].n >= #up - 1
+end, 3 * INTERVAL_MS / 1000)
+if waiting then
+  past_next_tick(300) -- every wait has just begun: the next ends about 4.7 s from now
+  local old = session_of(cutme.name)
+  cutme:cut()
+  local back = wait_until(cutme.name .. " has its name lock again, under a new session (cut while waiting)",
+    function() local now = session_of(cutme.name) return now ~= nil and now ~= old end, 3)
+  if back then
+    local t0 = oops.time()
+    local named = wait_until(cutme.name .. "'s server row names its new lock session within 1 s", function()
+      local r = sql("SELECT lock_connection_id AS c FROM server WHERE name = ?", cutme.name)[1]
+      return r and r.c == session_of(cutme.name)
+    end, 1)
+    if named then note(("cut while waiting: the row named the new session %.2fs after it held its name"):format(oops.time() - t0)) end
+  end
+end
 
 -- Then finish everything fast: every build completes, every pipeline succeeds
 -- (each was RUNNING, so its build job exists).
