@@ -125,8 +125,9 @@ static void name_session_run(db_call *c)
     name_session_call *k = (name_session_call *)c;
     char err[512];
     db_value p[] = {db_int((long long)k->session), db_text(k->d->ctx.server_name)};
-    if (db_exec(c->conn, "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?",
-                p, 2, NULL, err, sizeof err))
+    if (db_exec(c->conn,
+                "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?", p, 2,
+                NULL, err, sizeof err))
         log_msg(LOG_WARN, "naming the new lock session in the server row: %s", err);
 }
 

@@ -164,7 +164,9 @@ if waiting then
       local r = sql("SELECT lock_connection_id AS c FROM server WHERE name = ?", cutme.name)[1]
       return r and r.c == session_of(cutme.name)
     end, 1)
-    if named then note(("cut while waiting: the row named the new session %.2fs after it held its name"):format(oops.time() - t0)) end
+    if named then
+      note(("cut while waiting: the row named the new session %.2fs after it held its name"):format(oops.time() - t0))
+    end
   end
 end
 
