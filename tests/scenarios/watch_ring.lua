@@ -45,6 +45,8 @@ local function busiest(up)
   return best
 end
 
+local everyone = { table.unpack(all) } -- every server started, for a failure's report
+
 -- After `fault` on victim: every pipeline it held is held by a live server
 -- other than victim within WITHIN seconds.
 local function taken_within(victim, fault, why)
@@ -59,7 +61,15 @@ local function taken_within(victim, fault, why)
     end
     return true
   end, math.max(0.1, WITHIN - (oops.time() - t0))) -- from the fault: stop() waits for the exit
-  if ok then note(("%s: held again %.2fs after the fault (scan tick 8s)"):format(why, oops.time() - t0)) end
+  if ok then
+    note(("%s: held again %.2fs after the fault (scan tick 8s)"):format(why, oops.time() - t0))
+  else -- who holds what, and who took over when: what CI keeps of a failure
+    for _, p in ipairs(mine) do note(("  %s held by %s"):format(p.id, tostring(p:driver()))) end
+    for _, s in ipairs(everyone) do
+      for line in (s:log() or ""):gmatch("[^\n]*taking over: " .. victim.name .. " is gone[^\n]*") do note(line) end
+      for line in (s:log() or ""):gmatch("[^\n]*lock session [lr]e?[a-z]*[^\n]*") do note(line) end
+    end
+  end
 end
 
 local up = { all[1], all[2], all[3], all[4] }
@@ -75,6 +85,7 @@ local gone = { v } -- servers gone for good: each taken over once, then left out
 
 -- A server joins while the ring runs: it watches and is watched.
 local joined = servers { names = { "s5" }, policy = SLOW }[1]
+everyone[#everyone + 1] = joined
 up[#up + 1] = joined
 for i = 17, 20 do ps[i] = create { app = "ring/r" .. i, env = "prod" } end
 for i = 17, 20 do expect(ps[i]:wait("RUNNING", BUILDS_WITHIN), ps[i].app .. " builds") end
