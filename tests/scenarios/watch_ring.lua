@@ -68,6 +68,7 @@ local function taken_within(victim, fault, why)
     for _, s in ipairs(everyone) do
       for line in (s:log() or ""):gmatch("[^\n]*taking over: " .. victim.name .. " is gone[^\n]*") do note(line) end
       for line in (s:log() or ""):gmatch("[^\n]*lock session [lr]e?[a-z]*[^\n]*") do note(line) end
+      for line in (s:log() or ""):gmatch("[^\n]*stopp[^\n]*") do note(line) end
     end
   end
 end
