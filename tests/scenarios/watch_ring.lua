@@ -100,6 +100,11 @@ taken_within(v, function() v:cut() end, "cut")
 -- database reaps the session, the heir wakes.
 v = busiest(up)
 local frozen = v
+local function session_of(name)
+  local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.server_prefix, name)[1]
+  return r and r.c
+end
+local frozen_session = session_of(v.name)
 local t_freeze = oops.time()
 local mine = held_by(v.name)
 v:freeze()
@@ -112,6 +117,14 @@ local ok = wait_until(v.name .. "'s pipelines are held by others (frozen)", func
 end, 3 + WITHIN + 2)
 if ok then note(("frozen: held again %.2fs after SIGSTOP (session timeout 3s)"):format(oops.time() - t_freeze)) end
 frozen:thaw()
+-- One fault at a time: the thawed server may have been frozen inside a
+-- transaction of its work connection, whose row locks hold up other servers'
+-- steps (and so a stopping server's drain) until it runs again. The next
+-- fault waits until it is back: its name lock held under a new session.
+wait_until(frozen.name .. " is back after the thaw (its name lock under a new session)", function()
+  local now = session_of(frozen.name)
+  return now ~= nil and now ~= frozen_session
+end, 10)
 
 -- A server stopped for good (SIGTERM: it releases every lock as it goes).
 v = busiest(up)
