@@ -64,7 +64,15 @@ local function taken_within(victim, fault, why)
   if ok then
     note(("%s: held again %.2fs after the fault (scan tick 8s)"):format(why, oops.time() - t0))
   else -- who holds what, and who took over when: what CI keeps of a failure
-    for _, p in ipairs(mine) do note(("  %s held by %s"):format(p.id, tostring(p:driver()))) end
+    for _, p in ipairs(mine) do
+      local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.pipeline_prefix, p.id)[1]
+      note(("  %s held by %s (lock session %s)"):format(p.id, tostring(p:driver()), tostring(r and r.c)))
+    end
+    for _, r in ipairs(sql("SELECT name, lock_connection_id AS row_session, IS_USED_LOCK(CONCAT(?, name)) AS " ..
+        "name_session FROM server ORDER BY name", oops.locks.names.server_prefix)) do
+      note(("  server %s: row names session %s, its name lock is held by %s"):format(r.name,
+        tostring(r.row_session), tostring(r.name_session)))
+    end
     for _, s in ipairs(everyone) do
       for line in (s:log() or ""):gmatch("[^\n]*taking over: " .. victim.name .. " is gone[^\n]*") do note(line) end
       for line in (s:log() or ""):gmatch("[^\n]*lock session [lr]e?[a-z]*[^\n]*") do note(line) end
