@@ -153,6 +153,27 @@ const char *daemon_health_reason(server_state *d)
 
 /* ---- shutdown ----------------------------------------------------------- */
 
+/* Every lock, the name lock last. The name lock wakes this server's heir
+ * (watch.lua), whose scans then read which pipelines are free: released in
+ * one RELEASE_ALL_LOCKS, the heir could wake while the database was still
+ * releasing the rest, find some not yet free and leave them to a scan tick
+ * (watch_ring, "stopped", beside CPU hogs). */
+static void release_name_last(server_state *d)
+{
+    char **held = NULL;
+    size_t n = lock_registry_held(d->ctx.locks, &held), k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(held[i], d->name_lock) != 0)
+            held[k++] = held[i];
+        else
+            free(held[i]);
+    }
+    if (k)
+        lock_registry_release_many(d->ctx.locks, (const char *const *)held, k);
+    lock_names_free(held, k);
+    lock_registry_release_all(d->ctx.locks);
+}
+
 static void drain_over(server_state *d)
 {
     uv_timer_stop(&d->drain);
@@ -179,7 +200,7 @@ static void drain_over(server_state *d)
         db_fiber_abort_all();
     }
     if (!waiting && d->ctx.locks && lock_registry_is_up(d->ctx.locks)) {
-        lock_registry_release_all(d->ctx.locks);
+        release_name_last(d);
         char err[256];
         db_value p[] = {db_text(d->ctx.server_name)};
         if (d->ctx.calls.work)
