@@ -40,6 +40,7 @@ M.EARLY_MS = 3        -- a wait ends this long before the scans' tick
 M.SCANS_WAIT_MS = 1000 -- no park while scans tick, for up to this long after an answer
 M.ORPHANS_EVERY_MS = 60000 -- builds left running by a dead driver: looked for this often (and at a takeover)
 M.TAKEOVER_MS = 2000  -- after a takeover, the scans take every free pipeline (not a fair share) this long
+M.RECHECK_MS = 2100   -- and the build and rollout scans look once more this long after it (see recheck)
 
 local NAMES = oops.locks.names
 local SERVER = NAMES.server_prefix
@@ -131,9 +132,16 @@ function M.fresh()
   return nil
 end
 
+local rechecking = {} -- scan name -> true: its next tick reads its free pipelines whatever the answer said
+local recheck_pending = false
+
 -- May the scan skip reading its free pipelines? Only on a fresh answer that
--- found none, and not right after a takeover.
+-- found none, and not right after a takeover or at its recheck.
 function M.skip_free(scan)
+  if rechecking[scan] then
+    rechecking[scan] = nil
+    return false
+  end
   local a = M.fresh()
   if not a or M.taking_over() then return false end
   if scan == "build" then return not a.build end
@@ -193,6 +201,27 @@ function M.woken(scan)
   return was
 end
 
+-- Once more, after the takeover window: a gone server's locks are freed one
+-- by one as the database ends its session (SIGKILL, a cut, a reaped freeze),
+-- and the wake that came with its name lock may have found only some of its
+-- pipelines free (watch_ring, "frozen", once in 60 runs beside CPU hogs).
+-- The rest, past their start, are anyone's at once (share.lua): the scans
+-- look again, outside the window so that new pipelines go by the ring. One
+-- pending at a time.
+local function recheck()
+  if recheck_pending then return end
+  recheck_pending = true
+  oops.task("watch recheck", function()
+    local slept = oops.sleep(M.RECHECK_MS)
+    recheck_pending = false
+    if not slept then return end -- stopping
+    for _, scan in ipairs { "build", "rollout" } do
+      rechecking[scan] = true
+      wake(scan)
+    end
+  end)
+end
+
 local function act(a, target)
   if a.won or a.changed then
     -- The server we watched is gone: its name lock came to us (give it back:
@@ -205,6 +234,7 @@ local function act(a, target)
       "its lock session ended between two waits") .. ")", { scan = "watch" })
     for _, scan in ipairs { "build", "rollout" } do wake(scan) end
     for _, scan in ipairs(LEADERS) do wake(scan) end
+    recheck()
     return
   end
   if a.build then wake("build") end

@@ -47,6 +47,24 @@ end
 
 local everyone = { table.unpack(all) } -- every server started, for a failure's report
 
+-- Who holds what, and who took over when: what CI keeps of a failure.
+local function report(victim, mine)
+  for _, p in ipairs(mine) do
+    local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.pipeline_prefix, p.id)[1]
+    note(("  %s held by %s (lock session %s)"):format(p.id, tostring(p:driver()), tostring(r and r.c)))
+  end
+  for _, r in ipairs(sql("SELECT name, lock_connection_id AS row_session, IS_USED_LOCK(CONCAT(?, name)) AS " ..
+      "name_session FROM server ORDER BY name", oops.locks.names.server_prefix)) do
+    note(("  server %s: row names session %s, its name lock is held by %s"):format(r.name,
+      tostring(r.row_session), tostring(r.name_session)))
+  end
+  for _, s in ipairs(everyone) do
+    for line in (s:log() or ""):gmatch("[^\n]*taking over: " .. victim.name .. " is gone[^\n]*") do note(line) end
+    for line in (s:log() or ""):gmatch("[^\n]*lock session [lr]e?[a-z]*[^\n]*") do note(line) end
+    for line in (s:log() or ""):gmatch("[^\n]*stopp[^\n]*") do note(line) end
+  end
+end
+
 -- After `fault` on victim: every pipeline it held is held by a live server
 -- other than victim within WITHIN seconds.
 local function taken_within(victim, fault, why)
@@ -63,21 +81,8 @@ local function taken_within(victim, fault, why)
   end, math.max(0.1, WITHIN - (oops.time() - t0))) -- from the fault: stop() waits for the exit
   if ok then
     note(("%s: held again %.2fs after the fault (scan tick 8s)"):format(why, oops.time() - t0))
-  else -- who holds what, and who took over when: what CI keeps of a failure
-    for _, p in ipairs(mine) do
-      local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.pipeline_prefix, p.id)[1]
-      note(("  %s held by %s (lock session %s)"):format(p.id, tostring(p:driver()), tostring(r and r.c)))
-    end
-    for _, r in ipairs(sql("SELECT name, lock_connection_id AS row_session, IS_USED_LOCK(CONCAT(?, name)) AS " ..
-        "name_session FROM server ORDER BY name", oops.locks.names.server_prefix)) do
-      note(("  server %s: row names session %s, its name lock is held by %s"):format(r.name,
-        tostring(r.row_session), tostring(r.name_session)))
-    end
-    for _, s in ipairs(everyone) do
-      for line in (s:log() or ""):gmatch("[^\n]*taking over: " .. victim.name .. " is gone[^\n]*") do note(line) end
-      for line in (s:log() or ""):gmatch("[^\n]*lock session [lr]e?[a-z]*[^\n]*") do note(line) end
-      for line in (s:log() or ""):gmatch("[^\n]*stopp[^\n]*") do note(line) end
-    end
+  else
+    report(victim, mine)
   end
 end
 
@@ -123,7 +128,11 @@ local ok = wait_until(v.name .. "'s pipelines are held by others (frozen)", func
   end
   return true
 end, 3 + WITHIN + 2)
-if ok then note(("frozen: held again %.2fs after SIGSTOP (session timeout 3s)"):format(oops.time() - t_freeze)) end
+if ok then
+  note(("frozen: held again %.2fs after SIGSTOP (session timeout 3s)"):format(oops.time() - t_freeze))
+else
+  report(v, mine)
+end
 frozen:thaw()
 -- One fault at a time: the thawed server may have been frozen inside a
 -- transaction of its work connection, whose row locks hold up other servers'
