@@ -232,35 +232,51 @@ static void drain_check(uv_timer_t *t)
  * (scenarios/watch_ring, "stopped", beside CPU hogs). The lock session ends
  * that wait (KILL QUERY: the connection stays); checked again as it goes, so
  * no other statement, which may follow once the wait has ended, is cut. */
-typedef struct {
-    db_call base;
-    server_state *d;
-    uint64_t id;
-} end_wait_call;
-
-static void end_wait_run(db_call *c)
+static void end_wait_run(server_state *d, db_conn *conn, uint64_t id)
 {
-    end_wait_call *k = (end_wait_call *)c;
-    if (db_calls_work_long_wait(&k->d->ctx.calls))
-        lock_registry_interrupt(k->d->ctx.locks, k->id);
+    (void)conn;
+    if (db_calls_work_long_wait(&d->ctx.calls))
+        lock_registry_interrupt(d->ctx.locks, id);
 }
-
-static void end_wait_done(db_call *c) { free(c); }
 
 static void end_watch_wait(server_state *d)
 {
     if (!d->ctx.calls.work || !lock_registry_is_up(d->ctx.locks) ||
         !db_calls_work_long_wait(&d->ctx.calls))
         return;
-    end_wait_call *k = calloc(1, sizeof *k);
+    /* out of memory: the drain waits for the wait, as it would */
+    daemon_call(d, DB_CALL_LOCK, end_wait_run, db_connection_id(d->ctx.calls.work));
+}
+
+typedef struct {
+    db_call base;
+    server_state *d;
+    void (*fn)(server_state *d, db_conn *conn, uint64_t arg);
+    uint64_t arg;
+} own_call;
+
+static void own_call_run(db_call *c)
+{
+    own_call *k = (own_call *)c;
+    k->fn(k->d, c->conn, k->arg);
+}
+
+static void own_call_done(db_call *c) { free(c); }
+
+bool daemon_call(server_state *d, db_call_lane lane,
+                 void (*fn)(server_state *d, db_conn *conn, uint64_t arg), uint64_t arg)
+{
+    own_call *k = calloc(1, sizeof *k);
     if (!k)
-        return; /* the drain waits for the wait, as it would */
-    k->base.lane = DB_CALL_LOCK;
-    k->base.run = end_wait_run;
-    k->base.done = end_wait_done;
+        return false;
+    k->base.lane = lane;
+    k->base.run = own_call_run;
+    k->base.done = own_call_done;
     k->d = d;
-    k->id = db_connection_id(d->ctx.calls.work);
+    k->fn = fn;
+    k->arg = arg;
     db_calls_submit(&d->ctx.calls, &k->base, true);
+    return true;
 }
 
 void daemon_begin_shutdown(server_state *d, const char *why)

@@ -94,6 +94,13 @@ void daemon_engine_call0(server_state *d, const char *fn);
  * publishes in the server table for the fleet page). */
 const char *daemon_health_reason(server_state *d);
 
+/* A database call of the daemon's own (no task's): fn(d, conn, arg) runs on
+ * `lane` without making the loop wait (conn: the connection a WORK call was
+ * given, pool or own; unset for LOCK); the call is freed when over. Returns
+ * false, nothing submitted, when out of memory. */
+bool daemon_call(server_state *d, db_call_lane lane,
+                 void (*fn)(server_state *d, db_conn *conn, uint64_t arg), uint64_t arg);
+
 /* Stop: no new tick, the engine told, sleepers woken, in-flight steps given
  * up to --drain ms, then every lock released and the loop stopped. Once
  * only; `why` is logged and sent as STATUS=. */

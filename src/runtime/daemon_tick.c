@@ -7,7 +7,6 @@
 #include "daemon_tick.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "daemon_connect.h"
@@ -114,36 +113,13 @@ static void forget_idle_sessions(server_state *d)
  * holding them (scenarios/watch_ring, "stopped": a thawed server took a
  * stopped one's pipelines 4 s and more before its row said so).
  */
-typedef struct {
-    db_call base;
-    server_state *d;
-    uint64_t session;
-} name_session_call;
-
-static void name_session_run(db_call *c)
+static void name_session_run(server_state *d, db_conn *conn, uint64_t session)
 {
-    name_session_call *k = (name_session_call *)c;
     char err[512];
-    db_value p[] = {db_int((long long)k->session), db_text(k->d->ctx.server_name)};
-    if (db_exec(c->conn,
-                "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?", p, 2,
-                NULL, err, sizeof err))
+    db_value p[] = {db_int((long long)session), db_text(d->ctx.server_name)};
+    if (db_exec(conn, "UPDATE server SET last_seen = NOW(6), lock_connection_id = ? WHERE name = ?",
+                p, 2, NULL, err, sizeof err))
         log_msg(LOG_WARN, "naming the new lock session in the server row: %s", err);
-}
-
-static void name_session_done(db_call *c) { free(c); }
-
-static void name_session(server_state *d)
-{
-    name_session_call *k = calloc(1, sizeof *k);
-    if (!k)
-        return; /* the heartbeat names it */
-    k->base.lane = DB_CALL_WORK;
-    k->base.run = name_session_run;
-    k->base.done = name_session_done;
-    k->d = d;
-    k->session = lock_registry_connection_id(d->ctx.locks);
-    db_calls_submit(&d->ctx.calls, &k->base, true);
 }
 
 /* Back on the loop: act on what the tick found. */
@@ -173,7 +149,8 @@ static void tick_done(void *arg)
                 (unsigned long long)lock_registry_connection_id(d->ctx.locks));
         daemon_notify_status(d, "");
         d->last_heartbeat = 0; /* the whole row again at the next tick */
-        name_session(d);
+        daemon_call(d, DB_CALL_WORK, name_session_run,
+                    lock_registry_connection_id(d->ctx.locks)); /* else the heartbeat does */
     }
 }
 
