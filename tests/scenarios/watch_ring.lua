@@ -35,6 +35,15 @@ local function held_by(name)
   return list
 end
 
+-- Is every pipeline of `list` held by a server other than `name`?
+local function held_elsewhere(list, name)
+  for _, p in ipairs(list) do
+    local d = p:driver()
+    if d == nil or d == name then return false end
+  end
+  return true
+end
+
 -- The busiest server still up (it holds the most pipelines).
 local function busiest(up)
   local best, most = nil, -1
@@ -73,11 +82,7 @@ local function taken_within(victim, fault, why)
   local t0 = oops.time()
   fault()
   local ok = wait_until(victim.name .. "'s pipelines are held by others (" .. why .. ")", function()
-    for _, p in ipairs(mine) do
-      local d = p:driver()
-      if d == nil or d == victim.name then return false end
-    end
-    return true
+    return held_elsewhere(mine, victim.name)
   end, math.max(0.1, WITHIN - (oops.time() - t0))) -- from the fault: stop() waits for the exit
   if ok then
     note(("%s: held again %.2fs after the fault (scan tick 8s)"):format(why, oops.time() - t0))
@@ -122,11 +127,7 @@ local t_freeze = oops.time()
 local mine = held_by(v.name)
 v:freeze()
 local ok = wait_until(v.name .. "'s pipelines are held by others (frozen)", function()
-  for _, p in ipairs(mine) do
-    local d = p:driver()
-    if d == nil or d == v.name then return false end
-  end
-  return true
+  return held_elsewhere(mine, v.name)
 end, 3 + WITHIN + 2)
 if ok then
   note(("frozen: held again %.2fs after SIGSTOP (session timeout 3s)"):format(oops.time() - t_freeze))

@@ -45,6 +45,15 @@ local function held_by(name)
   return list
 end
 
+-- Is every pipeline of `list` held by a server other than `name`?
+local function held_elsewhere(list, name)
+  for _, p in ipairs(list) do
+    local d = p:driver()
+    if d == nil or d == name then return false end
+  end
+  return true
+end
+
 local function session_of(name)
   local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.server_prefix, name)[1]
   return r and r.c
@@ -76,11 +85,7 @@ local function worst(watcher, victim, why)
   local t0 = oops.time()
   local taken = wait_until(victim.name .. "'s pipelines are held by others within " .. WITHIN ..
     "s of its watcher's thaw (" .. why .. ")", function()
-    for _, p in ipairs(mine) do
-      local d = p:driver()
-      if d == nil or d == victim.name then return false end
-    end
-    return true
+    return held_elsewhere(mine, victim.name)
   end, WITHIN)
   if taken then note(("%s: held again %.2fs after the thaw (scan tick 5s)"):format(why, oops.time() - t0)) end
 end
@@ -133,11 +138,7 @@ if parked then
     (log:match("[^\n]*stopp[^\n]*$") or "no stop line"))
   local taken = wait_until(victim.name .. "'s pipelines are held by others within " .. WITHIN ..
     "s of its SIGTERM (stopped while its watcher waits)", function()
-    for _, p in ipairs(mine) do
-      local d = p:driver()
-      if d == nil or d == victim.name then return false end
-    end
-    return true
+    return held_elsewhere(mine, victim.name)
   end, math.max(0.1, WITHIN - (oops.time() - t0))) -- from the SIGTERM: stop() waits for the exit
   if taken then note(("stopped: held again %.2fs after SIGTERM (drain 3s)"):format(oops.time() - t0)) end
 end
