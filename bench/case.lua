@@ -352,6 +352,10 @@ local function wait_all(n, status, seconds)
 end
 
 local cases = {}
+-- BENCH_PROFILE=1: the scale case also gives the drive's twenty most frequent
+-- statement shapes per pipeline (top_statements; C.profile_top). The general
+-- log slows the drive: its wall time is then no figure to compare.
+local PROFILE = os.getenv("BENCH_PROFILE") == "1"
 
 -- N pipelines at once on S servers, instant builds: until all SUCCEEDED.
 function cases.scale(n, nservers, workdir)
@@ -369,13 +373,15 @@ gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
   if dbpid then watched[#watched + 1] = { name = "mariadbd", pid = dbpid } end
   local stop_probe = start_probe(servers, workdir)
   C.sleep(0.2) -- the probe process has started
-  local probe_from, probe_to
+  local probe_from, probe_to, top
   local usage, t0, t1, at_end = sampled(watched, function()
+    if PROFILE then C.profile_start(sql) end
     local t0 = db_now()
     probe_from = oops.time()
     insert_pipelines(n)
     wait_all(n, "SUCCEEDED", 1800)
     probe_to = oops.time()
+    top = PROFILE and C.profile_top(sql, n, 20) or nil
     local t1 = tonumber(sql("SELECT UNIX_TIMESTAMP(MAX(status_changed_at)) AS t FROM pipeline")[1].t)
     local at_end = snapshot(servers) -- the scan ticks until every pipeline SUCCEEDED
     -- The costs counted below include each pipeline's last statement too:
@@ -424,6 +430,7 @@ gateway "simulated" { build = "0s", deploy = "0s", rollout = "0s" }
     lock_statements_per_scan = batches > 0 and acq / batches or nil,
     scans = scans(deltas(servers, before, at_end)), drivers = per, spread = maxd / (n / nservers),
     reaction = summary(reactions()),
+    top_statements = top,
     usage = {},
   }
   for i, s in ipairs(servers) do

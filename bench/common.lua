@@ -219,6 +219,37 @@ end
 ---------------------------------------------------------------- quantiles
 
 -- Nearest-rank quantile of a list of numbers (sorted here); nil when empty.
+-- BENCH_PROFILE=1 (fleet.lua, case.lua scale): what a drive spent its
+-- statements on, by shape. The database's general log (to a table) records
+-- the drive's statements, the servers' prepared ones with their values in:
+-- numbers and quoted strings become ?, IN lists one (?). It slows the drive,
+-- so only when asked. `sql` runs a statement (oops.scenario's sql). MariaDB
+-- neither digests nor counts prepared statements' executions in
+-- performance_schema: the log is the only way.
+function C.profile_start(sql)
+  sql("SET GLOBAL log_output = 'TABLE'")
+  sql("TRUNCATE mysql.general_log")
+  sql("SET GLOBAL general_log = 1")
+end
+
+-- The `top` most frequent shapes since profile_start: { per_pipeline, text }.
+function C.profile_top(sql, pipelines, top)
+  sql("SET GLOBAL general_log = 0")
+  local by = {}
+  for _, r in ipairs(sql([[SELECT LEFT(CONVERT(argument USING utf8mb4), 400) AS t FROM mysql.general_log
+      WHERE command_type IN ('Query', 'Execute')]])) do
+    local t = tostring(r.t):gsub("'[^']*'", "?"):gsub("%f[%w_]%-?%d+%.?%d*%f[^%w_]", "?")
+      :gsub("%(%?[%?, ]*%)", "(?)"):gsub("%s+", " "):sub(1, 160)
+    by[t] = (by[t] or 0) + 1
+  end
+  sql("TRUNCATE mysql.general_log")
+  local list = {}
+  for text, n in pairs(by) do list[#list + 1] = { per_pipeline = n / pipelines, text = text } end
+  table.sort(list, function(x, y) return x.per_pipeline > y.per_pipeline end)
+  for i = #list, top + 1, -1 do list[i] = nil end
+  return list
+end
+
 function C.quantile(xs, q)
   if #xs == 0 then return nil end
   local s = {}

@@ -345,37 +345,6 @@ local function idle(list)
   }
 end
 
--- BENCH_PROFILE=1: what the drive spent its statements on, by shape. The
--- database's general log (to a table) records the drive's statements, the
--- servers' prepared ones with their values in: numbers and quoted strings
--- become ?, IN lists one (?). It slows the drive, so only when asked.
-local function profile_start()
-  if not PROFILE then return end
-  sql("SET GLOBAL log_output = 'TABLE'")
-  sql("TRUNCATE mysql.general_log")
-  sql("SET GLOBAL general_log = 1")
-end
-
--- The ten most frequent shapes: { per_pipeline, text }. Where statements
--- per pipeline grow with the fleet.
-local function profile_top(pipelines)
-  if not PROFILE then return nil end
-  sql("SET GLOBAL general_log = 0")
-  local by = {}
-  for _, r in ipairs(sql([[SELECT LEFT(CONVERT(argument USING utf8mb4), 400) AS t FROM mysql.general_log
-      WHERE command_type IN ('Query', 'Execute')]])) do
-    local t = tostring(r.t):gsub("'[^']*'", "?"):gsub("%f[%w_]%-?%d+%.?%d*%f[^%w_]", "?")
-      :gsub("%(%?[%?, ]*%)", "(?)"):gsub("%s+", " "):sub(1, 160)
-    by[t] = (by[t] or 0) + 1
-  end
-  sql("TRUNCATE mysql.general_log")
-  local list = {}
-  for text, n in pairs(by) do list[#list + 1] = { per_pipeline = n / pipelines, text = text } end
-  table.sort(list, function(x, y) return x.per_pipeline > y.per_pipeline end)
-  for i = #list, 11, -1 do list[i] = nil end
-  return list
-end
-
 -- PIPELINES pipelines at once until every one SUCCEEDED.
 local function drive(list)
   sql("FLUSH STATUS") -- Max_used_connections starts again from the connections open now
@@ -393,7 +362,7 @@ local function drive(list)
       C.sleep(0.5)
     end
   end)
-  profile_start()
+  if PROFILE then C.profile_start(sql) end
   local q0, own0 = global_status().questions, own
   local t0, w0 = db_now(), oops.now_ms()
   local ids = C.insert_pipelines(P, { prefix = "f", namespace = "fleet", app = "app" })
@@ -435,7 +404,7 @@ local function drive(list)
     connections_peak = { per_server = stats(peaks), total_sampled = peak_total, samples = samples,
       mariadb_max_used = st.max_used_connections },
     statements_per_pipeline = q / P,
-    top_statements = profile_top(P),
+    top_statements = PROFILE and C.profile_top(sql, P, 10) or nil,
     peak_rss_kb = stats(hwm),
     cpu_percent = { servers = 100 * cpu / wall_local,
       mariadb = dbu and u0.db and 100 * (dbu.cpu - u0.db.cpu) / wall_local or nil },

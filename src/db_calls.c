@@ -14,6 +14,7 @@ struct db_queue {
     char *key; /* NULL: the kind's one queue */
     db_call *first, *last;
     bool runner_waiting;
+    bool start_due; /* a runner starts at the starter's next run */
     size_t running; /* its batches in flight */
     db_queue *next;
 };
@@ -36,6 +37,8 @@ void db_calls_init(db_calls *s, uv_loop_t *loop, metrics *m)
 
 void db_calls_fini(db_calls *s)
 {
+    if (s->starter_init && !uv_is_closing((uv_handle_t *)&s->starter))
+        uv_close((uv_handle_t *)&s->starter, NULL); /* the owner's loop runs once more */
     for (db_queue *q = s->queues, *next; q; q = next) {
         next = q->next;
         free(q->key);
@@ -340,7 +343,7 @@ static db_queue *queue_of(db_calls *s, const db_batch_kind *kind, const char *ke
 
 static void queue_drop_if_idle(db_calls *s, db_queue *q)
 {
-    if (q->first || q->runner_waiting || q->running)
+    if (q->first || q->runner_waiting || q->running || q->start_due)
         return;
     for (db_queue **p = &s->queues; *p; p = &(*p)->next) {
         if (*p == q) {
@@ -470,6 +473,49 @@ static void runner_start(db_calls *s, db_queue *q)
         db_pool_get(s->pool, runner_got, r);
 }
 
+/* The starter (db_calls.starter): a runner for each queue that waits for one. */
+static void starter_run(uv_idle_t *h)
+{
+    db_calls *s = h->data;
+    uv_idle_stop(h);
+    /* From the first queue again after each start: a runner may end at once
+     * (a busy pool's refusal) and drop a queue. */
+    for (bool started = true; started;) {
+        started = false;
+        for (db_queue *q = s->queues; q && !started; q = q->next) {
+            if (q->start_due) {
+                q->start_due = false;
+                started = true;
+                if (q->first && !q->runner_waiting)
+                    runner_start(s, q);
+            }
+        }
+    }
+    for (db_queue *q = s->queues, *next; q; q = next) {
+        next = q->next;
+        queue_drop_if_idle(s, q);
+    }
+}
+
+/* Start a runner for q once the loop is done with the callbacks at hand;
+ * false when there is no loop to wait on (or it is closing): start it now. */
+static bool start_soon(db_calls *s, db_queue *q)
+{
+    if (!s->loop)
+        return false;
+    if (!s->starter_init) {
+        if (uv_idle_init(s->loop, &s->starter) != 0)
+            return false;
+        s->starter.data = s;
+        s->starter_init = true;
+    }
+    if (uv_is_closing((uv_handle_t *)&s->starter) ||
+        uv_idle_start(&s->starter, starter_run) != 0)
+        return false;
+    q->start_due = true;
+    return true;
+}
+
 static void enqueue(db_calls *s, db_call *call)
 {
     db_queue *q = queue_of(s, call->kind, call->key);
@@ -478,7 +524,7 @@ static void enqueue(db_calls *s, db_call *call)
     else
         q->first = call;
     q->last = call;
-    if (!q->runner_waiting)
+    if (!q->runner_waiting && !q->start_due && !start_soon(s, q))
         runner_start(s, q);
 }
 

@@ -135,6 +135,12 @@ struct db_calls {
         const void *owner;
         db_conn *conn;
     } txs[DB_POOL_MAX];
+    /* Batches start once the loop has run the callbacks at hand (a scan
+     * tick's, the calls that just ended): every call those submit is in the
+     * queue by then, and a burst becomes one batch, not a batch of one per
+     * free connection and the rest together. Closed with the loop's handles. */
+    uv_idle_t starter;
+    bool starter_init;
 };
 
 /* s's private state zeroed, the public fields as given. */

@@ -394,6 +394,7 @@ typedef struct {
     bool won[PIPELINE_BATCH_MAX];
     const char *wid[PIPELINE_BATCH_MAX], *wfrom[PIPELINE_BATCH_MAX], *wto[PIPELINE_BATCH_MAX],
         *wmsg[PIPELINE_BATCH_MAX], *wtype[PIPELINE_BATCH_MAX];
+    char wevent[PIPELINE_BATCH_MAX][24]; /* each event's id, as the INSERT returned it */
     buf sql;
     db_value *p; /* room for the largest statement */
     size_t np;
@@ -422,6 +423,22 @@ static void batch_fence(batch *b)
     b->p[b->np++] = db_int(b->fence);
 }
 
+/* w*: the transitions marked won, in the batch's order. */
+static void batch_won(batch *b, const pipeline_transition_req *v)
+{
+    b->nw = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->won[i]) {
+            b->wid[b->nw] = b->ids[i];
+            b->wfrom[b->nw] = b->from[i];
+            b->wto[b->nw] = b->to[i];
+            b->wmsg[b->nw] = v[i].message ? v[i].message : "";
+            b->wtype[b->nw] = pipeline_event_type(v[i].to);
+            b->nw++;
+        }
+    }
+}
+
 /* Which ones it makes: the rows in their `from` status and (fenced) whose
  * lock our session holds, locked until the commit. Sets won and w*. */
 static unsigned batch_choose(batch *b, const pipeline_transition_req *v)
@@ -445,22 +462,14 @@ static unsigned batch_choose(batch *b, const pipeline_transition_req *v)
         }
     }
     db_result_free(r);
-    for (size_t i = 0; !rc && i < b->n; i++) {
-        if (b->won[i]) {
-            b->wid[b->nw] = b->ids[i];
-            b->wfrom[b->nw] = b->from[i];
-            b->wto[b->nw] = b->to[i];
-            b->wmsg[b->nw] = v[i].message ? v[i].message : "";
-            b->wtype[b->nw] = pipeline_event_type(v[i].to);
-            b->nw++;
-        }
-    }
+    if (!rc)
+        batch_won(b, v);
     return rc;
 }
 
-/* The update, of exactly the rows chosen (still fenced: a session lost
- * since the read changes fewer, and the whole batch is made one by one). */
-static unsigned batch_update(batch *b, const char *driver)
+/* The update of the rows chosen (w*), fenced and conditional; *changed: how
+ * many it changed. */
+static unsigned batch_update(batch *b, const char *driver, size_t *changed)
 {
     db_result *r = NULL;
     size_t ws = db_batch_shape(b->nw);
@@ -475,21 +484,25 @@ static unsigned batch_update(batch *b, const char *driver)
     case_id(&b->sql, b->p, &b->np, b->wid, b->wfrom, b->nw, ws);
     batch_fence(b);
     unsigned rc = db_exec(b->c, b->sql.p, b->p, b->np, &r, b->e, b->elen);
-    if (!rc && r->affected != b->nw) {
-        snprintf(b->e, b->elen, "the batch changed %llu rows of %zu",
-                 (unsigned long long)r->affected, b->nw);
-        rc = 1;
-    }
+    *changed = rc ? 0 : (size_t)r->affected;
     db_result_free(r);
     return rc;
 }
 
+/* Does the database answer INSERT ... RETURNING (MariaDB 10.5 and later)?
+ * Until one refuses it (a syntax error): then the events' ids are read back
+ * by a SELECT of their own, one statement more per batch. */
+static bool returning_refused;
+
+void pipeline_store_batch_returning(bool on) { returning_refused = !on; }
+
 /* Their events: multi-row INSERT ... VALUES in chunks of a power of two (a
- * few statement shapes). Not INSERT ... SELECT: InnoDB holds a table's
- * AUTO-INC lock for the whole of such a "bulk" insert, against every other
- * server's transitions. *first_event: the first one's id. */
-static unsigned batch_events(batch *b, const char *actor, uint64_t *first_event)
+ * few statement shapes), each returning the ids it made (wevent). Not
+ * INSERT ... SELECT: InnoDB holds a table's AUTO-INC lock for the whole of
+ * such a "bulk" insert, against every other server's transitions. */
+static unsigned batch_events(batch *b, const char *actor)
 {
+    uint64_t first_event = 0;
     for (size_t done = 0; done < b->nw;) {
         size_t k = db_batch_chunk(b->nw - done, PIPELINE_BATCH_MAX);
         batch_sql(b, "INSERT INTO pipeline_event (pipeline_id, event_type, from_status, "
@@ -503,24 +516,38 @@ static unsigned batch_events(batch *b, const char *actor, uint64_t *first_event)
                 b->p[b->np++] = db_text(vals[j]);
             b->p[b->np++] = db_int(b->fence);
         }
+        if (!returning_refused)
+            buf_puts(&b->sql, " RETURNING id, pipeline_id");
         db_result *r = NULL;
         unsigned rc = db_exec(b->c, b->sql.p, b->p, b->np, &r, b->e, b->elen);
+        if (rc == 1064 /* ER_PARSE_ERROR */ && !returning_refused) {
+            returning_refused = true; /* this batch is made one by one; the next reads back */
+            log_msg(LOG_INFO, "INSERT ... RETURNING refused: a batch's event ids are read back");
+        }
         if (!rc && !done)
-            *first_event = r->insert_id;
+            first_event = r->insert_id;
+        /* Each row's id by its pipeline (one event per pipeline in a batch). */
+        for (size_t row = 0; !rc && !returning_refused && row < r->nrows; row++) {
+            const char *id = db_get(r, row, 0), *pid = db_get(r, row, 1);
+            for (size_t i = done; id && pid && i < done + k; i++)
+                if (strcmp(b->wid[i], pid) == 0)
+                    snprintf(b->wevent[i], sizeof b->wevent[i], "%s", id);
+        }
+        if (!rc && !returning_refused && r->nrows != k) {
+            snprintf(b->e, b->elen, "the batch's events returned %zu ids of %zu", r->nrows, k);
+            rc = 1;
+        }
         db_result_free(r);
         if (rc)
             return rc;
         done += k;
     }
-    return 0;
-}
-
-/* Their notifications: the events' ids read back (nobody else writes events
- * for rows we hold locked, and ours are the newest), one outbox row each. */
-static unsigned batch_outbox(batch *b, uint64_t first_event)
-{
+    if (!returning_refused)
+        return 0;
+    /* Read back: nobody else writes events for rows we hold locked, and ours
+     * are the newest. */
     db_result *ev = NULL;
-    batch_sql(b, "SELECT id FROM pipeline_event WHERE pipeline_id");
+    batch_sql(b, "SELECT id, pipeline_id FROM pipeline_event WHERE pipeline_id");
     db_batch_in_list(&b->sql, b->p, &b->np, b->wid, b->nw, db_batch_shape(b->nw));
     buf_puts(&b->sql, " AND id >= ?");
     b->p[b->np++] = db_int((long long)first_event);
@@ -529,24 +556,59 @@ static unsigned batch_outbox(batch *b, uint64_t first_event)
         snprintf(b->e, b->elen, "the batch read %zu events of %zu", ev->nrows, b->nw);
         rc = 1;
     }
+    for (size_t row = 0; !rc && row < ev->nrows; row++) {
+        const char *id = db_get(ev, row, 0), *pid = db_get(ev, row, 1);
+        for (size_t i = 0; id && pid && i < b->nw; i++)
+            if (strcmp(b->wid[i], pid) == 0)
+                snprintf(b->wevent[i], sizeof b->wevent[i], "%s", id);
+    }
+    db_result_free(ev);
+    return rc;
+}
+
+/* Their notifications: one outbox row per event. */
+static unsigned batch_outbox(batch *b)
+{
+    unsigned rc = 0;
+    for (size_t i = 0; i < b->nw; i++)
+        if (!b->wevent[i][0]) {
+            snprintf(b->e, b->elen, "no event id for %s", b->wid[i]);
+            return 1;
+        }
     for (size_t done = 0; !rc && done < b->nw;) {
         size_t k = db_batch_chunk(b->nw - done, PIPELINE_BATCH_MAX);
         batch_sql(b, "INSERT INTO outbox (event_id, kind, ref_id) VALUES ");
         for (size_t i = done; i < done + k; i++) {
             buf_puts(&b->sql, i > done ? ", (CONCAT('pipeline-event-', ?), 'pipeline', ?)"
                                        : "(CONCAT('pipeline-event-', ?), 'pipeline', ?)");
-            b->p[b->np++] = db_text(db_get(ev, i, 0));
-            b->p[b->np++] = db_text(db_get(ev, i, 0));
+            b->p[b->np++] = db_text(b->wevent[i]);
+            b->p[b->np++] = db_text(b->wevent[i]);
         }
         rc = db_exec(b->c, b->sql.p, b->p, b->np, NULL, b->e, b->elen);
         done += k;
     }
-    db_result_free(ev);
+    return rc;
+}
+
+/* The update, of exactly the transitions chosen: an error when it changed
+ * fewer (a session lost since the read). */
+static unsigned batch_update_chosen(batch *b, const char *driver)
+{
+    size_t changed = 0;
+    unsigned rc = batch_update(b, driver, &changed);
+    if (!rc && changed != b->nw) {
+        snprintf(b->e, b->elen, "the batch changed %zu rows of %zu", changed, b->nw);
+        rc = 1;
+    }
     return rc;
 }
 
 /* One batch of n (2..PIPELINE_BATCH_MAX) in one transaction: 0 with every
- * rc set, or an error number (rolled back, nothing set). */
+ * rc set, or an error number (rolled back, nothing set). First as if every
+ * one will be made, as for a driver that holds their locks they are: the
+ * UPDATE of all, and when it changed every row, they are. When it changed
+ * fewer, it is rolled back and the batch begins again with a locking read
+ * of which ones it makes (batch_choose). */
 static unsigned batch_tx(db_conn *c, pipeline_transition_req *v, size_t n, const char *driver,
                          const char *actor, uint64_t lock_session, char *e, size_t elen)
 {
@@ -561,17 +623,28 @@ static unsigned batch_tx(db_conn *c, pipeline_transition_req *v, size_t n, const
         b->ids[i] = v[i].id;
         b->from[i] = pipeline_status_name(v[i].from);
         b->to[i] = pipeline_status_name(v[i].to);
+        b->won[i] = true;
     }
-    uint64_t first_event = 0;
+    batch_won(b, v);
+    size_t changed = 0;
     unsigned rc = db_begin(c, e, elen);
     if (!rc)
-        rc = batch_choose(b, v);
+        rc = batch_update(b, driver, &changed);
+    if (!rc && changed != n) { /* not all: which ones, then */
+        db_rollback(c);
+        for (size_t i = 0; i < n; i++)
+            b->won[i] = false;
+        b->nw = 0;
+        rc = db_begin(c, e, elen);
+        if (!rc)
+            rc = batch_choose(b, v);
+        if (!rc && b->nw)
+            rc = batch_update_chosen(b, driver);
+    }
     if (!rc && b->nw)
-        rc = batch_update(b, driver);
+        rc = batch_events(b, actor ? actor : driver ? driver : "unknown");
     if (!rc && b->nw)
-        rc = batch_events(b, actor ? actor : driver ? driver : "unknown", &first_event);
-    if (!rc && b->nw)
-        rc = batch_outbox(b, first_event);
+        rc = batch_outbox(b);
     if (!rc)
         rc = db_commit(c, e, elen);
     if (rc)

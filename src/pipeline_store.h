@@ -113,16 +113,23 @@ typedef struct pipeline_transition_req {
  * Several transitions with one driver, actor and lock session, each with
  * the guarantees of pipeline_store_transition (fenced, conditional, its
  * event and outbox row in the same transaction) but together in one
- * transaction of seven statements whatever their number (up to
+ * transaction of five statements whatever their number (up to
  * PIPELINE_BATCH_MAX; more go in several): the database does per row only
- * the row's own work. Which ones are made is decided by a locking read of the
- * rows first (SELECT ... FOR UPDATE, fenced), and the UPDATE must change
- * exactly those. When anything in it fails (a second unfinished pipeline,
- * a deadlock, a lost fence) it is rolled back and each transition is made
- * on its own, so every one gets its own answer. One alone is made on its own.
+ * the row's own work. The UPDATE of all goes first (a driver that holds the
+ * locks makes every one); when it changes fewer rows, it is rolled back and
+ * a locking read (SELECT ... FOR UPDATE, fenced) decides which are made, and
+ * the UPDATE must change exactly those. When anything in it fails (a second
+ * unfinished pipeline, a deadlock, a lost fence) it is rolled back and each
+ * transition is made on its own, so every one gets its own answer. One alone
+ * is made on its own.
  */
 void pipeline_store_transitions(db_conn *c, pipeline_transition_req *v, size_t n,
                                 const char *driver, const char *actor, uint64_t lock_session);
+
+/* Batches ask for their events' ids with INSERT ... RETURNING (on) until a
+ * database refuses it; off: they read them back, one statement more (the
+ * tests' way to make the older databases' path). */
+void pipeline_store_batch_returning(bool on);
 
 /*
  * A transition as a database call (db_calls.h): the transitions that wait

@@ -44,4 +44,10 @@ holds "$(metric oops_scan_backlog_ticks_total 'scan="build"') >= 6" \
   "... the build scan ticked again at once after each full share (oops_scan_backlog_ticks_total)"
 pool=$(metric oops_db_batches_total 'conn="pool"')
 holds "pool > 0" "batches of calls went to the pool while the own connection was busy ($pool batches there, $(metric oops_db_batches_total 'conn="own"') on it)"
+# Calls that arrive together go together: the transitions a tick's tasks ask
+# for at once are made in one batch, not one alone per free connection.
+made=$(metric oops_transitions_total 'to="SUCCEEDED"')
+batched=$(metric oops_transition_batched_total)
+alone=$(( $(curl -s -m 10 "$(url d1 /metrics)" | awk '$1 ~ /^oops_transitions_total/ { s += $2 } END { print s + 0 }') - batched ))
+holds "alone * 10 <= batched" "most transitions were made in batches: $batched in batches, $alone alone ($made pipelines SUCCEEDED)"
 done_testing

@@ -173,6 +173,9 @@ static void calls_made_while_the_pool_is_lent_form_one_batch(void **state)
         db_calls_submit(&f->s, &v[i]->call, true);
         assert_false(v[i]->call.finished);
     }
+    /* The runner starts once the loop has run the callbacks at hand. */
+    assert_int_equal(db_pool_waiting(f->s.pool), 0);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
     assert_int_equal(db_pool_waiting(f->s.pool), 1); /* one runner waits, for all of them */
     release_all(f);
     run_until(f, 10);
@@ -185,6 +188,32 @@ static void calls_made_while_the_pool_is_lent_form_one_batch(void **state)
     assert_true(metric(f, "oops_db_insert_batches_total", NULL) == 1);
     assert_true(metric(f, "oops_db_insert_batched_total", NULL) == 10);
     assert_true(metric(f, "oops_db_insert_statements_total", "table=\"calls_t\"") == 2);
+    teardown(f, true);
+}
+
+/* Calls submitted together (one callback's, one tick's) while connections
+ * are free go as one batch, not one alone per free connection and the rest
+ * together (issue 36: 1,900 of 3,400 batches were of one). */
+static void calls_submitted_together_form_one_batch_while_connections_are_free(void **state)
+{
+    (void)state;
+    reset_table();
+    fixture *f = setup(4, NULL);
+    db_stmt *v[10];
+    char k[16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(k, sizeof k, "k%d", i);
+        v[i] = insert(f, "(?, 1)", k);
+        db_calls_submit(&f->s, &v[i]->call, true);
+    }
+    run_until(f, 10);
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(v[i]->call.rc, 0);
+        db_stmt_free(v[i]);
+    }
+    assert_int_equal(rows_in_table(), 10);
+    assert_true(metric(f, "oops_db_insert_batches_total", NULL) == 1);
+    assert_true(metric(f, "oops_db_insert_batched_total", NULL) == 10);
     teardown(f, true);
 }
 
@@ -731,6 +760,7 @@ int main(void)
         cmocka_unit_test(chunks_and_shapes),
         cmocka_unit_test(a_call_alone_goes_at_once),
         cmocka_unit_test(calls_made_while_the_pool_is_lent_form_one_batch),
+        cmocka_unit_test(calls_submitted_together_form_one_batch_while_connections_are_free),
         cmocka_unit_test(sixty_five_calls_go_as_64_and_1),
         cmocka_unit_test(a_failing_batch_is_made_one_by_one_each_with_its_answer),
         cmocka_unit_test(lookups_waiting_together_are_one_statement_each_gets_its_rows),

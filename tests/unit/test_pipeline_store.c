@@ -189,6 +189,50 @@ static void a_fenced_transition_needs_the_lock_held_by_that_session(void **state
     db_close(c);
 }
 
+/* A batch whose driver holds every lock (the UPDATE of all at once, no
+ * locking read first), then one where one lock is not held (rolled back,
+ * then the locking read): each made one has its own event, with its message
+ * and status, and one outbox row naming that event. */
+static void every_one_of_a_batch_made(db_conn *c, db_conn *holder, uint64_t mine,
+                                      const char *prefix)
+{
+    enum { A = 5 };
+    char all_ids[A][25], app[A][32], name[256];
+    pipeline_transition_req a[A];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < A; i++) {
+            snprintf(app[i], sizeof app[i], "%s%d-%d", prefix, round, i);
+            create_app(c, app[i], "prod", all_ids[i]);
+            snprintf(name, sizeof name, "oops:pipeline:%s", all_ids[i]);
+            db_value n[] = {db_text(name)};
+            if (round == 0 || i != 1) /* round 1: nobody holds 1's lock */
+                assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", n, 1), 1);
+            a[i] = (pipeline_transition_req){.id = all_ids[i], .from = PS_INITIALIZED,
+                                             .to = i == 2 ? PS_ERROR : PS_RUNNING,
+                                             .message = app[i]};
+        }
+        long long outbox1 = testdb_int(c, "SELECT COUNT(*) FROM outbox", NULL, 0);
+        pipeline_store_transitions(c, a, A, "s1", "s1", mine);
+        int made = round == 0 ? A : A - 1;
+        assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM outbox", NULL, 0) - outbox1, made);
+        for (int i = 0; i < A; i++) {
+            int want = round == 1 && i == 1 ? 0 : 1;
+            assert_int_equal(a[i].rc, want);
+            db_value e[] = {db_text(all_ids[i]), db_text(a[i].message),
+                            db_text(pipeline_status_name(a[i].to))};
+            assert_int_equal(
+                testdb_int(c,
+                           "SELECT COUNT(*) FROM pipeline_event e JOIN outbox o ON "
+                           "o.ref_id = e.id AND o.event_id = CONCAT('pipeline-event-', "
+                           "e.id) JOIN pipeline p ON p.id = e.pipeline_id "
+                           "AND p.status = e.to_status AND p.message = e.message "
+                           "WHERE e.pipeline_id = ? AND e.message = ? AND e.to_status = ?",
+                           e, 3),
+                want);
+        }
+    }
+}
+
 /* Several transitions in one transaction (pipeline_store_transitions): each
  * made exactly when it would be made alone — in its `from` status, its lock
  * held by the fencing session — with one event and one outbox row for each
@@ -281,6 +325,7 @@ static void a_batch_of_transitions_makes_each_as_alone_would(void **state)
     pipeline_store_transitions(c, o, 2, "s9", "s9", mine);
     assert_int_equal(o[0].rc, 0);
     assert_int_equal(o[1].rc, 0);
+    every_one_of_a_batch_made(c, holder, mine, "batchall");
     /* A batch where one would make a second unfinished pipeline: made one
      * by one, that one answers PSTORE_EXISTS and the others are made. */
     char again[25], dup[25];
@@ -304,6 +349,22 @@ static void a_batch_of_transitions_makes_each_as_alone_would(void **state)
     assert_int_equal(w[0].rc, PSTORE_EXISTS);
     assert_int_equal(w[1].rc, 1);
     assert_int_equal(w[2].rc, 1);
+    db_close(holder);
+    db_close(c);
+}
+
+/* On a database that refuses INSERT ... RETURNING (MySQL, MariaDB before
+ * 10.5) a batch reads its events' ids back: the same rows result. */
+static void a_batch_without_returning_reads_its_event_ids_back(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open(), *holder = testdb_open();
+    uint64_t mine = db_connection_id(holder);
+    db_value s1[] = {db_text("oops:server:s1")};
+    assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", s1, 1), 1);
+    pipeline_store_batch_returning(false);
+    every_one_of_a_batch_made(c, holder, mine, "noreturning");
+    pipeline_store_batch_returning(true);
     db_close(holder);
     db_close(c);
 }
@@ -1688,6 +1749,7 @@ int main(void)
         cmocka_unit_test(a_transition_records_its_event_time_and_driver),
         cmocka_unit_test(a_fenced_transition_needs_the_lock_held_by_that_session),
         cmocka_unit_test(a_batch_of_transitions_makes_each_as_alone_would),
+        cmocka_unit_test(a_batch_without_returning_reads_its_event_ids_back),
         cmocka_unit_test(two_connections_race_one_transition_and_exactly_one_wins),
         cmocka_unit_test(concurrent_creates_for_one_app_and_env_leave_exactly_one),
         cmocka_unit_test(a_finished_pipeline_frees_its_app_and_env_for_the_next),
