@@ -545,6 +545,8 @@ void db_calls_submit(db_calls *s, db_call *call, bool can_wait)
         blocking(s, call); /* on `work` at once, or says why it cannot run */
         return;
     }
+    if (call->parks && s->starter_init && uv_is_active((uv_handle_t *)&s->starter))
+        starter_run(&s->starter); /* batches due go first: not to the pool behind a park */
     if (call->lane != DB_CALL_WORK) {
         db_pool_get(call->lane == DB_CALL_LOCK ? s->lane : s->work_lane, alone_got, call);
         return;

@@ -47,9 +47,24 @@ wait_until("another server leads the notifier", function()
   return l ~= nil and l ~= victim
 end, 30)
 server(victim):start()
-wait_until("every notification delivered", function()
+if not wait_until("every notification delivered", function()
   return tonumber(sql("SELECT COUNT(*) AS n FROM outbox WHERE delivered_at IS NULL")[1].n) == 0
-end, 120)
+end, 120) then
+  -- Where the rest wait: routed or not, queued or not, the route's clock.
+  print("# leader now: " .. tostring(leader()))
+  for _, r in ipairs(sql([[SELECT routed, delivered_at IS NULL AS open, COUNT(*) AS n, MIN(id) AS first
+      FROM outbox GROUP BY routed, delivered_at IS NULL]])) do
+    print(("# outbox routed=%s undelivered=%s: %s rows from id %s"):format(r.routed, r.open, r.n, r.first))
+  end
+  for _, r in ipairs(sql([[SELECT route_key, COUNT(*) AS n, SUM(attempts > 0) AS tried,
+      TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(next_attempt_at)) / 1e6 AS due_in_s FROM notify_pending GROUP BY route_key]])) do
+    print(("# queue %s: %s rows, %s tried, first due in %s s"):format(r.route_key, r.n, r.tried, r.due_in_s))
+  end
+  for _, r in ipairs(sql([[SELECT route_key, failures, TIMESTAMPDIFF(MICROSECOND, NOW(6), retry_at) / 1e6 AS retry_in_s,
+      removed_at FROM notify_route]])) do
+    print(("# route %s: failures %s, retry in %s s, removed %s"):format(r.route_key, r.failures, r.retry_in_s, r.removed_at))
+  end
+end
 
 local first, dups, differ = {}, 0, 0
 for _, d in ipairs(hook:deliveries()) do

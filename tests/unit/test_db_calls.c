@@ -624,6 +624,39 @@ static void an_idle_servers_calls_at_one_moment_share_its_own_connection(void **
     teardown(f, true);
 }
 
+/* A batch due (submitted, its runner not started yet) when the watcher's
+ * park comes, in the same callback: the batch goes first, on `work`, as it
+ * would have had it started at once; it does not open a pool connection for
+ * itself behind the park (an idle server kept a third connection so). */
+static void a_batch_due_goes_before_a_park_on_the_own_connection(void **state)
+{
+    (void)state;
+    reset_table();
+    fixture *f = setup(4, NULL);
+    f->s.work = testdb_open();
+    f->s.work_lane = db_pool_new_lane();
+    db_stmt *ins = insert(f, "(?, 1)", "before-park");
+    db_calls_submit(&f->s, &ins->call, true);
+    db_stmt *park = stmt(f, "SELECT SLEEP(0.2)");
+    park->call.lane = DB_CALL_OWN;
+    park->call.parks = true;
+    park->call.park_ms = 200;
+    db_calls_submit(&f->s, &park->call, true);
+    run_until(f, 2);
+    assert_int_equal(ins->call.rc, 0);
+    assert_int_equal(park->call.rc, 0);
+    assert_int_equal(rows_in_table(), 1);
+    assert_true(metric(f, "oops_db_batches_total", "conn=\"own\"") == 1);
+    assert_true(metric(f, "oops_db_batches_total", "conn=\"pool\"") == 0);
+    assert_int_equal(db_pool_open(f->s.pool), 0);
+    db_stmt_free(ins);
+    db_stmt_free(park);
+    db_pool_free(f->s.work_lane);
+    f->s.work_lane = NULL;
+    db_close(f->s.work);
+    teardown(f, true);
+}
+
 static void a_call_can_finish_before_its_caller_waits(void **state)
 {
     (void)state;
@@ -761,6 +794,7 @@ int main(void)
         cmocka_unit_test(a_call_alone_goes_at_once),
         cmocka_unit_test(calls_made_while_the_pool_is_lent_form_one_batch),
         cmocka_unit_test(calls_submitted_together_form_one_batch_while_connections_are_free),
+        cmocka_unit_test(a_batch_due_goes_before_a_park_on_the_own_connection),
         cmocka_unit_test(sixty_five_calls_go_as_64_and_1),
         cmocka_unit_test(a_failing_batch_is_made_one_by_one_each_with_its_answer),
         cmocka_unit_test(lookups_waiting_together_are_one_statement_each_gets_its_rows),
