@@ -159,6 +159,29 @@ static void a_call_alone_goes_at_once(void **state)
     teardown(f, true);
 }
 
+/* n inserts of rows ("k0", v) ... submitted at once, none over yet. */
+static void submit_inserts(fixture *f, db_stmt **v, int n, const char *row)
+{
+    char k[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof k, "k%d", i);
+        v[i] = insert(f, row, k);
+        db_calls_submit(&f->s, &v[i]->call, true);
+        assert_false(v[i]->call.finished);
+    }
+}
+
+/* ... run to their end: each succeeded (and is freed), n rows written. */
+static void inserts_done(fixture *f, db_stmt **v, int n)
+{
+    run_until(f, n);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(v[i]->call.rc, 0);
+        db_stmt_free(v[i]);
+    }
+    assert_int_equal(rows_in_table(), n);
+}
+
 static void calls_made_while_the_pool_is_lent_form_one_batch(void **state)
 {
     (void)state;
@@ -166,24 +189,13 @@ static void calls_made_while_the_pool_is_lent_form_one_batch(void **state)
     fixture *f = setup(1, NULL);
     hold_all(f);
     db_stmt *v[10];
-    char k[16];
-    for (int i = 0; i < 10; i++) {
-        snprintf(k, sizeof k, "k%d", i);
-        v[i] = insert(f, "(?, 1)", k);
-        db_calls_submit(&f->s, &v[i]->call, true);
-        assert_false(v[i]->call.finished);
-    }
+    submit_inserts(f, v, 10, "(?, 1)");
     /* The runner starts once the loop has run the callbacks at hand. */
     assert_int_equal(db_pool_waiting(f->s.pool), 0);
     uv_run(&f->loop, UV_RUN_NOWAIT);
     assert_int_equal(db_pool_waiting(f->s.pool), 1); /* one runner waits, for all of them */
     release_all(f);
-    run_until(f, 10);
-    for (int i = 0; i < 10; i++) {
-        assert_int_equal(v[i]->call.rc, 0);
-        db_stmt_free(v[i]);
-    }
-    assert_int_equal(rows_in_table(), 10);
+    inserts_done(f, v, 10);
     /* One batch of 10, sent as chunks of a power of two: 8 + 2 rows, two statements. */
     assert_true(metric(f, "oops_db_insert_batches_total", NULL) == 1);
     assert_true(metric(f, "oops_db_insert_batched_total", NULL) == 10);
@@ -200,18 +212,8 @@ static void calls_submitted_together_form_one_batch_while_connections_are_free(v
     reset_table();
     fixture *f = setup(4, NULL);
     db_stmt *v[10];
-    char k[16];
-    for (int i = 0; i < 10; i++) {
-        snprintf(k, sizeof k, "k%d", i);
-        v[i] = insert(f, "(?, 1)", k);
-        db_calls_submit(&f->s, &v[i]->call, true);
-    }
-    run_until(f, 10);
-    for (int i = 0; i < 10; i++) {
-        assert_int_equal(v[i]->call.rc, 0);
-        db_stmt_free(v[i]);
-    }
-    assert_int_equal(rows_in_table(), 10);
+    submit_inserts(f, v, 10, "(?, 1)");
+    inserts_done(f, v, 10);
     assert_true(metric(f, "oops_db_insert_batches_total", NULL) == 1);
     assert_true(metric(f, "oops_db_insert_batched_total", NULL) == 10);
     teardown(f, true);
@@ -224,19 +226,9 @@ static void sixty_five_calls_go_as_64_and_1(void **state)
     fixture *f = setup(1, NULL);
     hold_all(f);
     db_stmt *v[65];
-    char k[16];
-    for (int i = 0; i < 65; i++) {
-        snprintf(k, sizeof k, "k%d", i);
-        v[i] = insert(f, "(?, 2)", k);
-        db_calls_submit(&f->s, &v[i]->call, true);
-    }
+    submit_inserts(f, v, 65, "(?, 2)");
     release_all(f);
-    run_until(f, 65);
-    for (int i = 0; i < 65; i++) {
-        assert_int_equal(v[i]->call.rc, 0);
-        db_stmt_free(v[i]);
-    }
-    assert_int_equal(rows_in_table(), 65);
+    inserts_done(f, v, 65);
     /* One batch of 64 (one statement), then the last alone. */
     assert_true(metric(f, "oops_db_insert_batches_total", NULL) == 1);
     assert_true(metric(f, "oops_db_insert_batched_total", NULL) == 64);
