@@ -509,8 +509,7 @@ static bool start_soon(db_calls *s, db_queue *q)
         s->starter.data = s;
         s->starter_init = true;
     }
-    if (uv_is_closing((uv_handle_t *)&s->starter) ||
-        uv_idle_start(&s->starter, starter_run) != 0)
+    if (uv_is_closing((uv_handle_t *)&s->starter) || uv_idle_start(&s->starter, starter_run) != 0)
         return false;
     q->start_due = true;
     return true;

@@ -57,12 +57,14 @@ end, 120) then
     print(("# outbox routed=%s undelivered=%s: %s rows from id %s"):format(r.routed, r.open, r.n, r.first))
   end
   for _, r in ipairs(sql([[SELECT route_key, COUNT(*) AS n, SUM(attempts > 0) AS tried,
-      TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(next_attempt_at)) / 1e6 AS due_in_s FROM notify_pending GROUP BY route_key]])) do
+      TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(next_attempt_at)) / 1e6 AS due_in_s
+      FROM notify_pending GROUP BY route_key]])) do
     print(("# queue %s: %s rows, %s tried, first due in %s s"):format(r.route_key, r.n, r.tried, r.due_in_s))
   end
-  for _, r in ipairs(sql([[SELECT route_key, failures, TIMESTAMPDIFF(MICROSECOND, NOW(6), retry_at) / 1e6 AS retry_in_s,
-      removed_at FROM notify_route]])) do
-    print(("# route %s: failures %s, retry in %s s, removed %s"):format(r.route_key, r.failures, r.retry_in_s, r.removed_at))
+  for _, r in ipairs(sql([[SELECT route_key, failures,
+      TIMESTAMPDIFF(MICROSECOND, NOW(6), retry_at) / 1e6 AS retry_in_s, removed_at FROM notify_route]])) do
+    print(("# route %s: failures %s, retry in %s s, removed %s")
+      :format(r.route_key, r.failures, r.retry_in_s, r.removed_at))
   end
 end
 

@@ -207,7 +207,8 @@ static void every_one_of_a_batch_made(db_conn *c, db_conn *holder, uint64_t mine
             db_value n[] = {db_text(name)};
             if (round == 0 || i != 1) /* round 1: nobody holds 1's lock */
                 assert_int_equal(testdb_int(holder, "SELECT GET_LOCK(?, 0)", n, 1), 1);
-            a[i] = (pipeline_transition_req){.id = all_ids[i], .from = PS_INITIALIZED,
+            a[i] = (pipeline_transition_req){.id = all_ids[i],
+                                             .from = PS_INITIALIZED,
                                              .to = i == 2 ? PS_ERROR : PS_RUNNING,
                                              .message = app[i]};
         }
