@@ -28,27 +28,11 @@ for i = 1, 16 do ps[i] = create { app = "ring/r" .. i, env = "prod" } end
 local BUILDS_WITHIN = 120
 for _, p in ipairs(ps) do expect(p:wait("RUNNING", BUILDS_WITHIN), p.app .. " builds") end
 
--- The pipelines `name` holds now.
-local function held_by(name)
-  local list = {}
-  for _, p in ipairs(ps) do if p:driver() == name then list[#list + 1] = p end end
-  return list
-end
-
--- Is every pipeline of `list` held by a server other than `name`?
-local function held_elsewhere(list, name)
-  for _, p in ipairs(list) do
-    local d = p:driver()
-    if d == nil or d == name then return false end
-  end
-  return true
-end
-
 -- The busiest server still up (it holds the most pipelines).
 local function busiest(up)
   local best, most = nil, -1
   for _, s in ipairs(up) do
-    local n = #held_by(s.name)
+    local n = #held_by(ps, s.name)
     if n > most then best, most = s, n end
   end
   return best
@@ -77,7 +61,7 @@ end
 -- After `fault` on victim: every pipeline it held is held by a live server
 -- other than victim within WITHIN seconds.
 local function taken_within(victim, fault, why)
-  local mine = held_by(victim.name)
+  local mine = held_by(ps, victim.name)
   expect(#mine > 0, victim.name .. " holds pipelines before it is " .. why, tostring(#mine))
   local t0 = oops.time()
   fault()
@@ -118,13 +102,9 @@ taken_within(v, function() v:cut() end, "cut")
 -- database reaps the session, the heir wakes.
 v = busiest(up)
 local frozen = v
-local function session_of(name)
-  local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.server_prefix, name)[1]
-  return r and r.c
-end
-local frozen_session = session_of(v.name)
+local frozen_session = server_session(v.name)
 local t_freeze = oops.time()
-local mine = held_by(v.name)
+local mine = held_by(ps, v.name)
 v:freeze()
 local ok = wait_until(v.name .. "'s pipelines are held by others (frozen)", function()
   return held_elsewhere(mine, v.name)
@@ -140,7 +120,7 @@ frozen:thaw()
 -- steps (and so a stopping server's drain) until it runs again. The next
 -- fault waits until it is back: its name lock held under a new session.
 wait_until(frozen.name .. " is back after the thaw (its name lock under a new session)", function()
-  local now = session_of(frozen.name)
+  local now = server_session(frozen.name)
   return now ~= nil and now ~= frozen_session
 end, 10)
 

@@ -39,26 +39,6 @@ local ps = {}
 for i = 1, 18 do ps[i] = create { app = "worst/w" .. i, env = "prod" } end
 for _, p in ipairs(ps) do expect(p:wait("RUNNING", BUILDS_WITHIN), p.app .. " builds") end
 
-local function held_by(name)
-  local list = {}
-  for _, p in ipairs(ps) do if p:driver() == name then list[#list + 1] = p end end
-  return list
-end
-
--- Is every pipeline of `list` held by a server other than `name`?
-local function held_elsewhere(list, name)
-  for _, p in ipairs(list) do
-    local d = p:driver()
-    if d == nil or d == name then return false end
-  end
-  return true
-end
-
-local function session_of(name)
-  local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.server_prefix, name)[1]
-  return r and r.c
-end
-
 -- Sleep until `ms` past the scans' next tick on the database's clock (every
 -- server's watch answers 8 ms before it, then rests at least 100 ms).
 local function past_next_tick(ms)
@@ -71,15 +51,15 @@ end
 -- are held by others within WITHIN seconds of the thaw.
 local function worst(watcher, victim, why)
   local ok = wait_until(victim.name .. " holds pipelines (" .. why .. ")",
-    function() return #held_by(victim.name) > 0 end, 3 * INTERVAL_MS / 1000)
+    function() return #held_by(ps, victim.name) > 0 end, 3 * INTERVAL_MS / 1000)
   if not ok then return end
-  local mine = held_by(victim.name)
+  local mine = held_by(ps, victim.name)
   past_next_tick(40)
   watcher:freeze()
-  local old = session_of(victim.name)
+  local old = server_session(victim.name)
   victim:cut()
   local back = wait_until(victim.name .. " has its name lock again, under a new session (" .. why .. ")",
-    function() local now = session_of(victim.name) return now ~= nil and now ~= old end, 10)
+    function() local now = server_session(victim.name) return now ~= nil and now ~= old end, 10)
   watcher:thaw()
   if not back then return end
   local t0 = oops.time()
@@ -106,10 +86,10 @@ for round = 1, 6 do
   local first = #ps + 1
   for i = first, first + 5 do ps[i] = create { app = "worst/w" .. i, env = "prod" } end
   for i = first, first + 5 do expect(ps[i]:wait("RUNNING", BUILDS_WITHIN), ps[i].app .. " builds") end
-  if #held_by("s4") > 0 then break end
+  if #held_by(ps, "s4") > 0 then break end
   note(("round %d: s4 drives none of the six new pipelines; six more"):format(round))
 end
-expect(#held_by("s4") > 0, "s4 (joined) drives a pipeline")
+expect(#held_by(ps, "s4") > 0, "s4 (joined) drives a pipeline")
 worst(s4, s5, "a server that just joined, between two waits")
 
 -- 3. A server stopped (SIGTERM) while its watcher waits: the wait, parked on
@@ -120,10 +100,10 @@ worst(s4, s5, "a server that just joined, between two waits")
 local up = { s1, s3, s4, s5 }
 local victim, most = nil, -1
 for _, s in ipairs(up) do
-  local n = #held_by(s.name)
+  local n = #held_by(ps, s.name)
   if n > most then victim, most = s, n end
 end
-local mine = held_by(victim.name)
+local mine = held_by(ps, victim.name)
 expect(#mine > 0, victim.name .. " holds pipelines before it is stopped", tostring(#mine))
 -- Every live server's watcher waits in GET_LOCK (state "User lock"): so does the victim's.
 local parked = wait_until("every watcher waits (4 sessions in GET_LOCK)", function()
@@ -155,15 +135,15 @@ local waiting = wait_until("every live watcher waits (3 sessions in GET_LOCK)", 
 end, 3 * INTERVAL_MS / 1000)
 if waiting then
   past_next_tick(300) -- every wait has just begun: the next ends about 4.7 s from now
-  local old = session_of(cutme.name)
+  local old = server_session(cutme.name)
   cutme:cut()
   local back = wait_until(cutme.name .. " has its name lock again, under a new session (cut while waiting)",
-    function() local now = session_of(cutme.name) return now ~= nil and now ~= old end, 3)
+    function() local now = server_session(cutme.name) return now ~= nil and now ~= old end, 3)
   if back then
     local t0 = oops.time()
     local named = wait_until(cutme.name .. "'s server row names its new lock session within 1 s", function()
       local r = sql("SELECT lock_connection_id AS c FROM server WHERE name = ?", cutme.name)[1]
-      return r and r.c == session_of(cutme.name)
+      return r and r.c == server_session(cutme.name)
     end, 1)
     if named then
       note(("cut while waiting: the row named the new session %.2fs after it held its name"):format(oops.time() - t0))

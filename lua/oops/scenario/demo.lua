@@ -103,8 +103,7 @@ local ok, err = pcall(oops.wait, function()
       local best
       for name, n in pairs(count) do if not best or n > count[best] then best = name end end
       if best then
-        victim_pipelines = {}
-        for _, p in ipairs(ps) do if p:driver() == best then victim_pipelines[#victim_pipelines + 1] = p end end
+        victim_pipelines = env.held_by(ps, best)
         killed = best
         killed_at = oops.time()
         env.server(best):kill("KILL")

@@ -34,6 +34,9 @@
 --   fail_rollout(p [, reason])      its simulated rollout fails
 --   receiver { fail_first = n }     a webhook receiver for the policy's notify block
 --                                   (r.url, r:fail(true|false|n), r:deliveries(), r:ids())
+--   held_by(list, name)             the pipelines of list that server name drives now
+--   held_elsewhere(list, name)      every one of list driven, none by server name
+--   server_session(name)            the lock session holding server name's name lock, or nil
 --   settle(seconds)                 how long the end checks wait for things to finish (30)
 --   restart_database { down = s }   stop the scenario's own database, wait, start it again
 --                                   (only without --db: the runner owns it then)
@@ -641,6 +644,28 @@ local function restart_database(opts)
   if M.record_fault then M.record_fault("db_up") end
 end
 
+-- The pipelines of `list` that server `name` drives now (p:driver()).
+local function held_by(list, name)
+  local out = {}
+  for _, p in ipairs(list) do if p:driver() == name then out[#out + 1] = p end end
+  return out
+end
+
+-- Is every pipeline of `list` driven by a server other than `name`?
+local function held_elsewhere(list, name)
+  for _, p in ipairs(list) do
+    local d = p:driver()
+    if d == nil or d == name then return false end
+  end
+  return true
+end
+
+-- The lock session holding server `name`'s name lock, or nil.
+local function server_session(name)
+  local r = sql("SELECT IS_USED_LOCK(CONCAT(?, ?)) AS c", oops.locks.names.server_prefix, name)[1]
+  return r and r.c
+end
+
 ---------------------------------------------------------------- running one
 
 local function environment()
@@ -649,6 +674,7 @@ local function environment()
     create = create, rollback = rollback, wait_until = wait_until, expect = ok, sql = sql,
     fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl,
     fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
+    held_by = held_by, held_elsewhere = held_elsewhere, server_session = server_session,
     settle = function(seconds) run.settle = seconds end,
     release_rules = M.release_rules,
     oops = oops, skip = skip, skewed_clock = skewed_clock,
