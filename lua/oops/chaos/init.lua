@@ -398,6 +398,37 @@ local function settle_bound()
   return b / 1000 + 30
 end
 
+-- What the notifier's routes say at the end, printed when something was
+-- never delivered (a CI failure shows where it stuck): who leads the
+-- notifier, and each route's state and queue.
+local function notifier_report()
+  local ok, err = pcall(function()
+    local lead = scenario.sql("SELECT IS_USED_LOCK(?) AS s", NAMES.leaders.notify)[1].s
+    local held = "nobody"
+    if lead then
+      held = "session " .. tostring(lead)
+      for name in pairs(C.servers) do
+        local s = scenario.sql("SELECT IS_USED_LOCK(?) AS s", NAMES.server_prefix .. name)[1].s
+        if s == lead then held = held .. " (" .. name .. ")" end
+      end
+    end
+    say("notifier: its leader lock held by " .. held)
+    for _, r in ipairs(scenario.sql([[SELECT r.route_key, r.failures,
+        TIMESTAMPDIFF(MICROSECOND, NOW(6), r.retry_at) / 1e6 AS retry_in, r.removed_at IS NOT NULL AS removed,
+        LEFT(r.last_error, 200) AS last_error,
+        (SELECT COUNT(*) FROM notify_pending n WHERE n.route_key = r.route_key) AS queued,
+        (SELECT MAX(attempts) FROM notify_pending n WHERE n.route_key = r.route_key) AS attempts
+      FROM notify_route r ORDER BY r.route_key LIMIT 20]])) do
+      say(("notifier: route %s: %s queued (most attempts %s), %s failures, retry in %ss%s, last error: %s"):format(
+        r.route_key, tostring(r.queued), tostring(r.attempts or 0), tostring(r.failures), tostring(r.retry_in or "-"),
+        r.removed == 1 and ", removed" or "", tostring(r.last_error or "-")))
+    end
+    local u = scenario.sql("SELECT COUNT(*) AS n FROM outbox WHERE routed = 0")[1].n
+    say("notifier: " .. tostring(u) .. " outbox rows not routed")
+  end)
+  if not ok then say("notifier: its state not read: " .. tostring(err)) end
+end
+
 local function kinds(list)
   local seen, out = {}, {}
   for _, f in ipairs(list) do
@@ -561,6 +592,12 @@ function M.run(o)
   local deadline = oops.now_ms() + bound * 1000
   while not settled() and oops.now_ms() < deadline do sleep(0.5) end
   local h, vs = check(true)
+  for _, v in ipairs(vs) do
+    if v.rule == "undelivered" then
+      notifier_report()
+      break
+    end
+  end
   local n, rollbacks = 0, 0
   for _, p in pairs(h.pipelines) do
     n = n + 1

@@ -417,6 +417,13 @@ local function round(st, t0)
   if not rows then return false end
   if #rows == 0 then
     st.gate_ms = st.gen == gen and math.huge or 0 -- nothing queued: until rows are routed to it
+    if st.failures > 0 then
+      -- Nothing left that failed (another delivered it: a leader that thawed,
+      -- or one that died before it recorded so): the route is not failing.
+      -- Kept, its new rows would wait for a back-off that nothing starts.
+      st.failures = 0
+      exec("UPDATE notify_route SET failures = 0, retry_at = NULL WHERE route_key = ?", st.key)
+    end
     return false
   end
   local lanes, order, soonest = {}, {}, nil
@@ -632,7 +639,9 @@ function M.run(pol)
         local st = state[key]
         if st then
           st.gen = st.gen + 1
-          if st.failures == 0 then st.gate_ms = 0 end -- new rows: look again
+          -- New rows: look again, unless the route backs off on its clock
+          -- (asleep for want of rows, it looks whatever its failures).
+          if st.failures == 0 or st.gate_ms == math.huge then st.gate_ms = 0 end
         end
       end
     until n < M.ROUTE_BATCH or oops.now_ms() - now > M.TICK_BUDGET_MS
