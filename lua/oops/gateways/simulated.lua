@@ -13,6 +13,12 @@
 -- fail_build_status, fail_deploy, fail_rollout_health, fail_restart,
 -- fail_probe makes that call fail with the row's outcome as the error text
 -- (a gateway error), for every pipeline of that target, until deleted.
+-- Canary weights (issue 38): set_weight records "weight:N" in sim_call and
+-- the target's traffic split in sim_traffic (which lua/oops/scenario/traffic.lua
+-- serves to a real Prometheus as per-track request counters); weight(p)
+-- reads it back. Faults: fail_set_weight; slow_set_weight (outcome =
+-- milliseconds slept after the split is applied: a driver killed then has
+-- set the weight without knowing it).
 local oops = require("oops")
 
 local M = {}
@@ -135,6 +141,36 @@ function M.new(cfg)
     if job.outcome then return { failure = job.outcome } end
     if job.ready == 1 then return { complete = true } end
     return { not_ready_for = job.age }
+  end
+
+  function gw.set_weight(p, weight)
+    local tgt = target(p)
+    local ok, err = record(p.id, tgt, "weight:" .. weight)
+    if not ok then return nil, err end
+    local f = fault(tgt, "set_weight")
+    if f then return nil, f end
+    -- The split applies to this release's artifact; at 100 it is the
+    -- stable one from now on.
+    ok, err = exec("INSERT INTO sim_traffic (namespace, application, environment, weight, canary_artifact, " ..
+      "stable_artifact) VALUES (?, ?, ?, ?, ?, IF(? = 100, ?, NULL)) ON DUPLICATE KEY UPDATE " ..
+      "weight = VALUES(weight), canary_artifact = VALUES(canary_artifact), " ..
+      "stable_artifact = IF(VALUES(weight) = 100, VALUES(canary_artifact), stable_artifact)",
+      p.namespace, p.application, p.environment, weight, p.artifact, weight, p.artifact)
+    if not ok then return nil, err end
+    local slow = fault(tgt, "slow_set_weight")
+    if slow and tonumber(slow) then oops.sleep(math.floor(tonumber(slow))) end
+    return true
+  end
+
+  -- The weight this release's artifact gets now: 0 when the split names
+  -- another artifact (or none).
+  function gw.weight(p)
+    local rows, err = exec("SELECT weight, canary_artifact FROM sim_traffic WHERE namespace = ? AND " ..
+      "application = ? AND environment = ?", p.namespace, p.application, p.environment)
+    if not rows then return nil, err end
+    local r = rows[1]
+    if not r or r.canary_artifact ~= p.artifact then return 0 end
+    return r.weight
   end
 
   function gw.restart(app, env)

@@ -12,6 +12,8 @@ local log = require("oops.log")
 local msg = require("oops.messages")
 local P = require("oops.pipelines")
 local safety = require("oops.release")
+local canary = require("oops.canary")
+local plan = require("oops.policy.canary").plan
 
 local M = { name = "rollout" }
 local SCAN = "rollout"
@@ -117,21 +119,51 @@ local function deploying(p, pol)
   end
 end
 
+-- A release whose policy plans canary steps (oops.policy.canary.plan; never
+-- a rollback: it returns to a release that was live) goes through them once
+-- its rollout is ready (oops.canary); once they began, a failure sends its
+-- traffic back to stable before it fails, and the rollout timeouts no
+-- longer apply (a pause may wait for an operator).
+local function steps_of(p, pol)
+  if p.trigger == "rollback" then return nil end
+  return plan(pol, p)
+end
+
 local function rolling_out(p, pol, gw)
+  local steps = steps_of(p, pol)
+  local begun = steps and (p.step or 0) > 0
+  local function failed(message)
+    if begun then
+      canary.abort(p, steps, gw, message:gsub("%.$", ""), function(q, m) fail(q, pol, "ROLLING_OUT", m) end)
+    else
+      fail(p, pol, "ROLLING_OUT", message)
+    end
+  end
   local h, err, code = gw.rollout_health(p)
   if not h and code == "invalid" then
-    fail(p, pol, "ROLLING_OUT", msg.refused .. tostring(err))
+    failed(msg.refused .. tostring(err))
     return
   elseif not h then
     log.warn("rollout health unavailable: " .. tostring(err), { scan = SCAN, pipeline = p.id })
   elseif h.missing then
-    fail(p, pol, "ROLLING_OUT", msg.workload_missing)
+    failed(msg.workload_missing)
     return
   elseif h.failure then
-    fail(p, pol, "ROLLING_OUT", msg.deploy_failed .. h.failure)
+    failed(msg.deploy_failed .. h.failure)
+    return
+  elseif h.complete and steps then
+    canary.drive(p, pol, gw, steps, t, function(q, m) fail(q, pol, "ROLLING_OUT", m) end)
     return
   elseif h.complete then
     t(p, "ROLLING_OUT", "SUCCEEDED", msg.succeeded)
+    return
+  end
+  if begun then
+    -- Not ready mid-canary: only the time not ready counts (a gateway that
+    -- cannot say leaves it to the operator's abort).
+    if h and h.not_ready_for and h.not_ready_for * 1000 >= pol.rollout.timeout_ms then
+      failed(msg.rollout_timed_out)
+    end
     return
   end
   -- Not ready (or the gateway did not answer): bounded by the rollout
@@ -181,6 +213,7 @@ function M.run(pol, gw)
   -- What the gateway remembers of pipelines no longer held (let go above,
   -- lost with the lock session, taken by another server) goes now.
   if gw.prune then gw.prune() end
+  canary.prune()
   if more then return P.MORE end
 end
 

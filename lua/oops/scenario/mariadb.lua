@@ -91,6 +91,8 @@ local function free_port()
   return nil
 end
 
+M.free_port = function() return free_port() end
+
 local function random_password()
   local f = io.open("/dev/urandom", "rb")
   local bytes = f and f:read(24) or tostring(oops.time()) .. tostring({})
@@ -103,6 +105,7 @@ local function random_password()
   end
   return "pw" .. table.concat(out)
 end
+M.random_password = random_password
 
 local function is_ipv4(s)
   if type(s) ~= "string" then return false end

@@ -1,0 +1,104 @@
+-- The simulated gateway's traffic as a real Prometheus sees it (issue 38):
+-- request counters per target and track, from the split the simulated
+-- gateway keeps in sim_traffic (weight, canary and stable artifact) and the
+-- per-artifact rates a test sets in sim_artifact (error_rate 0..1, rps;
+-- 20 requests a second and no errors when unset), served on loopback
+-- behind a bearer token for a Prometheus to scrape:
+--   http_requests_total{namespace, app, env, track="canary"|"stable", code="200"|"500"}
+-- Every series exists from the first scrape after its target appears (an
+-- error counter at 0 included), so a ratio over a canary with no traffic is
+-- NaN (inconclusive), never a missing series. Counts grow by rps × share ×
+-- elapsed time at each refresh (every 250 ms), errors exactly error_rate of
+-- them: the ratio a query computes is the rate the test set.
+-- Runs in the scenario runner's own process (a task refreshes; the loop
+-- answers scrapes). Tools only: scenarios, oopsctl chaos, bench.
+local oops = require("oops")
+
+local M = {}
+
+M.REFRESH_MS = 250
+local READ = "SELECT t.namespace, t.application, t.environment, t.weight, " ..
+  "COALESCE(c.error_rate, 0) AS cer, COALESCE(c.rps, 20) AS crps, " ..
+  "COALESCE(s.error_rate, 0) AS ser, COALESCE(s.rps, 20) AS srps " ..
+  "FROM sim_traffic t LEFT JOIN sim_artifact c ON c.artifact = t.canary_artifact " ..
+  "LEFT JOIN sim_artifact s ON s.artifact = t.stable_artifact ORDER BY 1, 2, 3 LIMIT 10000"
+
+local function quoted(s) return (tostring(s):gsub("[\\\"]", "\\%0"):gsub("\n", "\\n")) end
+
+local Traffic = {}
+Traffic.__index = Traffic
+
+function Traffic:refresh()
+  local rows = oops.db.exec(READ)
+  local now = oops.now_ms()
+  local dt = (now - self.last) / 1000
+  self.last = now
+  if not rows then return end -- the database is away: counts resume from where they were
+  for _, r in ipairs(rows) do
+    local key = r.namespace .. "/" .. r.application .. "/" .. r.environment
+    local c = self.counters[key]
+    if not c then
+      c = { labels = ('namespace="%s",app="%s",env="%s"'):format(quoted(r.namespace), quoted(r.application),
+        quoted(r.environment)), canary = { 0, 0 }, stable = { 0, 0 } }
+      self.counters[key] = c
+      self.order[#self.order + 1] = key
+    else
+      local w = r.weight / 100
+      local canary, stable = r.crps * w * dt, r.srps * (1 - w) * dt
+      c.canary[1] = c.canary[1] + canary * (1 - r.cer)
+      c.canary[2] = c.canary[2] + canary * r.cer
+      c.stable[1] = c.stable[1] + stable * (1 - r.ser)
+      c.stable[2] = c.stable[2] + stable * r.ser
+    end
+  end
+end
+
+function Traffic:render()
+  local out = { "# HELP http_requests_total requests served, by track and status (simulated)",
+    "# TYPE http_requests_total counter" }
+  for _, key in ipairs(self.order) do
+    local c = self.counters[key]
+    for _, track in ipairs { "canary", "stable" } do
+      out[#out + 1] = ('http_requests_total{%s,track="%s",code="200"} %.6f'):format(c.labels, track, c[track][1])
+      out[#out + 1] = ('http_requests_total{%s,track="%s",code="500"} %.6f'):format(c.labels, track, c[track][2])
+    end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- start{ token = SECRET [, host = "127.0.0.1"] }: the exporter, or nil, err.
+-- t.url is where to scrape (/metrics), t:stop() ends it.
+function M.start(opts)
+  assert(type(opts) == "table" and type(opts.token) == "string" and #opts.token >= 16, "traffic.start{token}")
+  local t = setmetatable({ counters = {}, order = {}, last = oops.now_ms(), running = true }, Traffic)
+  local want = "Bearer " .. opts.token
+  local srv, err = oops.http.serve {
+    listen = (opts.host or "127.0.0.1") .. ":0",
+    max_body = 1024,
+    handler = function(req)
+      if req.headers.authorization ~= want then return 401, "a bearer token is needed\n" end
+      if req.path ~= "/metrics" then return 404, "only /metrics\n" end
+      return 200, t:render(), "text/plain; version=0.0.4"
+    end,
+  }
+  if not srv then return nil, err end
+  t.srv = srv
+  t.address = (opts.host or "127.0.0.1") .. ":" .. srv:port()
+  t.url = "http://" .. t.address .. "/metrics"
+  t:refresh()
+  oops.task("simulated traffic", function()
+    while t.running do
+      oops.sleep(M.REFRESH_MS)
+      if t.running then t:refresh() end
+    end
+  end)
+  return t
+end
+
+function Traffic:stop()
+  self.running = false
+  if self.srv then self.srv:close() end
+  self.srv = nil
+end
+
+return M
