@@ -145,10 +145,11 @@ function M.new(cfg)
 
   function gw.set_weight(p, weight)
     local tgt = target(p)
-    local ok, err = record(p.id, tgt, "weight:" .. weight)
-    if not ok then return nil, err end
     local f = fault(tgt, "set_weight")
     if f then return nil, f end
+    -- Recorded when applied (a failed call changes no split).
+    local ok, err = record(p.id, tgt, "weight:" .. weight)
+    if not ok then return nil, err end
     -- The split applies to this release's artifact; at 100 it is the
     -- stable one from now on.
     ok, err = exec("INSERT INTO sim_traffic (namespace, application, environment, weight, canary_artifact, " ..
