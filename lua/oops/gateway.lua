@@ -18,6 +18,11 @@
 --     server still runs for it, before its lock is released.
 --   prune(): forget what the gateway keeps per pipeline for pipelines whose
 --     lock this server no longer holds (the rollout scan, every tick).
+--   set_weight(p, weight) → true | nil, err: a canary's share of the
+--     traffic, 0-100 (issue 38: lua/oops/canary.lua); idempotent.
+--   weight(p) → integer | nil, err: the share p's release gets now (0 when
+--     the split names another release), for an heir deciding whether a
+--     weight was set; a gateway that cannot say has none.
 local M = {}
 
 local kinds = {

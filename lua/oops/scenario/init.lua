@@ -480,6 +480,16 @@ function Pipeline:calls(action)
   return sql("SELECT COUNT(*) AS n FROM sim_call WHERE pipeline_id = ? AND action = ?", self.id, action)[1].n
 end
 
+-- The canary weights the simulated gateway applied for it, in order ("10,50,100").
+function Pipeline:weights()
+  local out = {}
+  for _, r in ipairs(sql("SELECT action FROM sim_call WHERE pipeline_id = ? AND action LIKE 'weight:%' " ..
+    "ORDER BY id", self.id)) do
+    out[#out + 1] = r.action:sub(8)
+  end
+  return table.concat(out, ",")
+end
+
 function Pipeline:stop(expect)
   if expect then return oopsctl("stop", self.id, "--expect", expect) end
   return oopsctl("stop", self.id)
@@ -555,6 +565,32 @@ local function receiver(opts)
   end
   run.receivers[#run.receivers + 1] = r
   return r
+end
+
+---------------------------------------------------------------- metrics
+
+-- A real Prometheus (Debian's, lua/oops/scenario/prometheus.lua) scraping
+-- the simulated gateway's traffic (lua/oops/scenario/traffic.lua), started
+-- once per run and stopped at its end: { url (what a policy's analysis
+-- names, its password in it), prom, traffic }.
+local function prometheus()
+  if run.prometheus then return run.prometheus end
+  local token = require("oops.scenario.mariadb").random_password()
+  local traffic = assert(require("oops.scenario.traffic").start { token = token })
+  local prom, err = require("oops.scenario.prometheus").start { dir = run.dir,
+    targets = { { address = traffic.address, token = token } } }
+  if not prom then
+    traffic:stop()
+    error("prometheus: " .. tostring(err), 2)
+  end
+  run.prometheus = { url = prom.url, prom = prom, traffic = traffic }
+  return run.prometheus
+end
+
+-- What the simulated traffic of an artifact is: { error_rate = 0..1, rps }.
+local function artifact_traffic(artifact, t)
+  sql("INSERT INTO sim_artifact (artifact, error_rate, rps) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE " ..
+    "error_rate = VALUES(error_rate), rps = VALUES(rps)", artifact, t.error_rate or 0, t.rps or 20)
 end
 
 ---------------------------------------------------------------- the end
@@ -675,6 +711,7 @@ local function environment()
     fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl,
     fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
     held_by = held_by, held_elsewhere = held_elsewhere, server_session = server_session,
+    prometheus = prometheus, artifact_traffic = artifact_traffic,
     settle = function(seconds) run.settle = seconds end,
     release_rules = M.release_rules,
     oops = oops, skip = skip, skewed_clock = skewed_clock,
@@ -693,6 +730,11 @@ end
 
 local function cleanup()
   netns_heal_all()
+  if run.prometheus then
+    run.prometheus.prom:stop()
+    run.prometheus.traffic:stop()
+    run.prometheus = nil
+  end
   for _, s in ipairs(run.order) do
     if s:alive() then
       s.proc:kill(18) -- a frozen one must run to stop (not a fault: no record)

@@ -36,6 +36,25 @@ function Gateway:deploy(p)
   return nil, describe("deploy", run.result, run.timeout_ms)
 end
 
+-- A canary's weight (issue 38): the application's `weight` command with
+-- {weight} (0-100). It must be idempotent: a driver's heir that cannot tell
+-- whether the last run took effect runs it again (this gateway has no
+-- weight() to ask; lua/oops/canary.lua). Logged to pipeline_log as "weight".
+function Gateway:set_weight(p, weight)
+  local a, aerr = app_of(self.policy, app_name(p))
+  if not a then return nil, aerr end
+  if not a.weight then return nil, "application " .. app_name(p) .. " has no weight command (a canary needs one)" end
+  local values = pipeline_values(p)
+  values.weight = tostring(math.tointeger(weight) or weight)
+  local argv, why, kind = substitute(a.weight, values)
+  if not argv then return nil, "weight " .. why, kind == "invalid" and "invalid" or nil end
+  local run = self:run_wait(argv, values, "weight", timeout_of(a, "weight"))
+  log_run(p.id, "weight", run)
+  if not run.result then return nil, run.err end
+  if run.result.ok then return true end
+  return nil, describe("weight", run.result, run.timeout_ms)
+end
+
 -- The verdict of one health run: kind (for the log) and what the scan gets.
 -- Exit 0 complete, 1 not ready, 2 missing; anything else (another code, a
 -- signal, the timeout, not started) a failure.

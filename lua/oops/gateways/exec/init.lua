@@ -147,7 +147,7 @@ end
 -- What the engine calls (gateway.lua's interface, with a dot: gw.deploy(p)):
 -- M.new binds each to its Gateway.
 local INTERFACE = { "build_submit", "build_status", "build_stop", "build_orphans", "release", "prune", "memory",
-  "deploy", "rollout_health", "restart", "stop" }
+  "deploy", "rollout_health", "set_weight", "restart", "stop" }
 
 -- The gateway for `policy`: the interface's functions, `kind`, and `exec`,
 -- its Gateway (whose methods tests call directly). `previous`, the gateway
