@@ -122,5 +122,3 @@ artifact_traffic("s1", { rps = 0 })
 local strict = create { app = "shop/strict", env = "prod", artifact = "s1" }
 expect(strict:wait("ERROR", 60), "inconclusive counted as failed: aborted", strict:message())
 expect(strict:weights() == "10,0", "its traffic returned to stable", strict:weights())
-
-finish()
