@@ -239,7 +239,33 @@ local function pieces(q, visit)
   return true
 end
 
-local PLACEHOLDER = "{([%a_][%w_]*)}"
+-- The placeholders of text in order: fn(name) for each {name}, name a bare
+-- identifier of at most 64 bytes; returns text with each one fn answered a
+-- string for replaced. Scanned by hand, without a repeating pattern: a
+-- declaration runs under the sandbox's backtracking bound, and a query is
+-- up to 4096 bytes.
+local function placeholders(text, fn)
+  local out, i = {}, 1
+  while true do
+    local open = text:find("{", i, true)
+    if not open then break end
+    local close = text:find("}", open + 1, true)
+    local next_open = text:find("{", open + 1, true)
+    if not close then break end
+    if next_open and next_open < close then
+      out[#out + 1] = text:sub(i, next_open - 1)
+      i = next_open
+    else
+      local name = text:sub(open + 1, close - 1)
+      local is_name = #name <= 64 and name:match("^[%a_][%w_]*$")
+      local with = is_name and fn(name) or nil
+      out[#out + 1] = text:sub(i, open - 1) .. (with or text:sub(open, close))
+      i = close + 1
+    end
+  end
+  out[#out + 1] = text:sub(i)
+  return table.concat(out)
+end
 
 local function known_list()
   return "{" .. table.concat(M.QUERY_PLACEHOLDERS, "}, {") .. "}"
@@ -252,7 +278,7 @@ local function query(v)
   if #v > M.MAX_QUERY_BYTES then return nil, #v .. " bytes: at most " .. M.MAX_QUERY_BYTES end
   local why
   local ok, unclosed = pieces(v, function(kind, text)
-    for name in text:gmatch(PLACEHOLDER) do
+    placeholders(text, function(name)
       if why then return end
       if not QUERY_KNOWN[name] then
         why = "unknown placeholder {" .. name .. "} (known: " .. known_list() .. ")"
@@ -262,7 +288,7 @@ local function query(v)
         why = "{" .. name .. "} inside a '...' or `...` string: only a double-quoted string may hold a " ..
           "placeholder (its escaping is the one filled in)"
       end
-    end
+    end)
   end)
   if not ok then return nil, unclosed end
   if why then return nil, why end
@@ -290,7 +316,7 @@ function M.fill(q, p)
   local out = {}
   local ok, why = pieces(q, function(kind, text)
     if kind == "dq" then
-      text = text:gsub(PLACEHOLDER, function(name)
+      text = placeholders(text, function(name)
         if not QUERY_KNOWN[name] then return nil end
         local v = p[name]
         if type(v) ~= "string" and math.type(v) ~= "integer" then
