@@ -363,6 +363,7 @@ describe("an analysis query's placeholders", function()
       [=[[[x{a="pre-{application}-post", b=~"{application}|\"{environment}\""}]]]=],
       [=[[[sum by (code) (rate(x{job='api'}[5m])) > 2]]]=],
       '[[x{a=`raw`} # a comment with { and }]]',
+      '[[x{a="{id}"} # it\'s a comment: "quotes" need not pair\n+ y{b="{artifact}"}]]',
     }) do
       assert(loads('analysis "errors" { prometheus = "http://127.0.0.1:9090", query = ' .. q ..
         ", success = function(v) return v > 0 end }\n"), q)
@@ -390,6 +391,8 @@ describe("an analysis query's placeholders", function()
     assert.are.same(why('a string literal opened with " is never closed'), query_errors([=[[[up{app="x}]]]=]))
     assert.are.same(why('a string literal opened with " is never closed'),
       query_errors([=[[[up{app="x\"}]]]=]))
+    assert.are.same(why("{id} outside a quoted string: placeholders are filled in as PromQL string contents"),
+      query_errors('[[up # "{id}"]]'))
   end)
 end)
 
@@ -431,6 +434,8 @@ describe("canary.fill(query, p)", function()
     local q = [=[x{a='{application}', b=`{application}`, c="\"{application}\""} + {application}]=]
     assert.are.equal([=[x{a='{application}', b=`{application}`, c="\"web\""} + {application}]=], canary.fill(q, P))
     assert.are.equal('x{a="{other}"}', canary.fill('x{a="{other}"}', P))
+    assert.are.equal('x{a="p1"} # "{id}"\n+ y{b="v1.2"}',
+      canary.fill('x{a="{id}"} # "{id}"\n+ y{b="{artifact}"}', P))
   end)
 
   it("wants every field it fills", function()

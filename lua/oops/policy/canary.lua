@@ -203,9 +203,10 @@ end
 
 ---------------------------------------------------------------- the query
 -- PromQL's string literals: "..." and '...' (backslash escapes) and `...`
--- (raw). A placeholder is a brace around a bare identifier, {name}, with
--- nothing else inside (PromQL's own braces hold matchers: {app="x"}); the
--- five known names may appear only inside a double-quoted literal, which is
+-- (raw); a # outside them starts a comment to the end of its line. A
+-- placeholder is a brace around a bare identifier, {name}, with nothing
+-- else inside (PromQL's own braces hold matchers: {app="x"}); the five
+-- known names may appear only inside a double-quoted literal, which is
 -- where fill() puts them, escaped as that literal's contents.
 
 -- Calls visit(kind, text) for each piece of q in order: kind "code" (outside
@@ -214,10 +215,16 @@ end
 local function pieces(q, visit)
   local i, n = 1, #q
   while i <= n do
-    local j = q:find("[\"'`]", i)
+    local j = q:find("[\"'`#]", i)
     if not j then
       visit("code", q:sub(i))
       break
+    end
+    if q:sub(j, j) == "#" then -- a comment, to the end of its line: code
+      local nl = q:find("\n", j, true) or #q
+      visit("code", q:sub(i, nl))
+      i = nl + 1
+      goto continue
     end
     visit("code", q:sub(i, j))
     local quote, k = q:sub(j, j), j + 1
@@ -235,6 +242,7 @@ local function pieces(q, visit)
     visit(quote == '"' and "dq" or "sq", q:sub(j + 1, k - 1))
     visit("code", quote)
     i = k + 1
+    ::continue::
   end
   return true
 end
