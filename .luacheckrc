@@ -42,7 +42,7 @@ stds.policy = {
   read_globals = {
     -- File:language
     "scan", "build", "deploy", "rollout", "locks", "restarts", "alert", "notify",
-    "gateway", "application", "retention", "freeze",
+    "gateway", "application", "retention", "freeze", "analysis",
     -- stdlib()
     string = { fields = {
       "byte", "char", "find", "format", "gmatch", "gsub", "len", "lower", "match",

@@ -36,7 +36,12 @@
 --                    [start, end) on the wall clock of deploy.timezone, at
 --                    most 32 per environment. Outside them a pipeline waits,
 --                    saying when the next one opens. Default: none (any time).
---   rollout          { on_failure = "rollback" }: its own rollout.on_failure.
+--   rollout          { on_failure = "rollback" }: its own rollout.on_failure;
+--                    { strategy = "canary", steps = { ... } }: its own plan
+--                    (oopsd.lua's rollout), even { strategy = "all" }.
+--   weight           the exec gateway's command setting a canary's share of
+--                    the traffic, {weight} (0 to 100): { "./weight.sh",
+--                    "{environment}", "{weight}" }; timeouts.weight default 5m.
 --   timeouts         how long each command may run before it is killed.
 --                    Defaults: build as build.timeout, deploy 5m (at most
 --                    deploy.timeout), health 30s, restart 1m; an external

@@ -47,6 +47,18 @@ deploy { timeout = "10m" }
 -- became ROLLING_OUT: default 30m (at least the timeout).
 -- `on_failure`: what a failed rollout does, "fail" or "rollback" (to the
 -- live release); an application may say otherwise (apps.lua): default fail.
+-- `strategy`: how a release takes the traffic: "all" at once (the default),
+-- "canary" (a growing share, step by step: `steps` of weights, pauses and
+-- analyses; the last weight 100) or "blue_green" (beside the live release
+-- with no traffic, an `analysis` and/or a `pause`, then all of it). An
+-- analysis is a Prometheus query measured `count` times, every `interval`
+-- (oopsd.policy(5), "analysis"):
+--   rollout { strategy = "canary", steps = { { weight = 10 }, { analysis = "errors" },
+--     { weight = 50 }, { pause = "10m" }, { weight = 100 } } }
+--   analysis "errors" { prometheus = "http://127.0.0.1:9090",
+--     query = [[sum(rate(http_requests_total{app="{application}",code=~"5.."}[1m]))
+--       / sum(rate(http_requests_total{app="{application}"}[1m]))]],
+--     success = function(v) return v < 0.01 end, count = 4, failure_limit = 1 }
 rollout { timeout = "5m", max = "30m" }
 
 -- How often the idle lock session is checked against the database. Default

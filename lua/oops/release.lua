@@ -33,9 +33,7 @@ function M.now()
   return clock.db + (mono - clock.mono) / 1000
 end
 
-local function app_of(pol, p)
-  return pol and pol.applications and pol.applications[tostring(p.namespace) .. "/" .. tostring(p.application)]
-end
+local app_of = require("oops.policy.canary").app_of
 
 -- What the policy does when this release fails at or after its deploy:
 -- "rollback" or "fail".

@@ -140,7 +140,7 @@ wrong_defaults() {
 }
 is "$(wrong_defaults "$text" "$defaults")" "" "oopsd.policy(5) states every default of policy.DEFAULTS in its key's entry"
 is "$(wrong_defaults "$text" $'rollout\tmax\t45m')" $'rollout\tmax\t45m' "... (the check fails for a default the page does not state)"
-for block in scan build deploy rollout locks restarts alert notify application; do
+for block in scan build deploy rollout analysis locks restarts alert notify application; do
   check "oopsd.policy(5) has a section for the $block declaration" grep -qx "   $block" <<<"$text"
 done
 

@@ -68,10 +68,11 @@ local FAILS = {
   bad_unknown_key = {
     'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval, max_new, parallel)',
     'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" ' ..
-      '(known: build, deploy, env, environments, health, limits, restart, restart_command, rollout, timeouts, windows)',
+      '(known: build, deploy, env, environments, health, limits, restart, restart_command, rollout, timeouts, ' ..
+      'weight, windows)',
     'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
     'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" ' ..
-      '(known: build, cancel, deploy, health, restart, status, submit)',
+      '(known: build, cancel, deploy, health, restart, status, submit, weight)',
     'bad_unknown_key/apps.lua:8: alert.cpu: unknown key "window" (known: percent, sustained)',
     'bad_unknown_key/apps.lua:9: gateway "simulated": unknown key "workdir" (known: build, deploy, rollout)',
   },
@@ -347,7 +348,7 @@ describe("the shipped policies/", function()
     assert.are.same({ interval_ms = 5000, max_new = policy.DEFAULTS.scan.max_new,
                       parallel = policy.DEFAULTS.scan.parallel }, p.scan)
     assert.are.same({ timeout_ms = 600000, timezone = "UTC", concurrency = {} }, p.deploy)
-    assert.are.same({ timeout_ms = 300000, max_ms = 1800000, on_failure = "fail" }, p.rollout)
+    assert.are.same({ timeout_ms = 300000, max_ms = 1800000, on_failure = "fail", strategy = "all" }, p.rollout)
     assert.are.same({}, p.freezes)
     assert.are.same({ validate_every_ms = 30000 }, p.locks)
     assert.are.same({ kind = "simulated", build_ms = 2000, deploy_ms = 0, rollout_ms = 1000, options = {} }, p.gateway)
@@ -397,7 +398,7 @@ describe("a good policy", function()
                       parallel = policy.DEFAULTS.scan.parallel }, p.scan)
     assert.are.same({ timeout_ms = 900000, timezone = "UTC", concurrency = {} }, p.deploy)
     -- rollout.max defaults to 30m, or the timeout when that is longer
-    assert.are.same({ timeout_ms = 5400000, max_ms = 5400000, on_failure = "fail" }, p.rollout)
+    assert.are.same({ timeout_ms = 5400000, max_ms = 5400000, on_failure = "fail", strategy = "all" }, p.rollout)
     assert.are.same({ validate_every_ms = 10000 }, p.locks)
     assert.are.same({ kind = "simulated", build_ms = 500, deploy_ms = 1000, rollout_ms = 3000, options = {} },
       p.gateway)
@@ -485,7 +486,7 @@ notify { log = true, page = "https://b.example/" }
       },
       limits = { cpu_millicores = 2000, memory_bytes = 4294967296 },
       timeout_ms = { build = 1200000, deploy = 600000, health = 10000, restart = 120000,
-        submit = 60000, status = 30000, cancel = 60000 },
+        submit = 60000, status = 30000, cancel = 60000, weight = 300000 },
       env = {},
       windows = {},
     }, p.applications["shop/api"])
@@ -494,7 +495,7 @@ notify { log = true, page = "https://b.example/" }
       limits = { cpu_millicores = 500 }, env = {}, windows = {},
       -- a one-command build's default: the policy's build.timeout
       timeout_ms = { build = p.build.timeout_ms, deploy = 300000, health = 30000, restart = 60000,
-        submit = 60000, status = 30000, cancel = 60000 },
+        submit = 60000, status = 30000, cancel = 60000, weight = 300000 },
     }, p.applications["shop/worker"])
     assert.are.same({ memory_bytes = 1000000000 }, p.applications["billing/web-2"].limits)
   end)
@@ -831,7 +832,7 @@ end)
 describe("rollout { max }", function()
 
   it("bounds the whole rollout; it may not be shorter than the timeout", function()
-    assert.are.same({ timeout_ms = 60000, max_ms = 600000, on_failure = "fail" },
+    assert.are.same({ timeout_ms = 60000, max_ms = 600000, on_failure = "fail", strategy = "all" },
       assert(load_text('rollout { timeout = "1m", max = "10m" }\n')).rollout)
     local p, errs = load_text('rollout { timeout = "5m", max = "1m" }\n')
     assert.is_nil(p)
@@ -939,7 +940,7 @@ describe("rollout { on_failure } and an application's rollout", function()
   it('defaults to "fail"; takes "fail" or "rollback"', function()
     assert.are.equal("fail", assert(load_text("")).rollout.on_failure)
     assert.are.equal(policy.DEFAULTS.rollout.on_failure, assert(load_text("")).rollout.on_failure)
-    assert.are.same({ timeout_ms = 300000, max_ms = 1800000, on_failure = "rollback" },
+    assert.are.same({ timeout_ms = 300000, max_ms = 1800000, on_failure = "rollback", strategy = "all" },
       assert(load_text('rollout { on_failure = "rollback" }\n')).rollout)
     assert.are.equal("fail", assert(load_text('rollout { on_failure = "fail" }\n')).rollout.on_failure)
   end)
@@ -960,13 +961,14 @@ describe("rollout { on_failure } and an application's rollout", function()
     p, errs = load_text(app('rollout = { on_failure = true, timeout = "5m" }'))
     assert.is_nil(p)
     assert.are.same({
-      path .. ':1: application "shop/api": rollout: unknown key "timeout" (known: on_failure)',
+      path .. ':1: application "shop/api": rollout: unknown key "timeout" ' ..
+        "(known: analysis, on_failure, pause, steps, strategy)",
       path .. ':1: application "shop/api": rollout.on_failure: true: must be "fail" or "rollback"',
     }, errs)
     p, errs = load_text(app('rollout = "rollback"'))
     assert.is_nil(p)
-    assert.are.same({ path .. ':1: application "shop/api": rollout: must be a table with keys on_failure, ' ..
-      "not a string" }, errs)
+    assert.are.same({ path .. ':1: application "shop/api": rollout: must be a table with keys analysis, ' ..
+      "on_failure, pause, steps, strategy, not a string" }, errs)
   end)
 end)
 

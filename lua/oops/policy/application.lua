@@ -15,6 +15,7 @@ local show = duration.show
 local KEYS, APP_KEYS = keys.KEYS, keys.APP_KEYS
 local PIPELINE_PLACEHOLDERS, BUILD_PLACEHOLDERS = keys.PIPELINE_PLACEHOLDERS, keys.BUILD_PLACEHOLDERS
 local JOB_PLACEHOLDERS, RESTART_PLACEHOLDERS = keys.JOB_PLACEHOLDERS, keys.RESTART_PLACEHOLDERS
+local WEIGHT_PLACEHOLDERS = keys.WEIGHT_PLACEHOLDERS
 local sorted_keys, set_of, is_list, a_type = values.sorted_keys, values.set_of, values.is_list, values.a_type
 local dur, positive, argv, is_label, environments = values.dur, values.positive, values.argv, values.is_label,
   values.environments
@@ -131,11 +132,12 @@ function build.application(d, t, name, st)
   a.build = app_build(d, t)
   a.deploy = d:field(t, "deploy", argv(PIPELINE_PLACEHOLDERS), nil)
   a.health = d:field(t, "health", argv(PIPELINE_PLACEHOLDERS), nil)
+  a.weight = d:field(t, "weight", argv(WEIGHT_PLACEHOLDERS), nil)
   a.restart_cmd = d:field(t, "restart_command", argv(RESTART_PLACEHOLDERS), nil)
   a.env = d:field(t, "env", app_env, {})
   a.restart = app_restart(d, t.restart, envs_ok and a.environments or nil, st.cron_parse)
   a.windows = app_windows(d, t.windows, envs_ok and a.environments or nil)
-  a.rollout = app_rollout(d, t)
+  a.rollout = app_rollout(d, t, st)
   a.limits = app_limits(d, t)
   a.timeout_ms, a.deploy_timeout_set, a.build_timeout_set = app_timeouts(d, t)
   return a
@@ -159,6 +161,11 @@ local function check_exec(st)
     end
     if next(a.restart) and not a.restart_cmd then
       entry.decl:fail("restart_command", 'required by gateway "exec" for restart schedules')
+    end
+    local r = a.rollout and a.rollout.strategy and a.rollout or st.policy.rollout
+    if r.strategy ~= "all" and not a.weight then
+      entry.decl:fail("weight", 'required by gateway "exec" for a "' .. r.strategy .. '" rollout (it sets ' ..
+        "the new release's share of traffic)")
     end
   end
 end

@@ -6,6 +6,7 @@ local show = require("oops.duration").show
 local values = require("oops.policy.values")
 local alert = require("oops.policy.alert")
 local application = require("oops.policy.application")
+local canary = require("oops.policy.canary")
 local engine = require("oops.policy.engine")
 local notify = require("oops.policy.notify")
 local release = require("oops.policy.release")
@@ -29,6 +30,8 @@ M.EXAMPLES = {
   gateway = 'gateway "simulated" { build = "2s" }',
   application = 'application "shop/api" { environments = { "prod" } }',
   freeze = 'freeze "year-end" { from = "2026-12-20 00:00", to = "2027-01-04 08:00" }',
+  analysis = 'analysis "errors" { prometheus = "http://127.0.0.1:9090", query = "...", success = function(v) ' ..
+    "return v < 0.01 end }",
 }
 local EXAMPLES = M.EXAMPLES
 
@@ -91,7 +94,7 @@ end
 -- Each builder checks one declaration's body and returns what the policy
 -- stores for it; each block family's file holds its kinds' builders.
 local build = {}
-for _, family in ipairs({ engine, alert, notify, application, release }) do
+for _, family in ipairs({ engine, alert, notify, application, release, canary }) do
   for kind, builder in pairs(family.build) do
     assert(build[kind] == nil, kind .. ": built by two block families")
     build[kind] = builder
@@ -112,6 +115,8 @@ local function store(st, d, kind, name, value)
     p.applications[name] = value
     p.sources.applications[name] = d.where
     st.app_order[#st.app_order + 1] = { name = name, decl = d }
+  elseif kind == "analysis" then
+    p.analyses[name] = value
   elseif kind == "freeze" then
     st.freeze_order[#st.freeze_order + 1] = { freeze = value, decl = d }
   elseif kind == "notify" then
@@ -136,7 +141,7 @@ local function declare(st, where, kind, name, body)
   if kind == "freeze" and not is_label(name) then
     return d:fail(nil, 'name must be lowercase letters, digits and "-" (like "year-end")')
   end
-  local key = SINGLE[kind] and kind or ((kind == "application" or kind == "freeze") and d.label)
+  local key = SINGLE[kind] and kind or ((kind == "application" or kind == "freeze" or kind == "analysis") and d.label)
   if key then
     if st.seen[key] then return d:fail(nil, "already declared at " .. st.seen[key]) end
     st.seen[key] = where

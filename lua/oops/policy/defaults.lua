@@ -32,7 +32,13 @@ M.DEFAULTS = {
   -- stay ROLLING_OUT at all (a workload whose readiness flaps), on the
   -- database's clock; on_failure: what a failed rollout does ("fail", or
   -- "rollback" to the live release).
-  rollout = { timeout = "5m", max = "30m", on_failure = "fail" },
+  -- strategy: how a release takes the traffic: "all" at once (a canary
+  -- or blue_green plan only when the policy writes one).
+  rollout = { timeout = "5m", max = "30m", on_failure = "fail", strategy = "all" },
+  -- An analysis measures every `interval`, `count` times; more than
+  -- `failure_limit` failed measurements fail it; an inconclusive one pauses
+  -- the rollout for an operator (or counts as failed: "fail").
+  analysis = { interval = "30s", count = 3, failure_limit = 0, inconclusive = "pause" },
   locks = { validate_every = "30s" },
   gateway = { simulated = { build = "2s", deploy = "0s", rollout = "1s" } },
   -- Cron is read in this zone on every server, whatever the host's TZ, so a
@@ -58,7 +64,7 @@ M.DEFAULTS = {
   -- per-application command timeouts when `timeouts` leaves one out (a
   -- one-command build's default is build.timeout; submit, status and cancel
   -- are an external build's three commands)
-  application = { timeouts = { deploy = "5m", health = "30s", restart = "1m",
+  application = { timeouts = { deploy = "5m", health = "30s", restart = "1m", weight = "5m",
     submit = "1m", status = "30s", cancel = "1m" } },
 }
 
@@ -80,6 +86,7 @@ local D = {
   grace = ms(M.DEFAULTS.restarts.grace),
   cpu = { percent = M.DEFAULTS.alert.cpu.percent, sustained_ms = ms(M.DEFAULTS.alert.cpu.sustained) },
   memory = { percent = M.DEFAULTS.alert.memory.percent, sustained_ms = ms(M.DEFAULTS.alert.memory.sustained) },
+  analysis_interval = ms(M.DEFAULTS.analysis.interval),
   alert_every = ms(M.DEFAULTS.alert.every),
   alert_interval = ms(M.DEFAULTS.alert.interval),
   scrape_interval = ms(M.DEFAULTS.alert.probe.scrape_interval),
@@ -106,7 +113,9 @@ function M.defaults()
       parallel = M.DEFAULTS.scan.parallel },
     build = { timeout_ms = D.build_timeout },
     deploy = { timeout_ms = D.deploy_timeout, timezone = M.DEFAULTS.deploy.timezone, concurrency = {} },
-    rollout = { timeout_ms = D.rollout_timeout, max_ms = D.rollout_max, on_failure = M.DEFAULTS.rollout.on_failure },
+    rollout = { timeout_ms = D.rollout_timeout, max_ms = D.rollout_max, on_failure = M.DEFAULTS.rollout.on_failure,
+      strategy = M.DEFAULTS.rollout.strategy },
+    analyses = {},
     locks = { validate_every_ms = D.validate_every },
     gateway = { kind = "simulated", build_ms = D.sim.build, deploy_ms = D.sim.deploy, rollout_ms = D.sim.rollout,
       options = {} },

@@ -2,6 +2,7 @@
 -- each: scan, build, deploy, rollout, locks, restarts, retention, and the
 -- gateway pipelines are driven through (simulated or exec).
 local duration = require("oops.duration")
+local canary = require("oops.policy.canary")
 local defaults = require("oops.policy.defaults")
 local keys = require("oops.policy.keys")
 local release = require("oops.policy.release")
@@ -42,10 +43,12 @@ function build.deploy(d, t)
     concurrency = deploy_concurrency(d, t.concurrency) }
 end
 
-function build.rollout(d, t)
+function build.rollout(d, t, _, st)
   d:only(nil, t, KEYS.rollout)
   local r = { timeout_ms = d:field(t, "timeout", dur(1), D.rollout_timeout),
     on_failure = d:field(t, "on_failure", on_failure, defaults.DEFAULTS.rollout.on_failure) }
+  r.strategy, r.steps = canary.rollout_plan(d, t, "", st, defaults.DEFAULTS.rollout.strategy)
+  r.strategy = r.strategy or defaults.DEFAULTS.rollout.strategy
   r.max_ms = d:field(t, "max", dur(1), math.max(D.rollout_max, r.timeout_ms))
   if t.max ~= nil and r.max_ms < r.timeout_ms then
     d:fail("max", show(t.max) .. " is shorter than timeout " .. duration.format(r.timeout_ms) ..

@@ -13,8 +13,10 @@
 -- language's names), defaults.lua, declare.lua (one declaration), and one
 -- file per block family: engine.lua (scan, build, deploy, rollout, locks,
 -- restarts, retention, gateway), alert.lua, notify.lua, application.lua,
--- release.lua (freezes, windows, concurrency, on_failure).
+-- release.lua (freezes, windows, concurrency, on_failure), canary.lua (a
+-- rollout's strategy and steps, the analysis block, fill and plan).
 local application = require("oops.policy.application")
+local canary = require("oops.policy.canary")
 local defaults = require("oops.policy.defaults")
 local engine = require("oops.policy.engine")
 local keys = require("oops.policy.keys")
@@ -82,7 +84,8 @@ end
 ----------------------------------------------------- once every file is loaded
 -- Then come the checks that need the whole policy, each its block family's:
 -- check_exec and check_deploy_timeouts (application.lua), resolve_freezes
--- (release.lua), merge_notify (notify.lua); then --simulate.
+-- (release.lua), merge_notify (notify.lua), check_analyses (canary.lua);
+-- then --simulate.
 
 -- --simulate URL (oopsctl chaos): the policy as written (applications,
 -- timeouts, schedules, alert rules, hooks), but nothing real runs or hears
@@ -202,6 +205,7 @@ local function load_paths(paths, opts)
   check_deploy_timeouts(st)
   resolve_freezes(st)
   merge_notify(st)
+  canary.check_analyses(st)
   if opts.simulate ~= nil then simulate(st, opts.simulate) end
   if #st.errors > 0 then return nil, bounded(st.errors) end
   st.policy.version_hash = version_hash(names, texts)

@@ -16,19 +16,22 @@ local BUILD_PLACEHOLDERS = { "application", "artifact", "environment", "id", "na
 -- its submit printed.
 local JOB_PLACEHOLDERS = { "application", "artifact", "environment", "id", "job", "namespace", "source", "source.*" }
 local RESTART_PLACEHOLDERS = { "application", "environment", "namespace" }
+-- The weight command (a canary's share of traffic) also gets {weight}, a
+-- whole number from 0 to 100.
+local WEIGHT_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace", "weight" }
 
 -- The keys each declaration's table accepts (Decl:only refuses any other), by
 -- where they are written: "alert.cpu" is the table under alert's `cpu`. The
 -- block files' builders read them from here; M.keys() lists them.
 local APP_KEYS = { "build", "deploy", "env", "environments", "health", "limits", "restart", "restart_command",
-  "rollout", "timeouts", "windows" }
+  "rollout", "timeouts", "weight", "windows" }
 local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
 local ALERT_METRIC_KEYS = { "percent", "sustained" }
 local KEYS = {
   scan = { "interval", "max_new", "parallel" },
   build = { "timeout" },
   deploy = { "concurrency", "timeout", "timezone" },
-  rollout = { "max", "on_failure", "timeout" },
+  rollout = { "analysis", "max", "on_failure", "pause", "steps", "strategy", "timeout" },
   freeze = { "environments", "from", "to" },
   locks = { "session_timeout", "validate_every" },
   restarts = { "grace", "timezone" },
@@ -40,11 +43,12 @@ local KEYS = {
     "slack", "teams", "webhook" },
   ["notify.retry"] = { "initial", "max" },
   retention = { "audit", "events", "logs", "outbox", "pipelines", "restarts" },
+  analysis = { "count", "failure_limit", "inconclusive", "interval", "prometheus", "query", "success", "token" },
   application = APP_KEYS,
   ["application.build"] = { "cancel", "status", "submit" },
   ["application.limits"] = { "cpu", "memory" },
-  ["application.rollout"] = { "on_failure" },
-  ["application.timeouts"] = { "build", "cancel", "deploy", "health", "restart", "status", "submit" },
+  ["application.rollout"] = { "analysis", "on_failure", "pause", "steps", "strategy" },
+  ["application.timeouts"] = { "build", "cancel", "deploy", "health", "restart", "status", "submit", "weight" },
 }
 
 -- Every key of the policy language, for documentation checks
@@ -64,8 +68,12 @@ function M.keys()
     for _, k in ipairs(keys) do out[#out + 1] = { 'gateway "' .. kind .. '"', k } end
   end
   for _, h in ipairs(M.HOOKS) do out[#out + 1] = { "hook", h } end
-  for _, p in ipairs(JOB_PLACEHOLDERS) do
-    out[#out + 1] = { "placeholder", "{" .. p:gsub("%.%*", ".KEY") .. "}" }
+  local listed = {}
+  for _, list in ipairs({ JOB_PLACEHOLDERS, WEIGHT_PLACEHOLDERS }) do
+    for _, p in ipairs(list) do
+      if not listed[p] then out[#out + 1] = { "placeholder", "{" .. p:gsub("%.%*", ".KEY") .. "}" } end
+      listed[p] = true
+    end
   end
   table.sort(out, function(a, b) return a[1] .. " " .. a[2] < b[1] .. " " .. b[2] end)
   return out
@@ -74,5 +82,6 @@ end
 M.KEYS, M.APP_KEYS, M.GATEWAY_KEYS = KEYS, APP_KEYS, GATEWAY_KEYS
 M.PIPELINE_PLACEHOLDERS, M.BUILD_PLACEHOLDERS = PIPELINE_PLACEHOLDERS, BUILD_PLACEHOLDERS
 M.JOB_PLACEHOLDERS, M.RESTART_PLACEHOLDERS = JOB_PLACEHOLDERS, RESTART_PLACEHOLDERS
+M.WEIGHT_PLACEHOLDERS = WEIGHT_PLACEHOLDERS
 
 return M

@@ -4,6 +4,7 @@
 -- rollout); freezes placed on deploy.timezone's clock once every file is
 -- loaded. oops.release and oops.windows apply them.
 local show = require("oops.duration").show
+local canary = require("oops.policy.canary")
 local windows = require("oops.windows")
 local KEYS = require("oops.policy.keys").KEYS
 local values = require("oops.policy.values")
@@ -74,13 +75,16 @@ local function app_windows(d, v, envs)
   return out
 end
 
--- rollout = { on_failure = "rollback" }: this application's own choice
--- (nil: rollout.on_failure).
-local function app_rollout(d, t)
+-- rollout = { on_failure = "rollback", strategy = "canary", steps = {...} }:
+-- this application's own choices (on_failure nil: rollout.on_failure; no
+-- strategy: the rollout declaration's plan); nil when it makes none.
+local function app_rollout(d, t, st)
   if t.rollout == nil then return nil end
   local r = d:sub(t, "rollout", KEYS["application.rollout"])
   local v = d:field(r, "on_failure", on_failure, nil, "rollout.on_failure")
-  return v and { on_failure = v } or nil
+  local strategy, steps = canary.rollout_plan(d, r, "rollout.", st, nil)
+  if not (v or strategy) then return nil end
+  return { on_failure = v, strategy = strategy, steps = steps }
 end
 
 -- freeze "NAME" { from = "YYYY-MM-DD HH:MM", to = ..., environments = {...} }:

@@ -52,7 +52,7 @@ function File:language()
       declare(self.st, self:at(), kind, nil, body)
     end
   end
-  for _, kind in ipairs({ "gateway", "application", "freeze" }) do
+  for _, kind in ipairs({ "gateway", "application", "freeze", "analysis" }) do
     lang[kind] = function(name) return self:named(kind, name) end
   end
   return lang
