@@ -25,11 +25,12 @@ local function cut(s)
   return s
 end
 
--- The oops.http.request options of an analysis `a` ({ prometheus, token })
--- asking `query` (its placeholders filled in).
-function M.request(a, query)
+-- The oops.http.request options of an analysis `a` ({ prometheus })
+-- asking `query` (its placeholders filled in), with the bearer token read
+-- from its `token` file, if any.
+function M.request(a, query, token)
   local headers = {}
-  if a.token then headers.Authorization = "Bearer " .. a.token end
+  if token then headers.Authorization = "Bearer " .. token end
   return {
     url = a.prometheus:gsub("/+$", "") .. "/api/v1/query?query=" .. encode(query),
     method = "GET",
@@ -93,7 +94,12 @@ end
 function M.measure(a, p)
   local oops = require("oops")
   local query = require("oops.policy.canary").fill(a.query, p)
-  local resp, err = oops.http.request(M.request(a, query))
+  local token, terr
+  if a.token then
+    token, terr = oops.fs.read_token(a.token)
+    if not token then return { verdict = "inconclusive", detail = cut("token: " .. tostring(terr)) } end
+  end
+  local resp, err = oops.http.request(M.request(a, query, token))
   if not resp then
     return { verdict = "inconclusive", detail = cut("prometheus at " .. url.show(a.prometheus) ..
       " unreachable: " .. tostring(err)) }

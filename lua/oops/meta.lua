@@ -677,6 +677,15 @@ oops.fs = {}
 ---@return string? err "PATH: why"
 function oops.fs.mkdir_private(path) end
 
+--- The bearer token a file holds (a canary analysis' `token`), read as
+--- --http-token-file is: a regular file only its owner may read, at least
+--- 16 bytes, bounded; one trailing newline stripped. The error names the
+--- file and what is wrong, never its content.
+---@param path string
+---@return string|nil token
+---@return string? err
+function oops.fs.read_token(path) end
+
 ------------------------------------------------------------ proc (oops_proc.c)
 
 ---@class oops.proc

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "runtime.h"
+#include "web.h"
 
 /* oops.fs.mkdir_private(path): a new directory, 0700 whatever the umask. true, or
  * nil, "PATH: why" (it exists already, no such parent, ...). */
@@ -22,10 +23,30 @@ static int l_mkdir_private(lua_State *L)
     return 1;
 }
 
+/* oops.fs.read_token(path): the bearer token a file holds (a canary analysis'
+ * `token`), read as --http-token-file is (web_token_read: a regular file its
+ * owner alone may read, bounded, one trailing newline stripped). The token,
+ * or nil and a one-line message naming the file, never its content. */
+static int l_read_token(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    char *token = NULL;
+    char err[512];
+    if (web_token_read(path, &token, err, sizeof err) != 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushstring(L, token);
+    web_token_free(token);
+    return 1;
+}
+
 void oops_open_fs(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"mkdir_private", l_mkdir_private},
+        {"read_token", l_read_token},
         {NULL, NULL},
     };
     oops_setfuncs_in(L, "fs", fns);

@@ -82,7 +82,7 @@ end)
 
 describe("analysis.request", function()
   it("asks an instant query with the bearer token, the query encoded", function()
-    local r = analysis.request({ prometheus = "http://u:p@127.0.0.1:9090/", token = "t0k" }, 'a{b="c d"}')
+    local r = analysis.request({ prometheus = "http://u:p@127.0.0.1:9090/" }, 'a{b="c d"}', "t0k")
     assert.are.equal("http://u:p@127.0.0.1:9090/api/v1/query?query=a%7Bb%3D%22c%20d%22%7D", r.url)
     assert.are.equal("Bearer t0k", r.headers.Authorization)
     assert.is_true(r.timeout_ms > 0)

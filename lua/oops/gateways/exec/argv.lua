@@ -156,6 +156,7 @@ local function pipeline_commands(a)
   end
   if a.deploy then list[#list + 1] = { "deploy", a.deploy } end
   if a.health then list[#list + 1] = { "health", a.health } end
+  if a.weight then list[#list + 1] = { "weight", a.weight } end -- {weight} is known when it runs
   return list
 end
 
