@@ -27,6 +27,9 @@ void pipeline_clear(pipeline *p)
     free(p->hold);
     free(p->override_at);
     free(p->rollback_of);
+    free(p->step_at);
+    free(p->paused);
+    free(p->canary_request);
     free(p->actor);
     memset(p, 0, sizeof *p);
 }

@@ -40,6 +40,15 @@ typedef struct pipeline {
     char *hold;        /* "window" | "freeze" | "slot" while waiting to deploy, else may be NULL */
     char *override_at; /* set by `oopsctl deploy --override`: windows and freezes hold it no more */
     char *rollback_of; /* an automatic rollback: the release whose failure made it */
+    /* A canary (issue 38, lua/oops/canary.lua): the step being run (1-based, 0
+     * before the first) and since when; the weight last confirmed set and the
+     * step it was set for (-1: none yet); why the step waits and an operator's
+     * pending request ('promote', 'promote_full', 'abort'), else NULL. */
+    int step;
+    char *step_at;
+    double step_age_s; /* seconds since step_at on the database's clock; 0 without one */
+    int weight, weight_step;
+    char *paused, *canary_request;
     char *actor;       /* pipeline_store_query with `actors`: the person of its latest
                           operator event (issue 27), NULL when none */
 } pipeline;

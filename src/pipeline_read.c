@@ -11,10 +11,12 @@
 #define PIPELINE_COLUMNS                                                                           \
     "id, namespace, application, environment, status, deploy_mode, artifact, source, "             \
     "message, trigger_type, deploy_requested_at, created_at, status_changed_at, driven_by, "       \
-    "TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) / 1e6, hold, override_at, rollback_of"
+    "TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) / 1e6, hold, override_at, rollback_of, " \
+    "step, step_at, TIMESTAMPDIFF(MICROSECOND, step_at, NOW(6)) / 1e6, weight, weight_step, paused, " \
+    "canary_request"
 
 /* The column after PIPELINE_COLUMNS (a list's lock owner). */
-#define PIPELINE_NCOLUMNS 18
+#define PIPELINE_NCOLUMNS 25
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -42,6 +44,17 @@ static void row_to_pipeline(const db_result *r, size_t row, pipeline *p)
     p->hold = dup_or_null(db_get(r, row, 15));
     p->override_at = dup_or_null(db_get(r, row, 16));
     p->rollback_of = dup_or_null(db_get(r, row, 17));
+    const char *v = db_get(r, row, 18);
+    p->step = v ? atoi(v) : 0;
+    p->step_at = dup_or_null(db_get(r, row, 19));
+    v = db_get(r, row, 20);
+    p->step_age_s = v ? strtod(v, NULL) : 0;
+    v = db_get(r, row, 21);
+    p->weight = v ? atoi(v) : -1;
+    v = db_get(r, row, 22);
+    p->weight_step = v ? atoi(v) : -1;
+    p->paused = dup_or_null(db_get(r, row, 23));
+    p->canary_request = dup_or_null(db_get(r, row, 24));
 }
 
 /* One pipeline by a query selecting PIPELINE_COLUMNS: 1 found (*out filled),

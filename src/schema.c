@@ -595,6 +595,59 @@ static const char *const v14[] = {
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
     NULL,
 };
+/* v15: canary releases (issue 38). On pipeline, the canary's state, each
+ * change of it one conditional UPDATE fenced like a transition
+ * (lua/oops/canary.lua): `step` (the step being run, 1-based; 0 before the
+ * first), `step_at` (when it began, the database's clock), `weight` and
+ * `weight_step` (the weight last confirmed set by the gateway, and the step
+ * it was set for: an heir that finds a step's weight unconfirmed asks the
+ * gateway before setting it), `paused` (why the step waits: 'operator',
+ * 'inconclusive'), `canary_request` (an operator's 'promote',
+ * 'promote_full' or 'abort', carried out by the driver; src/operator.c).
+ * canary_measurement: one row per measurement of an analysis step, unique
+ * per (pipeline, step, n), written by INSERT ... SELECT only while the
+ * driver holds the pipeline's lock and its name lock: an heir continues the
+ * count and never measures twice what was recorded. sim_traffic and
+ * sim_artifact: the simulated gateway's traffic split per target and a
+ * test's per-artifact error rate and requests per second
+ * (lua/oops/scenario/traffic.lua serves them to Prometheus). Additive. */
+static const char *const v15[] = {
+    "ALTER TABLE pipeline"
+    " ADD COLUMN IF NOT EXISTS step SMALLINT UNSIGNED NOT NULL DEFAULT 0,"
+    " ADD COLUMN IF NOT EXISTS step_at DATETIME(6) NULL,"
+    " ADD COLUMN IF NOT EXISTS weight SMALLINT NULL,"
+    " ADD COLUMN IF NOT EXISTS weight_step SMALLINT UNSIGNED NULL,"
+    " ADD COLUMN IF NOT EXISTS paused VARCHAR(16) NULL,"
+    " ADD COLUMN IF NOT EXISTS canary_request VARCHAR(16) NULL",
+    "CREATE TABLE IF NOT EXISTS canary_measurement ("
+    " pipeline_id VARCHAR(24) NOT NULL,"
+    " step SMALLINT UNSIGNED NOT NULL,"
+    " n SMALLINT UNSIGNED NOT NULL,"
+    " analysis VARCHAR(63) NOT NULL,"
+    " value DOUBLE NULL,"
+    " verdict VARCHAR(16) NOT NULL,"
+    " detail VARCHAR(300) NULL,"
+    " server VARCHAR(64) NULL,"
+    " measured_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    " PRIMARY KEY (pipeline_id, step, n)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
+    "CREATE TABLE IF NOT EXISTS sim_traffic ("
+    " namespace VARCHAR(63) NOT NULL,"
+    " application VARCHAR(63) NOT NULL,"
+    " environment VARCHAR(63) NOT NULL,"
+    " weight SMALLINT NOT NULL DEFAULT 0,"
+    " canary_artifact VARCHAR(255) NULL,"
+    " stable_artifact VARCHAR(255) NULL,"
+    " updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),"
+    " PRIMARY KEY (namespace, application, environment)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
+    "CREATE TABLE IF NOT EXISTS sim_artifact ("
+    " artifact VARCHAR(255) NOT NULL PRIMARY KEY,"
+    " error_rate DOUBLE NOT NULL DEFAULT 0,"
+    " rps DOUBLE NOT NULL DEFAULT 20"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -612,6 +665,7 @@ static const migration migrations[] = {
     {12, "release safety: holds, overrides, automatic rollbacks, deploy slots", v12},
     {13, "operators: who acted and why (event actor, reason; operator_action)", v13},
     {14, "notifications: a queue per route (notify_route, notify_pending, outbox.routed)", v14},
+    {15, "canary releases: steps, weights, measurements (canary_measurement, sim_traffic)", v15},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

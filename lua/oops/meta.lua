@@ -340,6 +340,13 @@ oops.store = {}
 ---@field hold? "window"|"freeze"|"slot" why it waits to deploy (meaningful while INITIALIZED or BUILD_SUCCEEDED)
 ---@field override_at? string UTC, set by `oopsctl deploy --override`: windows and freezes hold it no more
 ---@field rollback_of? string an automatic rollback: the release whose failure made it
+---@field step integer a canary's step being run (1-based; 0 before the first, and for any other rollout)
+---@field step_at? string when that step began (UTC, the database's clock)
+---@field step_age? number seconds since step_at, on the database's clock
+---@field weight? integer the canary weight last confirmed set by the gateway (0-100)
+---@field weight_step? integer the step that weight was set for
+---@field paused? string why the step waits: "operator" or "inconclusive"
+---@field canary_request? string an operator's pending request: "promote", "promote_full" or "abort"
 
 ---@class oops.TransitionExtra
 ---@field slot? {environment: string, count: integer} to DEPLOYING: claim one of count deploy slots first

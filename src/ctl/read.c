@@ -37,6 +37,19 @@ static void json_pipeline(buf *b, const pipeline *p)
     json_kv_str(b, "hold", pipeline_held(p) ? p->hold : NULL, &first);
     json_kv_str(b, "override_at", p->override_at, &first);
     json_kv_str(b, "rollback_of", p->rollback_of, &first);
+    if (p->step > 0 || p->canary_request) {
+        json_key(b, "canary", &first);
+        buf_printf(b, "{\"step\":%d,\"weight\":", p->step);
+        if (p->weight >= 0)
+            buf_printf(b, "%d", p->weight);
+        else
+            buf_puts(b, "null");
+        bool cfirst = false;
+        json_kv_str(b, "step_at", p->step_at, &cfirst);
+        json_kv_str(b, "paused", p->paused, &cfirst);
+        json_kv_str(b, "request", p->canary_request, &cfirst);
+        buf_puts(b, "}");
+    }
     json_kv_str(b, "actor", p->actor, &first); /* list: its latest operator event's person */
     buf_puts(b, "}");
 }
@@ -286,6 +299,16 @@ int cmd_show(ctl *c, int argc, char **argv)
                    tty(secs(p.override_at, t1, sizeof t1)));
         if (p.rollback_of)
             printf("rollback of %s (automatic, after it failed)\n", tty(p.rollback_of));
+        if (p.step > 0 || p.canary_request) {
+            printf("canary      step %d", p.step);
+            if (p.weight >= 0)
+                printf(", weight %d", p.weight);
+            if (p.paused)
+                printf(", paused (%s)", tty(p.paused));
+            if (p.canary_request)
+                printf(", %s requested", tty(p.canary_request));
+            printf("\n");
+        }
         printf("created     %s UTC\n", tty(secs(p.created_at, t2, sizeof t2)));
         printf("\nevents\n");
         for (size_t i = 0; i < nev; i++) {

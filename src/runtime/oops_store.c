@@ -27,7 +27,7 @@ static void set_str(lua_State *L, const char *k, const char *v)
 
 static void push_pipeline(lua_State *L, const pipeline *p)
 {
-    lua_createtable(L, 0, 21);
+    lua_createtable(L, 0, 28);
     set_str(L, "id", p->id);
     set_str(L, "namespace", p->namespace);
     set_str(L, "application", p->application);
@@ -49,6 +49,23 @@ static void push_pipeline(lua_State *L, const pipeline *p)
     set_str(L, "hold", p->hold);
     set_str(L, "override_at", p->override_at);
     set_str(L, "rollback_of", p->rollback_of);
+    lua_pushinteger(L, p->step);
+    lua_setfield(L, -2, "step");
+    if (p->step_at) {
+        set_str(L, "step_at", p->step_at);
+        lua_pushnumber(L, p->step_age_s);
+        lua_setfield(L, -2, "step_age");
+    }
+    if (p->weight >= 0) {
+        lua_pushinteger(L, p->weight);
+        lua_setfield(L, -2, "weight");
+    }
+    if (p->weight_step >= 0) {
+        lua_pushinteger(L, p->weight_step);
+        lua_setfield(L, -2, "weight_step");
+    }
+    set_str(L, "paused", p->paused);
+    set_str(L, "canary_request", p->canary_request);
     lua_pushnumber(L, p->status_age_s);
     lua_setfield(L, -2, "status_age");
     if (p->lock_owner) {
