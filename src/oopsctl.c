@@ -126,6 +126,10 @@ static void usage(FILE *f)
         "                                       request the deploy of a manual pipeline; with\n"
         "                                       --override (and a reason), release one a deploy\n"
         "                                       window or freeze holds\n"
+        "  abort ID --reason TEXT               abort a canary: its traffic back to stable\n"
+        "                                       (weight 0), then it fails (on_failure decides)\n"
+        "  promote ID [--full] --reason TEXT    end a canary's current step (a pause, an\n"
+        "                                       analysis); --full: weight 100 and finish\n"
         "  audit [--since DURATION] [--actor NAME@HOST] [--app NS/APP] [--env ENV] [--limit N]\n"
         "                                       operator actions, newest first (default 100):\n"
         "                                       who, what, why, and what came of it\n"
@@ -319,7 +323,8 @@ static const command commands[] = {
     {"list", cmd_list},       {"show", cmd_show},         {"stop", cmd_stop},
     {"deploy", cmd_deploy},   {"locks", cmd_locks},       {"logs", cmd_logs},
     {"history", cmd_history}, {"scenario", run_scenario}, {"chaos", run_chaos},
-    {"audit", cmd_audit},     {"outbox", run_outbox},
+    {"audit", cmd_audit},     {"outbox", run_outbox},     {"abort", cmd_abort},
+    {"promote", cmd_promote},
 };
 
 /* Global flags before the command, the command, then its own words (where

@@ -205,6 +205,64 @@ op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, 
     return OP_OK;
 }
 
+op_code op_canary(db_conn *c, const char *id, const char *request, const op_who *who,
+                  op_result *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->id, sizeof out->id, "%s", id);
+    snprintf(out->request, sizeof out->request, "%s", request);
+    bool abort = strcmp(request, "abort") == 0;
+    const char *action = abort ? "abort" : "promote";
+    if (!who->op.reason)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "%s %s: a reason is needed (it is kept in the pipeline's history)", action,
+                      id);
+    pipeline p;
+    op_code rc = load(c, who, action, id, &p, out);
+    if (rc != OP_OK)
+        return rc;
+    pipeline_status st = p.status;
+    int step = p.step;
+    char pending[16] = "";
+    if (p.canary_request)
+        snprintf(pending, sizeof pending, "%s", p.canary_request);
+    pipeline_clear(&p);
+    if (st != PS_ROLLING_OUT)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "%s %s: the pipeline is %s, not rolling out: no canary to %s", action, id,
+                      pipeline_status_name(st), action);
+    if (!abort && step == 0)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "promote %s: no canary step has begun (not a canary, or its rollout is not "
+                      "ready yet)",
+                      id);
+    if (strcmp(pending, request) == 0) {
+        out->already = true;
+        snprintf(out->note, sizeof out->note, "%s of %s already requested", action, id);
+        record(c, who, action, id, NULL, NULL, NULL, "already", out->note, out);
+        return OP_OK;
+    }
+    if (!abort && strcmp(pending, "abort") == 0)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "promote %s: an abort is pending", id);
+    char err[512];
+    int r = pipeline_store_canary_request_by(c, id, request, pending[0] ? pending : NULL, who->via,
+                                             &who->op, err, sizeof err);
+    if (r < 0)
+        return db_error(out, err);
+    if (r == 0)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_STALE,
+                      "%s %s: state changed concurrently (it finished, or another request came "
+                      "first); nothing changed",
+                      action, id);
+    snprintf(out->note, sizeof out->note, "%s of %s requested: %s", action, id,
+             abort ? "the server driving it sends its traffic back to stable, then fails it"
+             : strcmp(request, "promote_full") == 0
+                 ? "the server driving it sets weight 100 and finishes it"
+                 : "the server driving it ends the current step");
+    return OP_OK;
+}
+
 op_code op_create(db_conn *c, const pipeline_new *n, const op_who *who, op_result *out)
 {
     memset(out, 0, sizeof *out);
@@ -285,6 +343,10 @@ void op_result_json(buf *b, const char *action, const op_result *r)
         json_kv_str(b, "status", "STOPPED", &first);
     } else if (strcmp(action, "deploy") == 0) {
         json_kv_bool(b, r->override ? "override" : "requested", true, &first);
+        if (r->already)
+            json_kv_bool(b, "already", true, &first);
+    } else if (strcmp(action, "abort") == 0 || strcmp(action, "promote") == 0) {
+        json_kv_str(b, "requested", r->request, &first);
         if (r->already)
             json_kv_bool(b, "already", true, &first);
     } else {

@@ -41,6 +41,8 @@ typedef struct op_result {
     char artifact[256];    /* ... and its artifact */
     char note[512];        /* rollback: which release was chosen; deploy: what was done
                              ("deploy of ID requested", "... already requested") */
+    char request[16];      /* abort, promote: the canary request made ("abort", "promote",
+                              "promote_full") */
     char audit_error[256]; /* why the audit row of this answer could not be written ("": it
                               was, or none was due) */
 } op_result;
@@ -58,6 +60,14 @@ op_code op_stop(db_conn *c, const char *id, const pipeline_status *expect, const
 /* deploy ID [--override]: an override needs who->op.reason. */
 op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, op_result *out);
 
+/* abort ID / promote ID [--full] (issue 38): request = "abort", "promote" or
+ * "promote_full", carried out by the server driving the canary at its next
+ * tick. A reason is required. Only while it is ROLLING_OUT; a promotion only
+ * once a canary step began, and not over a pending abort (an abort replaces
+ * a pending promotion). The same request again: OP_OK, out->already. */
+op_code op_canary(db_conn *c, const char *id, const char *request, const op_who *who,
+                  op_result *out);
+
 /* create --app NS/APP --env ENV ...: the new pipeline's id in out->id; beside
  * an unfinished pipeline, or refused by the store, OP_INPUT. */
 op_code op_create(db_conn *c, const pipeline_new *n, const op_who *who, op_result *out);
@@ -68,7 +78,7 @@ op_code op_rollback(db_conn *c, const char *ns, const char *app, const char *env
                     const op_who *who, op_result *out);
 
 /* The answer's JSON object (what `oopsctl --json` prints, and the page's
- * API answers), for action "stop", "deploy" or "rollback". */
+ * API answers), for action "stop", "deploy", "rollback", "abort" or "promote". */
 void op_result_json(buf *b, const char *action, const op_result *r);
 
 #endif

@@ -737,27 +737,28 @@ int pipeline_store_request_deploy(db_conn *c, const char *id, char *err, size_t 
     return done;
 }
 
-/* An operator's change of a BUILD_SUCCEEDED pipeline (`update`, conditional
- * on id) with its same-status event (type, message) and, with op, the audit
- * row (action), in one transaction. 1 done, 0 not changed, PSTORE_DB. */
-static int build_succeeded_change(db_conn *c, const char *id, const char *update, const char *type,
-                                  const char *message, const char *via, const pipeline_operator *op,
-                                  const char *action, char *err, size_t errlen)
+/* An operator's change of a pipeline in status st (`update` with its
+ * parameters p, conditional on it) with its same-status event (type,
+ * message) and, with op, the audit row (action), in one transaction. 1 done,
+ * 0 not changed, PSTORE_DB. */
+static int operator_change(db_conn *c, const char *id, pipeline_status st, const char *update,
+                           const db_value *p, size_t np, const char *type, const char *message,
+                           const char *via, const pipeline_operator *op, const char *action,
+                           char *err, size_t errlen)
 {
     char e[512];
     if (db_begin(c, err, errlen))
         return PSTORE_DB;
-    db_value p[] = {db_text(id)};
     db_result *r = NULL;
-    unsigned rc = db_exec(c, update, p, 1, &r, e, sizeof e);
+    unsigned rc = db_exec(c, update, p, np, &r, e, sizeof e);
     int done = 0;
     if (!rc) {
         done = r->affected == 1;
         db_result_free(r);
     }
     if (!rc && done)
-        rc = insert_event_as(c, id, type, "BUILD_SUCCEEDED", PS_BUILD_SUCCEEDED, message, via, 0,
-                             op, e, sizeof e);
+        rc = insert_event_as(c, id, type, pipeline_status_name(st), st, message, via, 0, op, e,
+                             sizeof e);
     if (!rc && done && op)
         rc = audit_log_insert(c, op, action, id, NULL, NULL, NULL, "done", NULL, via, e, sizeof e);
     if (!rc)
@@ -767,6 +768,36 @@ static int build_succeeded_change(db_conn *c, const char *id, const char *update
     db_rollback(c);
     snprintf(err, errlen, "%s", e);
     return PSTORE_DB;
+}
+
+static int build_succeeded_change(db_conn *c, const char *id, const char *update, const char *type,
+                                  const char *message, const char *via, const pipeline_operator *op,
+                                  const char *action, char *err, size_t errlen)
+{
+    db_value p[] = {db_text(id)};
+    return operator_change(c, id, PS_BUILD_SUCCEEDED, update, p, 1, type, message, via, op, action,
+                           err, errlen);
+}
+
+int pipeline_store_canary_request_by(db_conn *c, const char *id, const char *request,
+                                     const char *was, const char *via, const pipeline_operator *op,
+                                     char *err, size_t errlen)
+{
+    bool abort = strcmp(request, "abort") == 0;
+    const char *what = abort ? "Canary abort"
+                       : strcmp(request, "promote_full") == 0 ? "Full canary promotion"
+                                                               : "Canary promotion";
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s requested by %s%s%s", what, op->actor, op->reason ? ": " : ".",
+             op->reason ? op->reason : "");
+    db_value p[] = {db_text(request), db_text(id), was ? db_text(was) : db_null()};
+    return operator_change(c, id, PS_ROLLING_OUT,
+                           abort ? "UPDATE pipeline SET canary_request = ? WHERE id = ? AND status "
+                                   "= 'ROLLING_OUT' AND canary_request <=> ?"
+                                 : "UPDATE pipeline SET canary_request = ? WHERE id = ? AND status "
+                                   "= 'ROLLING_OUT' AND canary_request <=> ? AND step > 0",
+                           p, 3, abort ? "CANARY_ABORT" : "CANARY_PROMOTE", msg, via, op,
+                           abort ? "abort" : "promote", err, errlen);
 }
 
 static const char OVERRIDE_UPDATE[] =

@@ -179,4 +179,14 @@ int pipeline_store_override(db_conn *c, const char *id, const char *actor, const
 int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
                                const pipeline_operator *op, char *err, size_t errlen);
 
+/* An operator's request to a canary (issue 38): canary_request = request
+ * ("abort", "promote", "promote_full"), only while it is ROLLING_OUT and its
+ * pending request is still `was` (NULL: none); a promotion only once a step
+ * began. Its CANARY_ABORT / CANARY_PROMOTE event (actor, reason) and the
+ * audit row in the same transaction; the driver carries it out
+ * (lua/oops/canary.lua). 1 done, 0 not changed, PSTORE_DB. */
+int pipeline_store_canary_request_by(db_conn *c, const char *id, const char *request,
+                                     const char *was, const char *via, const pipeline_operator *op,
+                                     char *err, size_t errlen);
+
 #endif

@@ -269,7 +269,7 @@ function M.drive(p, pol, gw, steps, t, fail)
   if req == "promote" then
     return next_step(p, where(p, steps) .. ": promoted by an operator", "promote")
   end
-  if s.pause then return pause_step(p, steps, s) end
+  if s.pause or s.pause_ms then return pause_step(p, steps, s) end
   if s.analysis then return analysis_step(p, steps, s, pol, gw, fail) end
 end
 

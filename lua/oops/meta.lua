@@ -412,9 +412,10 @@ function oops.store.transition(id, from, to, message, extra) end
 ---@class oops.ActArgs
 ---@field actor string the person: NAME@page
 ---@field reason? string checked by the caller (1 to 500 bytes, no control character)
----@field id? string stop, deploy: the pipeline
+---@field id? string stop, deploy, abort, promote: the pipeline
 ---@field expect? oops.Status stop: the status the operator saw
 ---@field override? boolean deploy: release one a window or freeze holds (needs a reason)
+---@field full? boolean promote: weight 100 and finish (oopsctl promote --full)
 ---@field namespace? string rollback: the application's namespace
 ---@field application? string rollback
 ---@field environment? string rollback
@@ -425,7 +426,7 @@ function oops.store.transition(id, from, to, message, extra) end
 --- and in the audit log (refusals too). code "ok" with the answer's JSON
 --- (what oopsctl --json prints), else "input", "notfound", "stale" or "db"
 --- with the one-line message.
----@param action "stop"|"deploy"|"rollback"
+---@param action "stop"|"deploy"|"rollback"|"abort"|"promote"
 ---@param args oops.ActArgs
 ---@return string|nil code
 ---@return string text JSON or message

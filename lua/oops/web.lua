@@ -643,6 +643,12 @@ local function action_of(path, body)
         return nil, 422, "an override needs a reason (it is kept in the pipeline's history)"
       end
       return "deploy", { id = id, reason = t.reason, override = t.override == true }
+    elseif verb == "abort" or verb == "promote" then -- a canary's (issue 38)
+      local t, why = read_body(body, verb == "promote" and { reason = "string", full = "boolean" } or
+        { reason = "string" })
+      if not t then return nil, 400, why end
+      if not t.reason then return nil, 422, verb .. " needs a reason (it is kept in the pipeline's history)" end
+      return verb, { id = id, reason = t.reason, full = t.full == true }
     end
     return nil, 404, "no such action: " .. verb
   end

@@ -347,3 +347,43 @@ int cmd_deploy(ctl *c, int argc, char **argv)
     }
     return EXIT_OK;
 }
+
+/* abort ID / promote ID [--full]: a canary request (issue 38), carried out
+ * by the server driving the pipeline at its next tick. */
+static int canary_request(ctl *c, const char *cmd, int argc, char **argv)
+{
+    bool promote = strcmp(cmd, "promote") == 0;
+    enum { F_REASON, F_FULL };
+    ctl_flag f[] = {[F_REASON] = {"--reason", true, false, NULL},
+                    [F_FULL] = {"--full", false, false, NULL}};
+    const char *pos[1], *id = NULL;
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, pos, 1, &npos);
+    int rc = need_id(cmd, pos, npos, &id);
+    if (rc != EXIT_OK)
+        return rc;
+    if (!promote && f[F_FULL].given)
+        return fail(EXIT_INPUT, "abort: unknown flag --full (promote --full skips to weight 100)");
+    if (!f[F_REASON].given)
+        return fail(EXIT_INPUT, "%s: --reason TEXT is needed (it is kept in the pipeline's history)",
+                    cmd);
+    if ((rc = check_reason(cmd, &f[F_REASON])) != EXIT_OK || (rc = open_db(c)) != EXIT_OK)
+        return rc;
+    op_who who = who_of(c, &f[F_REASON]);
+    op_result r;
+    const char *request = !promote ? "abort" : f[F_FULL].given ? "promote_full" : "promote";
+    if (op_canary(c->db, id, request, &who, &r) != OP_OK)
+        return op_exit(c, cmd, &r);
+    if (c->json) {
+        buf b = {0};
+        op_result_json(&b, cmd, &r);
+        printf("%s\n", b.p);
+        buf_free(&b);
+    } else {
+        printf("%s\n", r.note);
+    }
+    return EXIT_OK;
+}
+
+int cmd_abort(ctl *c, int argc, char **argv) { return canary_request(c, "abort", argc, argv); }
+int cmd_promote(ctl *c, int argc, char **argv) { return canary_request(c, "promote", argc, argv); }

@@ -596,9 +596,9 @@ static int l_events(lua_State *L)
 
 typedef struct act_call {
     db_call base;
-    char action[16]; /* stop, deploy, rollback */
+    char action[16]; /* stop, deploy, rollback, abort, promote */
     char *id, *actor, *reason, *via, *ns, *app, *env, *to;
-    bool override, has_expect;
+    bool override, has_expect, full;
     pipeline_status expect;
     op_result r;
     metrics *metrics;
@@ -621,6 +621,10 @@ static void act_run(db_call *b)
         op_stop(b->conn, a->id, a->has_expect ? &a->expect : NULL, &who, &a->r);
     else if (strcmp(a->action, "deploy") == 0)
         op_deploy(b->conn, a->id, a->override, &who, &a->r);
+    else if (strcmp(a->action, "abort") == 0)
+        op_canary(b->conn, a->id, "abort", &who, &a->r);
+    else if (strcmp(a->action, "promote") == 0)
+        op_canary(b->conn, a->id, a->full ? "promote_full" : "promote", &who, &a->r);
     else
         op_rollback(b->conn, a->ns, a->app, a->env, a->to, &who, &a->r);
     b->rc = a->r.code == OP_DB ? (db_last_error(b->conn) ? db_last_error(b->conn) : 1) : 0;
@@ -656,9 +660,10 @@ static char *opt_dup(lua_State *L, int t, const char *key)
 }
 
 /*
- * oops.store.act(action, {id =, expect =, override =, app = "ns/app", env =,
- * to =, actor =, reason =}) -> code, text: an operator's action (operator.c:
- * the rules and answers of oopsctl stop, deploy, rollback), the event's
+ * oops.store.act(action, {id =, expect =, override =, full =, app = "ns/app",
+ * env =, to =, actor =, reason =}) -> code, text: an operator's action
+ * (operator.c: the rules and answers of oopsctl stop, deploy, rollback,
+ * abort, promote [--full]), the event's
  * server this server's name. code "ok" with the answer's JSON text, else
  * "input", "notfound", "stale" or "db" with the one-line message. The caller
  * checked the fields (names, the reason's bounds); a nil connection
@@ -668,7 +673,8 @@ static int l_act(lua_State *L)
 {
     const char *action = luaL_checkstring(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
-    if (strcmp(action, "stop") && strcmp(action, "deploy") && strcmp(action, "rollback"))
+    if (strcmp(action, "stop") && strcmp(action, "deploy") && strcmp(action, "rollback") &&
+        strcmp(action, "abort") && strcmp(action, "promote"))
         return luaL_error(L, "oops.store.act: unknown action %s", action);
     act_call *a = calloc(1, sizeof *a);
     if (!a)
@@ -682,6 +688,9 @@ static int l_act(lua_State *L)
     a->app = opt_dup(L, 2, "application");
     a->env = opt_dup(L, 2, "environment");
     a->to = opt_dup(L, 2, "to");
+    lua_getfield(L, 2, "full");
+    a->full = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, 2, "override");
     a->override = lua_toboolean(L, -1);
     lua_getfield(L, 2, "expect");
