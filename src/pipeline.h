@@ -49,7 +49,7 @@ typedef struct pipeline {
     double step_age_s; /* seconds since step_at on the database's clock; 0 without one */
     int weight, weight_step;
     char *paused, *canary_request;
-    char *actor;       /* pipeline_store_query with `actors`: the person of its latest
+    char *actor; /* pipeline_store_query with `actors`: the person of its latest
                           operator event (issue 27), NULL when none */
 } pipeline;
 

@@ -11,8 +11,10 @@
 #define PIPELINE_COLUMNS                                                                           \
     "id, namespace, application, environment, status, deploy_mode, artifact, source, "             \
     "message, trigger_type, deploy_requested_at, created_at, status_changed_at, driven_by, "       \
-    "TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) / 1e6, hold, override_at, rollback_of, " \
-    "step, step_at, TIMESTAMPDIFF(MICROSECOND, step_at, NOW(6)) / 1e6, weight, weight_step, paused, " \
+    "TIMESTAMPDIFF(MICROSECOND, status_changed_at, NOW(6)) / 1e6, hold, override_at, "             \
+    "rollback_of, "                                                                                \
+    "step, step_at, TIMESTAMPDIFF(MICROSECOND, step_at, NOW(6)) / 1e6, weight, weight_step, "      \
+    "paused, "                                                                                     \
     "canary_request"
 
 /* The column after PIPELINE_COLUMNS (a list's lock owner). */

@@ -784,9 +784,9 @@ int pipeline_store_canary_request_by(db_conn *c, const char *id, const char *req
                                      char *err, size_t errlen)
 {
     bool abort = strcmp(request, "abort") == 0;
-    const char *what = abort ? "Canary abort"
+    const char *what = abort                                  ? "Canary abort"
                        : strcmp(request, "promote_full") == 0 ? "Full canary promotion"
-                                                               : "Canary promotion";
+                                                              : "Canary promotion";
     char msg[1024];
     snprintf(msg, sizeof msg, "%s requested by %s%s%s", what, op->actor, op->reason ? ": " : ".",
              op->reason ? op->reason : "");

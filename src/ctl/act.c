@@ -354,8 +354,8 @@ static int canary_request(ctl *c, const char *cmd, int argc, char **argv)
 {
     bool promote = strcmp(cmd, "promote") == 0;
     enum { F_REASON, F_FULL };
-    ctl_flag f[] = {[F_REASON] = {"--reason", true, false, NULL},
-                    [F_FULL] = {"--full", false, false, NULL}};
+    ctl_flag f[] = {
+        [F_REASON] = {"--reason", true, false, NULL}, [F_FULL] = {"--full", false, false, NULL}};
     const char *pos[1], *id = NULL;
     size_t npos = 0;
     PARSE(c, argc, argv, f, pos, 1, &npos);
@@ -365,8 +365,8 @@ static int canary_request(ctl *c, const char *cmd, int argc, char **argv)
     if (!promote && f[F_FULL].given)
         return fail(EXIT_INPUT, "abort: unknown flag --full (promote --full skips to weight 100)");
     if (!f[F_REASON].given)
-        return fail(EXIT_INPUT, "%s: --reason TEXT is needed (it is kept in the pipeline's history)",
-                    cmd);
+        return fail(EXIT_INPUT,
+                    "%s: --reason TEXT is needed (it is kept in the pipeline's history)", cmd);
     if ((rc = check_reason(cmd, &f[F_REASON])) != EXIT_OK || (rc = open_db(c)) != EXIT_OK)
         return rc;
     op_who who = who_of(c, &f[F_REASON]);
