@@ -58,6 +58,9 @@ M.PIPELINE_LEVELS = {
   CREATED = "info", BUILDING = "info", BUILD_SUCCEEDED = "warning", DEPLOYING = "info", OVERRIDE = "warning",
   DEPLOY_REQUESTED = "info",
   ROLLING_OUT = "info", SUCCEEDED = "success", FAILED = "error", STOPPED = "neutral",
+  -- a canary's (issue 38): a step made, a step waiting for an operator, an
+  -- operator's requests
+  CANARY_STEP = "info", CANARY_PAUSED = "warning", CANARY_ABORT = "warning", CANARY_PROMOTE = "info",
 }
 
 -- Over the limit, memory is an error (the kernel OOM-kills the pod) and CPU a

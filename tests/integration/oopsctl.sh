@@ -378,6 +378,34 @@ like "$out" "level=error .*error=\"execute: audit table full\" msg=\"audit log: 
   "... and a log line saying the row was lost, and why"
 sql "DROP TRIGGER audit_full"
 
+# abort / promote (issue 38): an operator's request to a canary, carried out by its driver.
+cid=$(ctl create --app shop/canary --env prod --artifact c1)
+out=$(ctl abort "$cid" 2>&1); is "$?" 1 "abort without a reason exits 1"
+like "$out" "abort: --reason TEXT is needed" "... saying the reason is needed"
+out=$(ctl abort "$cid" --reason "bad" 2>&1); is "$?" 1 "abort before the rollout exits 1"
+like "$out" "abort $cid: the pipeline is INITIALIZED, not rolling out: no canary to abort" "... saying why"
+out=$(ctl abort nosuchpipeline1 --reason "x" 2>&1); is "$?" 1 "abort of an unknown id exits 1"
+like "$out" 'no pipeline with id "nosuchpipeline1"' "... naming it"
+sql "UPDATE pipeline SET status = 'ROLLING_OUT' WHERE id = '$cid'"
+out=$(ctl promote "$cid" --reason "go" 2>&1); is "$?" 1 "promote before a canary step began exits 1"
+like "$out" "no canary step has begun" "... saying so"
+sql "UPDATE pipeline SET step = 2, paused = 'operator' WHERE id = '$cid'"
+out=$(ctl promote "$cid" --reason "looks good"); is "$?" 0 "promote exits 0"
+like "$out" "promote of $cid requested: the server driving it ends the current step" "... saying what happens next"
+is "$(sql "SELECT canary_request FROM pipeline WHERE id = '$cid'")" "promote" "... and records the request"
+out=$(ctl promote "$cid" --reason "again"); like "$out" "promote of $cid already requested" "the same request again: already"
+out=$(ctl --json abort "$cid" --reason "wrong config"); is "$?" 0 "an abort replaces a pending promotion"
+like "$out" '"requested":"abort"' "... --json says what was requested"
+out=$(ctl promote "$cid" --full --reason "late" 2>&1); is "$?" 1 "a promotion over a pending abort exits 1"
+like "$out" "an abort is pending" "... saying so"
+is "$(sql "SELECT GROUP_CONCAT(CONCAT(event_type, '/', reason) ORDER BY id) FROM pipeline_event WHERE pipeline_id = '$cid' AND event_type LIKE 'CANARY%'")" \
+  "CANARY_PROMOTE/looks good,CANARY_ABORT/wrong config" "each request is an event with its reason"
+is "$(sql "SELECT COUNT(*) FROM outbox o JOIN pipeline_event e ON o.ref_id = e.id WHERE e.pipeline_id = '$cid' AND e.event_type LIKE 'CANARY%'")" \
+  2 "... each announced"
+is "$(sql "SELECT GROUP_CONCAT(CONCAT(action, '/', outcome) ORDER BY id) FROM operator_action WHERE pipeline_id = '$cid' AND action IN ('abort', 'promote')")" \
+  "abort/refused,promote/refused,promote/done,promote/already,abort/done,promote/refused" "... and every answer about it is in the audit log"
+out=$(ctl show "$cid"); like "$out" "canary +step 2, paused \(operator\), abort requested" "show prints the canary's state"
+
 out=$(OOPS_DB="$OOPS_TEST_DB" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB is read when --db is absent"
 out=$(env -u OOPS_DB_PASSWORD_FILE OOPS_DB="$OOPS_TEST_DB" OOPS_DB_PASSWORD="$pw" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB_PASSWORD supplies the password"
 

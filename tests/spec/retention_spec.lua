@@ -5,7 +5,7 @@ local oops = require("oops")
 local scan = require("oops.scans.retention")
 
 local DAY_MS = 86400000
-local TABLES = { "outbox", "pipeline_event", "pipeline_log", "exec_job", "sim_job", "sim_call", "restart_run",
+local TABLES = { "outbox", "pipeline_event", "pipeline_log", "exec_job", "sim_job", "sim_call", "canary_measurement", "restart_run",
   "pipeline" }
 
 local connect = require("support.db").connect
@@ -66,6 +66,7 @@ local function pipeline(status, age, opts)
   sql("INSERT INTO sim_job (pipeline_id, kind) VALUES (?, 'build')", id)
   sql("INSERT INTO sim_call (pipeline_id, target, action, server, created_at) " ..
     "VALUES (?, 'spec/x/prod', 'build', 'spec', NOW(6) - INTERVAL ? HOUR)", id, age * 24)
+  sql("INSERT INTO canary_measurement (pipeline_id, step, n, analysis, verdict) VALUES (?, 2, 1, 'errors', 'pass')", id)
   return id
 end
 
@@ -78,13 +79,15 @@ local function rows_of(id)
     exec_job = count("FROM exec_job WHERE pipeline_id = ?", id),
     sim_job = count("FROM sim_job WHERE pipeline_id = ?", id),
     sim_call = count("FROM sim_call WHERE pipeline_id = ?", id),
+    canary_measurement = count("FROM canary_measurement WHERE pipeline_id = ?", id),
     outbox = count("FROM outbox WHERE event_id LIKE ?", "pipeline:" .. id .. ":%"),
   }
 end
 
-local ALL = { pipeline = 1, pipeline_event = 2, pipeline_log = 1, exec_job = 1, sim_job = 1, sim_call = 1, outbox = 2 }
+local ALL = { pipeline = 1, pipeline_event = 2, pipeline_log = 1, exec_job = 1, sim_job = 1, sim_call = 1,
+  canary_measurement = 1, outbox = 2 }
 local NONE = { pipeline = 0, pipeline_event = 0, pipeline_log = 0, exec_job = 0, sim_job = 0, sim_call = 0,
-  outbox = 0 }
+  canary_measurement = 0, outbox = 0 }
 
 local function metric(t) return oops.metrics.get("oops_retention_deleted_total", { table = t }) or 0 end
 

@@ -14,7 +14,7 @@
 --     newest SUCCEEDED pipeline of each target (the live release, and what a
 --     rollback and `oopsctl history` start from); an unfinished restart claim.
 --   * A pipeline goes last, after its children (the delivered outbox rows of
---     its events, events, logs, exec_job, sim_job, sim_call): a tick stopped
+--     its events, events, logs, exec_job, sim_job, sim_call, canary_measurement): a tick stopped
 --     half way leaves the pipeline, found again next tick, never an orphan.
 --
 -- Kinds (policy.retention.KIND_ms, false = "forever"):
@@ -54,7 +54,7 @@ M.MAX_BATCHES = 20         -- rounds per kind per tick
 M.RESTART_CURSOR_MS = 3600000
 
 M.TABLES = { "pipeline", "pipeline_event", "pipeline_log", "outbox", "exec_job", "sim_job", "sim_call",
-  "restart_run", "operator_action" }
+  "canary_measurement", "restart_run", "operator_action" }
 M.FINISHED = { "SUCCEEDED", "ERROR", "STOPPED" }
 
 oops.metrics.describe("oops_retention_deleted_total", "counter",
@@ -175,7 +175,8 @@ function Tick:children(ids, tables)
   local list = placeholders(#ids)
   for _, t in ipairs(tables) do
     local order = ({ pipeline_event = "pipeline_id, id", pipeline_log = "pipeline_id, id",
-      exec_job = "pipeline_id, kind", sim_job = "pipeline_id, kind", sim_call = "id" })[t]
+      exec_job = "pipeline_id, kind", sim_job = "pipeline_id, kind", sim_call = "id",
+      canary_measurement = "pipeline_id, step, n" })[t]
     if not self:drain(t, "DELETE FROM " .. t .. " WHERE pipeline_id IN (" .. list .. ") ORDER BY " .. order,
       table.unpack(join(ids, { M.BATCH }))) then
       return false
@@ -191,7 +192,8 @@ function Tick:pipelines(kind, keep_ms)
     if #ids == 0 then return end
     if kind == "pipelines" then
       self:outbox_of(ids)
-      if not self:children(ids, { "pipeline_event", "pipeline_log", "exec_job", "sim_job", "sim_call" }) then
+      if not self:children(ids, { "pipeline_event", "pipeline_log", "exec_job", "sim_job", "sim_call",
+        "canary_measurement" }) then
         return
       end
       self:delete("pipeline", "DELETE FROM pipeline WHERE id IN (" .. placeholders(#ids) .. ") AND status IN (" ..

@@ -9,7 +9,8 @@
 -- error counter at 0 included), so a ratio over a canary with no traffic is
 -- NaN (inconclusive), never a missing series. Counts grow by rps × share ×
 -- elapsed time at each refresh (every 250 ms), errors exactly error_rate of
--- them: the ratio a query computes is the rate the test set.
+-- them: the ratio a query computes is the rate the test set. While the
+-- database cannot be read, the last split read goes on.
 -- Runs in the scenario runner's own process (a task refreshes; the loop
 -- answers scrapes). Tools only: scenarios, oopsctl chaos, bench.
 local oops = require("oops")
@@ -33,7 +34,10 @@ function Traffic:refresh()
   local now = oops.now_ms()
   local dt = (now - self.last) / 1000
   self.last = now
-  if not rows then return end -- the database is away: counts resume from where they were
+  -- The database away (a restart): the traffic goes on with the last split
+  -- read, as an application's does.
+  rows = rows or self.rows or {}
+  self.rows = rows
   for _, r in ipairs(rows) do
     local key = r.namespace .. "/" .. r.application .. "/" .. r.environment
     local c = self.counters[key]
