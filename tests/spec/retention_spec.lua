@@ -5,8 +5,8 @@ local oops = require("oops")
 local scan = require("oops.scans.retention")
 
 local DAY_MS = 86400000
-local TABLES = { "outbox", "pipeline_event", "pipeline_log", "exec_job", "sim_job", "sim_call", "canary_measurement", "restart_run",
-  "pipeline" }
+local TABLES = { "outbox", "pipeline_event", "pipeline_log", "exec_job", "sim_job", "sim_call", "canary_measurement",
+  "restart_run", "pipeline" }
 
 local connect = require("support.db").connect
 local function need_db()
@@ -122,7 +122,7 @@ describe("the retention scan (needs OOPS_TEST_DB)", function()
     end
     assert.are.equal(6, count("FROM pipeline"))
     local want = { pipeline = 2, pipeline_event = 4, pipeline_log = 2, outbox = 4, exec_job = 2, sim_job = 2,
-      sim_call = 2, restart_run = 0, operator_action = 0 }
+      sim_call = 2, canary_measurement = 2, restart_run = 0, operator_action = 0 }
     assert.are.same(want, t.deleted)
     assert.are.same(want, delta)
     assert.is_true(oops.locks.holds(scan.LOCK))
