@@ -93,6 +93,7 @@ files["tests/scenarios/*.lua"] = { std = "+scenario" }
 files["tests/lib/workload.lua"] = { std = "+scenario" }
 -- bench/run runs it as `oopsctl scenario bench/failover.lua`
 files["bench/failover.lua"] = { std = "+scenario" }
+files["bench/canary.lua"] = { std = "+scenario" }
 -- run as `oopsctl scenario bench/clocks.lua`
 files["bench/clocks.lua"] = { std = "+scenario" }
 
