@@ -32,8 +32,9 @@ local apps = {}
 for i = 1, N do
   apps[i] = ('application "canary/app%d" { environments = { "prod" }, rollout = { strategy = "canary", ' ..
     'steps = { { weight = 10 }, { analysis = "errors" }, { weight = 100 } } } }'):format(i)
+  apps[N + i] = ('application "plain/web%d" { environments = { "prod" } }'):format(i)
 end
-local list = servers { count = 3, args = { "--listen", "127.0.0.1:0" }, policy = ([[
+local list = servers { count = 3, listen = "127.0.0.1:0", policy = ([[
 scan    { interval = "500ms", max_new = 500 }
 locks   { validate_every = "1s" }
 rollout { timeout = "5m", max = "30m" }

@@ -15,13 +15,13 @@ usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
                  [--samples K] [--bound SECONDS] [--idle SECONDS] [--out DIR] [--build DIR]
                  [--faults F,F] [--compare REV] [--fleet-sizes S,S] [--fleet-pipelines N]
                  [--fleet-idle SECONDS] [--fleet-settle SECONDS] [--fleet-kills K]
-                 [--notify-pipelines N]
+                 [--notify-pipelines N] [--canaries N]
   --quick        small sizes for development: --sizes 100,300 --servers 1,3
                  --samples 2 --bound 10 --idle 5 (and 100 pipelines for the reaction;
                  the fleet: --fleet-sizes 10 --fleet-pipelines 200 --fleet-idle 10
                  --fleet-settle 5 --fleet-kills 1)
-  --only         a comma-separated subset of scale,failover,reaction,footprint,fleet,notify
-                 (default: all but fleet and notify, which run only when named:
+  --only         a comma-separated subset of scale,failover,reaction,footprint,fleet,notify,canary
+                 (default: all but fleet, notify and canary, which run only when named:
                  the fleet about 4 minutes for 50 servers, 25 for 50,100,200)
   --sizes        pipelines per scale case (default 100,1000,10000)
   --servers      servers per scale case (default 1,3,5)
@@ -44,6 +44,8 @@ usage: bench/run [--quick] [--only SECTIONS] [--sizes N,N] [--servers S,S]
                  routes (a webhook, a slack route for ERROR only, a webhook whose
                  receiver answers 500 for its first 20 s) to a receiver that keeps
                  connections alive, and to one that closes each (Node.js))
+  --canaries     canaries at once on three servers, against a real Prometheus
+                 (default 500; bench/canary.lua, the working tree only)
   --out          where latest.json and the plots go (default bench/results)
   --build        the build directory with oopsd and oopsctl (default build/)
   --compare REV  also build REV (any git commit-ish: HEAD~3, a hash, a tag) from a
@@ -78,7 +80,7 @@ end
 local opt = { sizes = { 100, 1000, 10000 }, servers = { 1, 3, 5 }, samples = 3, bound = 60, idle = 30,
   reaction_n = 300, out = here .. "/results",
   fleet_sizes = { 50, 100, 200 }, fleet_pipelines = 2000, fleet_idle = 60, fleet_settle = 45, fleet_kills = 3,
-  notify_pipelines = 3000,
+  notify_pipelines = 3000, canaries = 500,
   only = { scale = true, failover = true, reaction = true, footprint = true } }
 local given = {}
 do
@@ -110,6 +112,7 @@ do
     elseif a == "--fleet-settle" then given.fleet_settle = list_of_numbers(value(a), a)[1]
     elseif a == "--fleet-kills" then given.fleet_kills = list_of_numbers(value(a), a)[1]
     elseif a == "--notify-pipelines" then given.notify_pipelines = list_of_numbers(value(a), a)[1]
+    elseif a == "--canaries" then given.canaries = list_of_numbers(value(a), a)[1]
     elseif a == "--faults" then
       opt.faults = {}
       for f in value(a):gmatch("[^,]+") do
@@ -121,8 +124,8 @@ do
     elseif a == "--only" then
       opt.only = {}
       for s in value(a):gmatch("[^,]+") do
-        if not ({ scale = 1, failover = 1, reaction = 1, footprint = 1, fleet = 1, notify = 1 })[s] then
-          die("--only: unknown section " .. s .. " (scale, failover, reaction, footprint, fleet, notify)")
+        if not ({ scale = 1, failover = 1, reaction = 1, footprint = 1, fleet = 1, notify = 1, canary = 1 })[s] then
+          die("--only: unknown section " .. s .. " (scale, failover, reaction, footprint, fleet, notify, canary)")
         end
         opt.only[s] = true
       end
@@ -290,6 +293,28 @@ end
 local function failover()
   results.failover, before.failover = {}, {}
   for _, f in ipairs(opt.faults or FAULTS) do each_side(function(side) failover_one(f, side) end) end
+end
+
+-- Canaries (issue 38): bench/canary.lua as a scenario of its own (its own
+-- MariaDB and Prometheus), the working tree only (an older build has no
+-- canary to compare).
+local function canary()
+  local out = work .. "/canary.json"
+  local env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin", TMPDIR = work,
+    HOME = os.getenv("HOME") or "/tmp", BENCH_CANARIES = tostring(opt.canaries), BENCH_OUT = out }
+  local r = oops.proc.run { argv = { AFTER.oopsctl, "scenario", here .. "/canary.lua" }, env = env,
+    clear_env = true, timeout_ms = 30 * 60 * 1000 }
+  local tap = work .. "/canary.tap"
+  files.write(tap, (r and r.stdout or "") .. (r and r.stderr or ""))
+  local doc = files.read(out)
+  doc = doc and json.decode(doc)
+  if type(doc) ~= "table" then
+    failed[#failed + 1] = "canary: no result (see " .. tap .. ")"
+    return
+  end
+  doc.checks_passed = r ~= nil and r.ok
+  if not doc.checks_passed then failed[#failed + 1] = "canary: the scenario's checks failed (see " .. tap .. ")" end
+  results.canary = doc
 end
 
 local function reaction()
@@ -579,6 +604,31 @@ local function routes_rows(c, row)
 end
 
 -- The table's rows for one set of results: { section, case, measure, value, target, met? }.
+-- bench/canary.lua's figures (issue 38).
+local function canary_rows(c, row)
+  if not c then return end
+  local case = ("%d canaries, %d servers"):format(c.canaries, c.servers)
+  row("canary", case, "wall time to all SUCCEEDED (weight 10, 2 measurements 3 s apart, 100)", secs(c.canary_wall_s))
+  row("canary", case, "measurements recorded / expected (each once)", ("%d / %d"):format(c.measurements,
+    2 * c.canaries), "= 2 per canary", c.measurements == 2 * c.canaries)
+  row("canary", case, "weights applied / expected", ("%d / %d"):format(c.weights_applied, 2 * c.canaries),
+    "= 2 per canary (10, 100)", c.weights_applied == 2 * c.canaries)
+  row("canary", case, "engine statements per canary / per plain release",
+    ("%.1f / %.1f"):format(c.canary_statements, c.plain_statements))
+  row("canary", case, "engine statements per analysis measurement (canary's extra / 2)",
+    ("%.1f"):format((c.canary_statements - c.plain_statements) / 2))
+  local worst = 0
+  local shown = {}
+  for i, v in ipairs(c.bad or {}) do
+    shown[i] = ("%.2f"):format(v)
+    worst = math.max(worst, v)
+  end
+  local bound = c.bad_interval_s + c.tick_s
+  row("canary", ("%d bad canaries (5 %% errors)"):format(#(c.bad or {})),
+    "analysis step began -> weight 0 applied", table.concat(shown, " / ") .. " s",
+    ("<= interval + tick = %.1f s"):format(bound), #shown > 0 and worst <= bound + 0.05)
+end
+
 local function table_rows(res)
   local rows = {}
   local function row(section, case, measure, value, target, met)
@@ -693,6 +743,7 @@ local function table_rows(res)
     end
   end
   fleet_rows(res, row)
+  canary_rows(res.canary, row)
   for _, c in ipairs(res.notify or {}) do
     if c.routes then routes_rows(c, row) end
   end
@@ -1044,6 +1095,7 @@ local ran, err = pcall(oops.wait, function()
     if not db then error("cannot start MariaDB: " .. tostring(e)) end
   end
   if opt.only.scale then scale() end
+  if opt.only.canary then canary() end
   if opt.only.reaction then reaction() end
   if opt.only.footprint then footprint() end
   if opt.only.notify then notify_section() end

@@ -147,7 +147,7 @@ function Server:start()
   assert(not self:alive(), self.name .. " is already running")
   local started, log = launcher.start(self, { oopsd = run.oopsd, name = self.name,
     policies = self.policies, db = self.db_url or run.db, log_path = self.log_path, env = self.env,
-    args = self.args,
+    args = self.args, listen = self.listen,
     wrap = self.ns and function(argv) return self.ns:argv(argv) end }) -- servers{netns = ...}
   if not started then
     error(("server %s did not start:\n%s"):format(self.name, log), 2)
@@ -405,7 +405,8 @@ local function servers(opts)
     end
     -- env: a table for every server, or envs = { {...}, {...} } one per server
     -- (TZ, a faketime offset...): added to the server's environment.
-    local s = setmetatable({ name = name, policies = own, db_url = opts.db, args = opts.args,
+    -- listen: "127.0.0.1:0" for a server whose /metrics a bench reads (s.port)
+    local s = setmetatable({ name = name, policies = own, db_url = opts.db, args = opts.args, listen = opts.listen,
       env = (opts.envs and opts.envs[i]) or opts.env,
       log_path = run.dir .. "/" .. name .. ".log" }, Server)
     run.servers[name] = s
