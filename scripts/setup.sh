@@ -32,6 +32,7 @@ packages=(
   prometheus # promtool: contrib/prometheus/ rules and /metrics checked
   lintian dpkg-dev fakeroot # scripts/package.sh: the Debian package, checked
   openssl # the test MariaDB's TLS certificates
+  apache2-utils # htpasswd: the test Prometheus' basic-auth password (bcrypt)
   faketime tzdata # tests/scenarios/clocks.lua (skewed clocks), time_zones.lua (host zones)
   clang libclang-rt-14-dev llvm # fuzz/: clang-14, its libFuzzer runtime, llvm-symbolizer
   chromium fonts-liberation # tests/integration/fleet_page.sh: the fleet page in a real browser

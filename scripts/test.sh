@@ -58,6 +58,7 @@ elif [[ -n ${OOPS_SERIAL:-} ]]; then
   pass "AddressSanitizer + UBSan build" build-asan
 else
   echo "=== normal build and AddressSanitizer + UBSan build, side by side (printed when both end)"
+  export OOPS_BOTH_PASSES=1 # tests/run.sh: a scenario marked "-- ci: sanitizer pass" runs in one
   start 1 "normal build" build
   start 2 "AddressSanitizer + UBSan build" build-asan
   finish
