@@ -250,6 +250,13 @@
     if (p.status === "BUILD_SUCCEEDED" && p.mode === "manual" && !p.deploy_requested) list.push(["release", "Release"]);
     if (p.status === "BUILD_SUCCEEDED" && (p.hold === "window" || p.hold === "freeze") &&
       (p.mode !== "manual" || p.deploy_requested)) list.push(["override", "Override hold"]);
+    // a canary (issue 38; its state is in the detail only)
+    if (p.canary && p.status === "ROLLING_OUT") {
+      if (p.canary.step > 0 && p.canary.request !== "abort") {
+        list.push(["promote", "Promote"], ["promote_full", "Promote fully"]);
+      }
+      list.push(["abort", "Abort"]);
+    }
     return list.map(([a, label]) => h("button", {
       type: "button", class: "act " + a, "data-action": a, "data-id": p.id, "data-key": a + ":" + p.id,
       "aria-label": label + " pipeline " + p.id,
@@ -403,6 +410,49 @@
 
   // ------------------------------------------------------------ a pipeline's detail
 
+  // A canary's section (issue 38): the step bar, the weight, why it waits,
+  // the pause left, a pending request, each measurement and its verdict.
+  function stepLabel(s) {
+    if (s.kind === "weight") return s.weight + "%";
+    if (s.kind === "analysis") return "analysis " + s.name + (s.count ? " ×" + s.count : "");
+    return s.until_operator ? "pause (operator)" : "pause " + dur((s.ms || 0) / 1000);
+  }
+  function canarySection(p) {
+    const c = p.canary;
+    if (!c) return null;
+    const chips = c.steps.map((s, i) => h("li", {
+      "data-key": "cs:" + i, "data-step": String(i + 1),
+      class: "chip" + (i + 1 < c.step ? " done" : i + 1 === c.step ? " current" : ""),
+      "aria-current": i + 1 === c.step ? "step" : null,
+    }, stepLabel(s)));
+    const waits = c.paused === "operator" ? "paused until an operator promotes" :
+      c.paused === "inconclusive" ? "paused: an analysis was inconclusive; promote or abort" : null;
+    const rows = c.measurements.map((m) => h("tr", { "data-key": "m:" + m.step + ":" + m.n, "data-verdict": m.verdict },
+      h("td", null, String(m.step)), h("td", null, String(m.n)), h("td", null, m.analysis),
+      h("td", null, m.value === undefined ? "—" : String(m.value)),
+      h("td", { class: m.verdict === "pass" ? "ok" : m.verdict === "fail" ? "bad" : "warn" }, m.verdict),
+      h("td", { class: "msg" }, m.detail || "")));
+    return h("section", { id: "canary", "data-step": String(c.step) },
+      h("h3", null, "Canary"),
+      h("ol", { class: "chips", id: "canary-steps" }, ...chips),
+      h("dl", null,
+        h("dt", null, "step"), h("dd", { id: "canary-step" }, c.step > c.steps.length ? "done" :
+          c.step === 0 ? "not begun (the rollout is not ready yet)" : c.step + " of " + c.steps.length),
+        h("dt", null, "weight"), h("dd", { id: "canary-weight" }, c.weight === undefined ? "—" : c.weight + "%"),
+        waits ? h("dt", null, "waits") : null, waits ? h("dd", { id: "canary-paused", class: "warn" }, waits) : null,
+        c.pause_left_ms !== undefined ? h("dt", null, "pause left") : null,
+        c.pause_left_ms !== undefined ? h("dd", null, dur(c.pause_left_ms / 1000)) : null,
+        c.request ? h("dt", null, "requested") : null,
+        c.request ? h("dd", { id: "canary-request" }, c.request.replace("_", " ")) : null),
+      rows.length ? h("table", { id: "canary-measurements" },
+        h("thead", null, h("tr", null, h("th", null, "step"), h("th", null, "n"), h("th", null, "analysis"),
+          h("th", null, "value"), h("th", null, "verdict"), h("th", null, "detail"))),
+        h("tbody", null, ...rows)) : h("p", { class: "muted" }, "No measurement yet."),
+      h("p", { class: "muted help" }, "A canary is written in the policy: rollout { strategy = \"canary\", " +
+        "steps = { { weight = 10 }, { analysis = \"errors\" }, { pause = true }, { weight = 100 } } } and " +
+        "analysis \"errors\" { prometheus = ..., query = ..., success = function(v) ... end } — see oopsd.policy(5)."));
+  }
+
   function drawDetail(d) {
     const p = d.pipeline;
     $("detail-title").textContent = p.application + " " + p.environment + " · " + p.id;
@@ -416,7 +466,7 @@
       h("dt", null, "artifact"), h("dd", null, p.artifact || "—"),
       h("dt", null, "driven by"), h("dd", null, p.driver || "—"),
       h("dt", null, "in status"), h("dd", null, dur(p.age_s) + (p.timeout_s ? " of " + dur(p.timeout_s) : "")),
-      h("dt", null, "message"), h("dd", null, p.message || "—"))]);
+      h("dt", null, "message"), h("dd", null, p.message || "—")), canarySection(p)]);
     detailPipeline = p;
     swap($("detail-actions"), [...actionsFor(p, "detail"), historyButton(p, "dh:" + p.id, "Release history of " + where(p))]);
     fill($("events").tBodies[0], d.events.map((e) => h("tr", { "data-key": "ev:" + e.id, "data-event": e.type, "data-actor": e.actor || "" },
@@ -613,6 +663,33 @@
       url: "/api/pipeline/" + enc(p.id) + "/deploy",
       body: (reason) => ({ reason, override: true }),
       done: (r) => "Hold overridden on " + (r.id || p.id) + ": it deploys at the next scan.",
+    }),
+    promote: (p) => ({
+      needReason: true,
+      title: "Promote canary " + p.id + "?",
+      what: "The canary of " + where(p) + " ends its current step (a pause, or an analysis) and goes on to the " +
+        "next, at the next scan of the server driving it. Your name and the reason are kept in its history.",
+      url: "/api/pipeline/" + enc(p.id) + "/promote",
+      body: (reason) => ({ reason }),
+      done: (r) => "Promotion of " + (r.id || p.id) + " requested" + (r.already ? " already" : "") + ".",
+    }),
+    promote_full: (p) => ({
+      needReason: true,
+      title: "Promote canary " + p.id + " fully?",
+      what: "Every step left of the canary of " + where(p) + " is skipped: all traffic goes to it (weight 100) " +
+        "and it finishes. Your name and the reason are kept in its history.",
+      url: "/api/pipeline/" + enc(p.id) + "/promote",
+      body: (reason) => ({ reason, full: true }),
+      done: (r) => "Full promotion of " + (r.id || p.id) + " requested" + (r.already ? " already" : "") + ".",
+    }),
+    abort: (p) => ({
+      needReason: true,
+      title: "Abort canary " + p.id + "?",
+      what: "The traffic of " + where(p) + " goes back to the stable release (weight 0), then pipeline " + p.id +
+        " fails; its policy's on_failure decides what follows (a rollback). Your name and the reason are kept.",
+      url: "/api/pipeline/" + enc(p.id) + "/abort",
+      body: (reason) => ({ reason }),
+      done: (r) => "Abort of " + (r.id || p.id) + " requested" + (r.already ? " already" : "") + ".",
     }),
     rollback: (t) => ({
       title: "Roll back " + t.namespace + "/" + t.application + " " + t.environment + " to " +

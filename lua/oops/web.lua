@@ -124,9 +124,14 @@ local SQL = {
     .. " LEFT JOIN notify_route r ON r.route_key = ?",
   -- with the name of the live server whose lock session holds the pipeline's lock
   pipeline = "SELECT " .. PIPELINE_COLUMNS .. ", LEFT(source, 2000) AS source,"
+    -- a canary's state (issue 38)
+    .. " step, weight, paused, canary_request, TIMESTAMPDIFF(MICROSECOND, step_at, NOW(6)) AS step_age_us,"
     .. " (SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(CONCAT(?, pipeline.id))"
     .. " AND IS_USED_LOCK(CONCAT(?, s.name)) = s.lock_connection_id LIMIT 1) AS owner_name"
     .. " FROM pipeline WHERE id = ?",
+  -- a canary's measurements (primary key: pipeline, step, n)
+  measurements = "SELECT step, n, analysis, value, verdict, LEFT(detail, 300) AS detail, measured_at"
+    .. " FROM canary_measurement WHERE pipeline_id = ? ORDER BY step, n LIMIT ?",
   events = "SELECT id, event_type, from_status, to_status, LEFT(message, 1000) AS message, server,"
     .. " lock_session, actor, reason, created_at FROM pipeline_event WHERE pipeline_id = ? ORDER BY id LIMIT ?",
   -- what `oopsctl history` reads (pipeline_store_history): the unfinished one, then the releases
@@ -335,6 +340,35 @@ function M.read_fleet(pol)
   }
 end
 
+-- A canary's section of a pipeline's detail (issue 38): its plan under this
+-- server's policy, its state, and its measurements (one statement); nil for
+-- a pipeline that is no canary.
+M.MEASUREMENTS = 200
+local function canary_of(c, pol, row, p, id)
+  local steps = pol and p.trigger ~= "rollback" and require("oops.policy.canary").plan(pol, p) or nil
+  local step = num(row.step) or 0
+  if not steps and step == 0 then return nil end
+  local plan = {}
+  for i, s in ipairs(steps or {}) do
+    local a = s.analysis and pol.analyses and pol.analyses[s.analysis]
+    plan[i] = s.weight and { kind = "weight", weight = s.weight }
+      or s.analysis and { kind = "analysis", name = s.analysis, count = a and a.count,
+        interval_ms = a and a.interval_ms }
+      or { kind = "pause", ms = s.pause_ms, until_operator = s.pause == true or nil }
+  end
+  local age_s = num(row.step_age_us) and num(row.step_age_us) / 1e6 or nil
+  local cur = steps and steps[step]
+  local m = {}
+  for _, r in ipairs(exec(c, SQL.measurements, id, M.MEASUREMENTS)) do
+    m[#m + 1] = { step = num(r.step), n = num(r.n), analysis = r.analysis, value = num(r.value), verdict = r.verdict,
+      detail = r.detail, at = r.measured_at }
+  end
+  return { steps = json.array(plan), step = step, weight = num(row.weight), paused = row.paused,
+    request = row.canary_request, step_age_s = age_s,
+    pause_left_ms = cur and cur.pause_ms and age_s and math.max(0, cur.pause_ms - age_s * 1000) or nil,
+    measurements = json.array(m) }
+end
+
 function M.read_pipeline(id)
   local c = { n = 0 }
   local names = oops.locks.names
@@ -345,6 +379,7 @@ function M.read_pipeline(id)
   local p = pipeline_row(rows[1], owner and rows[1].owner_name and { [owner] = rows[1].owner_name } or {},
     timeouts(pol))
   p.source = rows[1].source
+  p.canary = canary_of(c, pol, rows[1], p, id)
   local events = {}
   for _, r in ipairs(exec(c, SQL.events, id, M.EVENTS)) do
     events[#events + 1] = { id = num(r.id), type = r.event_type, from = r.from_status, to = r.to_status,

@@ -1,0 +1,149 @@
+// A canary on the fleet page (issue 38) in a real browser (Debian's chromium,
+// headless, through puppeteer-core). Run by tests/integration/canary_page.sh,
+// once per phase. Prints TAP ("ok N - ...", "not ok N - ...", "#" lines,
+// "1..N").
+//
+// Environment: CP_URL (the page), CP_ALICE / CP_BOB (an operator's and a
+// viewer's tokens), CP_PHASE ("promote": the paused canary CP_ID is checked,
+// bob's view too, then promoted by alice; "abort": CP_ID aborted by alice),
+// CP_PROMOTE / CP_ABORT (the reasons typed), CP_SHOTS (screenshots), CHROMIUM.
+"use strict";
+const puppeteer = require("puppeteer-core");
+const http = require("http");
+
+const env = process.env;
+const origin = new URL(env.CP_URL).origin;
+const ID = env.CP_ID;
+let n = 0, failures = 0;
+function check(ok, desc, diag) {
+  n++;
+  if (ok) console.log("ok " + n + " - " + desc);
+  else {
+    failures++;
+    console.log("not ok " + n + " - " + desc);
+    if (diag !== undefined) for (const l of String(diag).slice(0, 1500).split("\n")) console.log("#   " + l);
+  }
+}
+async function until(page, seconds, fn, ...args) {
+  try {
+    await page.waitForFunction(fn, { timeout: seconds * 1000, polling: 200 }, ...args);
+    return true;
+  } catch (e) {
+    return false;
+  }
+}
+const text = (page, sel) => page.$eval(sel, (e) => e.innerText).catch(() => "(" + sel + " not found)");
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+function post(path, token, body) {
+  return new Promise((resolve) => {
+    const u = new URL(origin + path);
+    const req = http.request({ hostname: u.hostname, port: u.port, path: u.pathname, method: "POST",
+      headers: { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body),
+        Authorization: "Bearer " + token, Origin: origin, "Sec-Fetch-Site": "same-origin" },
+    }, (r) => {
+      let d = "";
+      r.on("data", (c) => { d += c; });
+      r.on("end", () => resolve([r.statusCode, d]));
+    });
+    req.on("error", (e) => resolve([0, String(e)]));
+    req.end(body);
+  });
+}
+async function click(page, sel) {
+  for (let i = 0; ; i++) {
+    try {
+      await page.waitForSelector(sel, { visible: true, timeout: 10000 });
+      return await page.click(sel);
+    } catch (e) {
+      if (i >= 4 || !/not clickable|detached|not an Element|Node is/i.test(String(e))) throw e;
+      await sleep(200);
+    }
+  }
+}
+// A page signed in with token, the pipeline's detail open (#pipeline=ID).
+async function open(browser, token, errors) {
+  const ctx = await browser.createBrowserContext();
+  const page = await ctx.newPage();
+  page.on("pageerror", (e) => errors.push("page error: " + String(e)));
+  page.on("console", (m) => { if (m.type() === "error" && !/status of 40[13]/.test(m.text())) errors.push(m.text()); });
+  await page.setViewport({ width: 1280, height: 900 });
+  await page.goto(env.CP_URL + "#pipeline=" + ID, { waitUntil: "load" });
+  await until(page, 20, () => !document.getElementById("signin-wrap").hidden);
+  await page.type("#signin-token", token);
+  await click(page, "#signin-submit");
+  await until(page, 30, () => !!document.getElementById("canary"));
+  return page;
+}
+async function act(page, action, reason) {
+  await click(page, '#detail-actions button[data-action="' + action + '"]');
+  await until(page, 10, () => document.getElementById("confirm").open);
+  await page.type("#confirm-reason", reason);
+  await click(page, "#confirm-ok");
+  await until(page, 20, () => ["ok", "bad"].includes(document.getElementById("confirm-result").dataset.state));
+  return page.$eval("#confirm-result", (e) => [e.dataset.state, e.textContent]);
+}
+
+(async () => {
+  const browser = await puppeteer.launch({
+    executablePath: env.CHROMIUM || "/usr/bin/chromium", headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
+  });
+  const errors = [];
+  try {
+    if (env.CP_PHASE === "promote") {
+      // bob, a viewer: the section, no button; a forged POST 403.
+      const b = await open(browser, env.CP_BOB, errors);
+      check(!!(await b.$("#canary")), "a viewer sees the canary section", await text(b, "#detail-summary"));
+      check((await b.$$("#detail-actions button[data-action]")).length === 0, "... and no action button",
+        await text(b, "#detail-actions"));
+      const [code] = await post("/api/pipeline/" + ID + "/promote", env.CP_BOB, JSON.stringify({ reason: "forged" }));
+      check(code === 403, "a promotion POSTed with the viewer's token is 403", String(code));
+      await b.browserContext().close();
+
+      const a = await open(browser, env.CP_ALICE, errors);
+      const shown = await until(a, 20, () => {
+        const cur = document.querySelector("#canary-steps li.current");
+        return cur && cur.dataset.step === "2" && /10%/.test(document.getElementById("canary-weight").textContent) &&
+          /paused until an operator/.test((document.getElementById("canary-paused") || {}).textContent || "");
+      });
+      check(shown, "the section shows step 2 of 3 current, weight 10 %, paused until an operator",
+        await text(a, "#canary"));
+      const chips = await a.$$eval("#canary-steps li", (l) => l.map((e) => e.textContent + (e.className.includes("done") ? "+" : "")));
+      check(chips.join("|") === "10%+|pause (operator)|100%", "the step bar: 10% (done), pause (operator), 100%",
+        chips.join("|"));
+      const verdicts = await a.$$eval("#canary-measurements tbody tr", (l) => l.map((r) => r.dataset.verdict));
+      check(verdicts.join(",") === "pass,inconclusive", "each measurement with its verdict", verdicts.join(","));
+      check(/strategy = "canary"/.test(await text(a, "#canary .help")), "the section says how to write a canary");
+      const labels = await a.$$eval("#detail-actions button[data-action]", (l) => l.map((e) => e.dataset.action));
+      check(["promote", "promote_full", "abort"].every((x) => labels.includes(x)),
+        "an operator has Promote, Promote fully and Abort", labels.join(","));
+      await a.screenshot({ path: env.CP_SHOTS + "/canary-paused.png", fullPage: true });
+      const [state, said] = await act(a, "promote", env.CP_PROMOTE);
+      check(state === "ok" && /Promotion of .* requested/.test(said), "Promote with a reason is accepted", said);
+      await a.keyboard.press("Escape");
+      const done = await until(a, 40, () => /SUCCEEDED/.test(document.getElementById("detail-status").textContent));
+      check(done, "the page shows the canary SUCCEEDED without a reload", await text(a, "#detail-summary"));
+      const ev = await until(a, 20, (reason) => [...document.querySelectorAll("#events tbody tr")].some((r) =>
+        r.dataset.event === "CANARY_PROMOTE" && r.dataset.actor === "alice@page" &&
+        r.querySelector("td.reason").textContent === reason), env.CP_PROMOTE);
+      check(ev, "its history shows the promotion by alice@page with the reason (as text)");
+    } else {
+      const a = await open(browser, env.CP_ALICE, errors);
+      await until(a, 20, () => !!document.querySelector('#detail-actions button[data-action="abort"]'));
+      const [state, said] = await act(a, "abort", env.CP_ABORT);
+      check(state === "ok" && /Abort of .* requested/.test(said), "Abort with a reason is accepted", said);
+      await a.keyboard.press("Escape");
+      const failed = await until(a, 40, () => /ERROR/.test(document.getElementById("detail-status").textContent));
+      check(failed, "the page shows the aborted canary ERROR", await text(a, "#detail-summary"));
+      check(/0%/.test(await text(a, "#canary-weight")), "... with its weight back at 0 %", await text(a, "#canary"));
+      await a.screenshot({ path: env.CP_SHOTS + "/canary-aborted.png", fullPage: true });
+    }
+    check(errors.length === 0, "no unexpected console or page error", errors.join("\n"));
+  } catch (e) {
+    check(false, "the browser run", String(e && e.stack || e));
+  } finally {
+    await browser.close();
+    console.log("1.." + n);
+    process.exit(failures ? 1 : 0);
+  }
+})();
