@@ -17,10 +17,11 @@
 
 /* Every table the migrations create (and the version table). */
 static const char *const tables[] = {
-    "pipeline",     "pipeline_event", "server",         "sim_job",           "sim_call",
-    "exec_job",     "pipeline_log",   "restart_run",    "restart_watermark", "alert_state",
-    "sim_metric",   "outbox",         "schema_version", "deploy_slot",       "operator_action",
-    "notify_route", "notify_pending",
+    "pipeline",          "pipeline_event",     "server",          "sim_job",
+    "sim_call",          "exec_job",           "pipeline_log",    "restart_run",
+    "restart_watermark", "alert_state",        "sim_metric",      "outbox",
+    "schema_version",    "deploy_slot",        "operator_action", "notify_route",
+    "notify_pending",    "canary_measurement", "sim_traffic",     "sim_artifact",
 };
 #define NTABLES (sizeof tables / sizeof tables[0])
 
