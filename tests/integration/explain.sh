@@ -136,6 +136,10 @@ wait_for 20 "the fleet page's JSON is served (its statements are in the log)" \
   bash -c "curl -s -m 5 '$(url ex1 /api/fleet)' | grep -q '\"pipelines\"'"
 wait_for 20 "... and a pipeline's detail" \
   bash -c "curl -s -m 5 '$(url ex1 "/api/pipeline/$id")' | grep -q '\"events\"'"
+canary=$(mariadb --no-defaults -N -B -S "$MDB_SOCKET" -u"$MDB_ADMIN_USER" oops -e \
+  "SELECT id FROM pipeline WHERE application = 'blind' LIMIT 1")
+wait_for 20 "... and a canary's detail (its measurements)" \
+  bash -c "curl -s -m 5 '$(url ex1 "/api/pipeline/$canary")' | grep -q '\"measurements\"'"
 wait_for 20 "... and an application's release history" \
   bash -c "curl -s -m 5 '$(url ex1 /api/history/t/web/prod)' | grep -q '\"releases\"'"
 stop_servers

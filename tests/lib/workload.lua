@@ -5,7 +5,8 @@
 -- SIGKILL, a second release, a stop, an alert episode, scheduled restarts,
 -- webhook notifications; release safety (issue 26): prod's one deploy slot,
 -- a failed release rolled back automatically, a release a freeze holds until
--- an operator overrides it. Run from a scenario with the scenario's functions
+-- an operator overrides it; canaries (issue 38): one promoted by an operator,
+-- one aborted by its analysis. Run from a scenario with the scenario's functions
 -- in scope:
 --   local all = assert(loadfile(ROOT .. "/tests/lib/workload.lua", "t", _ENV))(run_db)
 -- Returns the servers, still running.
@@ -29,6 +30,14 @@ application "shop/api" {
   environments = { "prod" }, limits = { cpu = "1" }, restart = { prod = "*/2 * * * * *" },
 }
 application "shop/web" { environments = { "prod", "staging", "qa" } }
+-- canaries (issue 38): one paused until an operator promotes it, one whose
+-- analysis finds no Prometheus (inconclusive, counted as failed: aborted)
+application "shop/canary" { environments = { "prod" }, rollout = { strategy = "canary", steps = {
+  { weight = 20 }, { pause = true }, { weight = 100 } } } }
+application "shop/blind" { environments = { "prod" }, rollout = { strategy = "canary", steps = {
+  { weight = 10 }, { analysis = "nowhere" }, { weight = 100 } } } }
+analysis "nowhere" { prometheus = "http://127.0.0.1:9", query = 'up{job="{application}"}',
+  success = function(v) return v == 1 end, interval = "1s", count = 1, inconclusive = "fail" }
 ]]):format(hook.url, minute(now - 3600), minute(now + 7 * 86400)) }
 
 local ps = {
@@ -64,6 +73,14 @@ local stopped = create { app = "shop/web", env = "prod", artifact = "registry/we
 expect(stopped:wait("RUNNING", 20), "another pipeline runs")
 stopped:stop()
 expect(stopped:wait("STOPPED", 20), "... and is stopped")
+
+local canary = create { app = "shop/canary", env = "prod", artifact = "registry/canary:1" }
+wait_until("a canary waits for an operator", function() return canary:row().paused == "operator" end, 40)
+local prc, _, perr = oopsctl("promote", canary.id, "--reason", "workload promote")
+expect(prc == 0, "oopsctl promote", perr)
+expect(canary:wait("SUCCEEDED", 30), "... and the canary finishes")
+local blind = create { app = "shop/blind", env = "prod", artifact = "registry/blind:1" }
+expect(blind:wait("ERROR", 40), "a canary whose analysis cannot measure is aborted", blind:message())
 
 local function usage(value)
   sql("INSERT INTO sim_metric (namespace, application, environment, metric, pod, value) " ..
