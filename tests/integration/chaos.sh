@@ -20,6 +20,11 @@ for seed in $SEEDS; do
   is "$rc" 0 "seed $seed: no violation (exit 0)"
   ((rc == 0)) || { printf '%s\n' "$out" | grep -A8 '^violation' | head -60 | sed 's/^/#   /'; sed 's/^/#   /' "$work/err.$seed" | tail -5; }
   printf '%s\n' "$out" | grep '^fault ' >"$work/plan.$seed"
+  # Canaries (issue 38): every other application of the campaign's own policy
+  # is one, analysed against a real Prometheus; a quarter of them are bad.
+  like "$(printf '%s\n' "$out" | grep '^canaries: ')" \
+    '^canaries: [1-9][0-9]* began their steps \(analyses against Prometheus\): [0-9]+ promoted, [0-9]+ aborted; ' \
+    "seed $seed: canaries began their steps, analysed against a real Prometheus"
   [[ -s $work/plan.$seed ]]; _tap $? "seed $seed: its planned faults are printed (fault +T KIND ...)"
 done
 
@@ -72,6 +77,19 @@ out=$("$ctl" chaos --seed 1 --duration 2s 2>&1); rc=$?
 is "$rc" 2 "--duration 2s (below 10s): exit 2"
 out=$("$ctl" chaos --seed 1 --duration 1m --servers 1 2>&1); rc=$?
 is "$rc" 2 "--servers 1: exit 2"
+out=$("$ctl" chaos --seed 1 --duration 1m --targets 1 2>&1); rc=$?
+is "$rc" 2 "--targets 1: exit 2"
+like "$(printf '%s\n' "$out" | head -n 1)" '^oopsctl chaos: --targets "1": 2 to 400$' "  said in one line"
+out=$("$ctl" chaos --seed 1 --duration 1m --targets 5x 2>&1); rc=$?
+is "$rc" 2 "--targets 5x: exit 2"
+out=$("$ctl" chaos --seed 1 --duration 1m --targets 8 --policies "$OOPS_ROOT/tests/fixtures/chaos_policies" 2>&1); rc=$?
+is "$rc" 2 "--targets with --policies (whose applications are the operator's): exit 2"
+# --targets N: N applications and environments in the plan's workload.
+out=$("$ctl" chaos --seed 5 --duration 2m --targets 7 --dry-run 2>&1)
+like "$(printf '%s\n' "$out" | head -n 1)" '^chaos: seed 5, 120s, 4 servers, 7 targets, ' \
+  "--targets 7 --dry-run: the plan spans 7 targets"
+out=$("$ctl" chaos --seed 5 --duration 2m --dry-run 2>&1)
+like "$(printf '%s\n' "$out" | head -n 1)" '^chaos: seed 5, 120s, 4 servers, 40 targets, ' "  and 40 by default"
 out=$("$ctl" chaos --seed 1 --duration 1m --policies /nonexistent 2>&1); rc=$?
 is "$rc" 2 "--policies of a missing directory: exit 2"
 like "$out" "/nonexistent: not a directory" "  and it says which directory"

@@ -736,3 +736,152 @@ describe("chaos history: release safety", function()
     assert.are.same({ "one_unfinished N" }, reported(not_final(h)))
   end)
 end)
+
+---------------------------------------------------------------- canaries (issue 38)
+
+local T4 = "chaos/a4/prod"
+
+-- The clean history and, in T4, two canaries of steps { weight 20, pause,
+-- analysis "errors" (failure_limit 0, inconclusive = "fail"), weight 100 }:
+-- G (good) measured twice, passed, promoted; B (bad) failed its first
+-- measurement and was aborted, its traffic back to stable.
+local canary_seq = 1000
+local function cevent(h, id, at, message, type_)
+  canary_seq = canary_seq + 1
+  h.canary_events[#h.canary_events + 1] = { id = canary_seq, pipeline = id, type = type_ or "CANARY_STEP",
+    message = message, at = at }
+end
+
+local function measured(h, id, step, n, verdict, at)
+  h.measurements[#h.measurements + 1] = { pipeline = id, step = step, n = n, analysis = "errors",
+    verdict = verdict, at = at }
+end
+
+local function canaries()
+  local h = clean()
+  h.now, h.canary_events, h.measurements = 100, {}, {}
+  h.analyses = { errors = { failure_limit = 0, inconclusive = "fail" } }
+  h.weight_steps = { [T4] = 2 }
+  life(h, "G", T4, { { "INITIALIZED", "s1", 2, 70 }, { "RUNNING", "s1", 2, 71 }, { "BUILD_SUCCEEDED", "s1", 2, 72 },
+    { "DEPLOYING", "s1", 2, 73 }, { "ROLLING_OUT", "s1", 2, 74 }, { "SUCCEEDED", "s1", 2, 82 } })
+  cevent(h, "G", 74.5, "canary of 4 steps begins")
+  cevent(h, "G", 75, "step 1/4: weight 20")
+  cevent(h, "G", 76, "step 2/4: pause of 1s over")
+  measured(h, "G", 3, 1, "pass", 78)
+  measured(h, "G", 3, 2, "pass", 80)
+  cevent(h, "G", 80.5, "step 3/4: analysis errors: 2/2 passed")
+  cevent(h, "G", 81, "step 4/4: weight 100")
+  life(h, "B", T4, { { "INITIALIZED", "s2", 4, 83 }, { "RUNNING", "s2", 4, 84 }, { "BUILD_SUCCEEDED", "s2", 4, 85 },
+    { "DEPLOYING", "s2", 4, 86 }, { "ROLLING_OUT", "s2", 4, 87 }, { "ERROR", "s2", 4, 92 } })
+  cevent(h, "B", 87.5, "canary of 4 steps begins")
+  cevent(h, "B", 88, "step 1/4: weight 20")
+  cevent(h, "B", 89, "step 2/4: pause of 1s over")
+  measured(h, "B", 3, 1, "fail", 91)
+  cevent(h, "B", 91.5, "step 3/4: weight 0, traffic back to stable (aborting: analysis errors failed: " ..
+    "1 of 1 measurements failed (limit 0))")
+  pipeline(h, "G", T4, "SUCCEEDED", true)
+  pipeline(h, "B", T4, "ERROR", true)
+  h.pipelines.G.trigger, h.pipelines.G.artifact = "release", "reg/a4:1"
+  h.pipelines.B.trigger, h.pipelines.B.artifact = "release", "reg/a4:2-bad"
+  h.pipelines.B.message = "Canary aborted: analysis errors failed: 1 of 1 measurements failed (limit 0)."
+  for _, id in ipairs({ "G", "B" }) do
+    call(h, id, T4, "build_submit", "s1")
+    call(h, id, T4, "deploy", "s1")
+  end
+  call(h, "G", T4, "weight:20", "s1")
+  call(h, "G", T4, "weight:100", "s1")
+  call(h, "B", T4, "weight:20", "s2")
+  call(h, "B", T4, "weight:0", "s2")
+  return h
+end
+
+-- Pipeline id's weight calls replaced by these weights.
+local function weights(h, id, list)
+  local keep = {}
+  for _, c in ipairs(h.calls) do
+    if not (c.pipeline == id and c.action:match("^weight:")) then keep[#keep + 1] = c end
+  end
+  h.calls = keep
+  for _, w in ipairs(list) do call(h, id, T4, "weight:" .. w, "s1") end
+  return h
+end
+
+describe("chaos history: canaries", function()
+  it("a good canary promoted and a bad one aborted: no violation, before the end and at it", function()
+    assert.are.same({}, history.check(canaries()))
+    assert.are.same({}, history.check(not_final(canaries())))
+  end)
+
+  it("weight_twice: a step's weight applied twice in a row", function()
+    assert.are.same({ "weight_twice G" }, reported(weights(canaries(), "G", { 20, 20, 100 })))
+  end)
+
+  it("weight_twice: more weights than the plan's weight steps and an end", function()
+    assert.are.same({ "weight_twice G" }, reported(weights(canaries(), "G", { 20, 50, 100, 0 })))
+    local h = weights(canaries(), "G", { 20, 50, 100, 0 })
+    h.weight_steps = nil -- the plan unknown: only the repeats count
+    assert.are.same({}, history.check(h))
+  end)
+
+  it("weight_order: a weight going down", function()
+    assert.are.same({ "weight_order G" }, reported(weights(canaries(), "G", { 100, 20 })))
+  end)
+
+  it("weight_order: a 0 that is not the last weight", function()
+    assert.are.same({ "weight_order G" }, reported(weights(canaries(), "G", { 20, 0, 100 })))
+  end)
+
+  it("step_past_failed_analysis: the bad canary's analysis step ended as passed, not aborted", function()
+    local h = canaries()
+    cevent(h, "B", 91.2, "step 3/4: analysis errors: 0/1 passed")
+    assert.are.same({ "step_past_failed_analysis B" }, reported(h))
+  end)
+
+  it("step_past_failed_analysis: an inconclusive counted as failed (inconclusive = \"fail\")", function()
+    local h = canaries()
+    h.measurements[1].verdict = "inconclusive"
+    assert.are.same({ "step_past_failed_analysis G" }, reported(h))
+    h.analyses.errors.inconclusive = "pause" -- not a failure there
+    assert.are.same({}, history.check(h))
+  end)
+
+  it("measurement_twice: a gap in a step's measurements", function()
+    local h = canaries()
+    h.measurements[2].n = 3
+    assert.are.same({ "measurement_twice G" }, reported(h))
+  end)
+
+  it("measurement_twice: a measurement recorded after its step ended", function()
+    local h = canaries()
+    h.measurements[2].at = 80.7
+    assert.are.same({ "measurement_twice G" }, reported(h))
+    h = canaries()
+    measured(h, "B", 3, 2, "fail", 91.8) -- after the abort's event
+    assert.are.same({ "measurement_twice B" }, reported(h))
+  end)
+
+  it("canary_not_stable: an aborted canary whose last weight is not 0", function()
+    assert.are.same({ "canary_not_stable B" }, reported(weights(canaries(), "B", { 20 })))
+    -- one aborted before any weight was applied never left stable
+    assert.are.same({}, history.check(weights(canaries(), "B", {})))
+  end)
+
+  it("bad_canary_promoted: a -bad artifact reached SUCCEEDED, where analyses ran", function()
+    local h = canaries()
+    h.pipelines.G.artifact = "reg/a4:1-bad"
+    assert.are.same({ "bad_canary_promoted G" }, reported(h))
+    h.analyses = nil -- canaries without analyses: nothing was there to catch it
+    assert.are.same({}, history.check(h))
+  end)
+
+  it("explain shows a canary's events, its measurements and its weights", function()
+    local h = weights(canaries(), "B", { 20 })
+    local v = history.check(h)[1]
+    local lines = history.explain(h, v, 0)
+    local text = table.concat(lines, "\n")
+    assert.truthy(text:find("event +88.00s CANARY_STEP: step 1/4: weight 20", 1, true), text)
+    assert.truthy(text:find("event +92.00s ROLLING_OUT -> ERROR by s2", 1, true), text)
+    assert.truthy(text:find("measured +91.00s step 3 #1 errors: fail", 1, true), text)
+    assert.truthy(text:find("weights applied: 20", 1, true), text)
+  end)
+end)

@@ -1,5 +1,7 @@
 -- Entry point of `oopsctl chaos` (oopsctl runs: oopsd lua <this> ARGS).
---   oopsctl chaos --seed N --duration D [--servers K] [--policies DIR] [--keep DIR] [--dry-run]
+--   oopsctl chaos --seed N --duration D [--servers K] [--targets N] [--policies DIR] [--keep DIR] [--dry-run]
+-- --targets: how many applications and environments the campaign's own
+-- policy declares (default 40; not with --policies, whose are the operator's).
 -- --dry-run prints the plan (the faults, one line each) and starts nothing.
 -- Exit 0: no violation; 1: violations (or the campaign could not run to its
 -- end); 2: bad input, or its database could not be started (said in one line).
@@ -7,7 +9,8 @@ local lfs = require("lfs")
 local oops = require("oops")
 local duration = require("oops.duration")
 
-local USAGE = "usage: oopsctl chaos --seed N --duration D [--servers K] [--policies DIR] [--keep DIR] [--dry-run]"
+local USAGE = "usage: oopsctl chaos --seed N --duration D [--servers K] [--targets N] [--policies DIR] [--keep DIR] " ..
+  "[--dry-run]"
 
 local function bad(msg)
   io.stderr:write("oopsctl chaos: ", msg, "\n", USAGE, "\n")
@@ -17,7 +20,8 @@ end
 local MAX_ARG = 4096
 local function parse(argv)
   local o, i = { servers = 4 }, 1
-  local known = { ["--seed"] = true, ["--duration"] = true, ["--servers"] = true, ["--policies"] = true,
+  local known = { ["--seed"] = true, ["--duration"] = true, ["--servers"] = true, ["--targets"] = true,
+    ["--policies"] = true,
     ["--keep"] = true }
   while i <= #argv do
     if argv[i] == "--help" then io.write(USAGE, "\n") os.exit(0) end
@@ -51,6 +55,16 @@ local function parse(argv)
   local k = math.tointeger(tonumber(o.servers))
   if not k or k < 2 or k > 16 then bad(("--servers %q: 2 to 16"):format(tostring(o.servers):sub(1, 64))) end
   o.servers = k
+  if o.targets then
+    if o.policies then bad("--targets: the campaign's own policy only (--policies declares its own applications)") end
+    local n = math.tointeger(tonumber(o.targets))
+    if not n or n < 2 or n > 400 or not o.targets:match("^%d+$") then
+      bad(("--targets %q: 2 to 400"):format(o.targets:sub(1, 64)))
+    end
+    o.targets = n
+  else
+    o.targets = require("oops.chaos").TARGETS
+  end
   local function absolute(p) return p:sub(1, 1) == "/" and p or lfs.currentdir() .. "/" .. p end
   if o.policies then
     o.policies = absolute(o.policies)

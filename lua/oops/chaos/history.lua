@@ -24,6 +24,16 @@
 --              survived: that session still held the server's name lock in
 --              the database after the fault was undone (it lost no lock)
 --   stops      { { pipeline, at, said = "stopped" | "changed" | "other" } }
+-- Canaries (issue 38), each optional:
+--   canary_events { { id, pipeline, type, message, at } }  CANARY_* events by id
+--              (from = to = ROLLING_OUT: not in events)
+--   measurements { { pipeline, step, n, analysis, verdict, at } }  canary_measurement
+--   analyses   { [name] = { failure_limit, inconclusive } }  the policy's; nil:
+--              the canaries ran no analysis (no "-bad" artifact is expected
+--              to be caught)
+--   weight_steps { [target] = N }  the weight steps of its canary plan
+-- (pipelines also carry `message`; a weight the gateway applied is a call
+-- "weight:N" in calls)
 --
 -- M.check(h) → violations { { rule, pipeline, what, at } } (at: when, for the
 -- faults around it); M.explain(h, v) → lines.
@@ -341,8 +351,187 @@ function rules.ends(h, out)
   end
 end
 
+---------------------------------------------------------------- canaries (issue 38)
+
+-- The weights the gateway applied for each pipeline, in order (sim_call).
+local function weights_of(h)
+  local w = {}
+  for _, c in ipairs(h.calls or {}) do
+    local n = c.pipeline and c.action and tonumber(c.action:match("^weight:(%-?%d+)$"))
+    if n then
+      w[c.pipeline] = w[c.pipeline] or {}
+      table.insert(w[c.pipeline], n)
+    end
+  end
+  return w
+end
+
+-- The step a CANARY_STEP event ends or acts in: "step K/N: ..." → K,
+-- "promoted: ..." (after the last step) → math.huge, else nil; and whether
+-- it is an abort's (weight 0, traffic back to stable).
+local function event_step(e)
+  local k = e.message and tonumber(e.message:match("^step (%d+)/%d+:"))
+  if not k and e.message and e.message:match("^promoted:") then k = math.huge end
+  return k, e.message and e.message:find("(aborting:", 1, true) ~= nil
+end
+
+local function canary_events_by_pipeline(h)
+  local t = {}
+  for _, e in ipairs(h.canary_events or {}) do
+    t[e.pipeline] = t[e.pipeline] or {}
+    table.insert(t[e.pipeline], e)
+  end
+  return t
+end
+
+-- Each weight applied once: never the same weight twice in a row for one
+-- pipeline (a step's weight set again: its heir did not see it confirmed
+-- nor asked the gateway), and never more weights than its plan's weight
+-- steps plus the abort's 0 or the finish's 100.
+function rules.weight_twice(h, out)
+  for id, list in pairs(weights_of(h)) do
+    for i = 2, #list do
+      if list[i] == list[i - 1] then
+        add(out, "weight_twice", id, ("weight %d applied twice in a row (weights %s)"):format(list[i],
+          table.concat(list, ",")))
+        break
+      end
+    end
+    local p = h.pipelines and h.pipelines[id]
+    local k = p and h.weight_steps and h.weight_steps[p.target]
+    if k and #list > k + 1 then
+      add(out, "weight_twice", id, ("%d weights applied (%s) for %d weight steps and an end"):format(#list,
+        table.concat(list, ","), k))
+    end
+  end
+end
+
+-- A canary's weights only go up, but for the abort's final 0.
+function rules.weight_order(h, out)
+  for id, list in pairs(weights_of(h)) do
+    local last = #list
+    if list[last] == 0 then last = last - 1 end
+    for i = 1, last do
+      if list[i] == 0 or (i > 1 and list[i] < list[i - 1]) then
+        add(out, "weight_order", id, ("weight %d after %s (weights %s)"):format(list[i], tostring(list[i - 1]),
+          table.concat(list, ",")))
+        break
+      end
+    end
+  end
+end
+
+-- Whether a measurement's verdict counts as failed under analysis a.
+local function failed(m, a)
+  return m.verdict == "fail" or (m.verdict == "inconclusive" and a and a.inconclusive == "fail")
+end
+
+-- After a step's measurements failed more than its analysis' failure_limit,
+-- the driver aborts: no CANARY_STEP event ends that step or a later one
+-- otherwise (but the abort's), no promotion, no SUCCEEDED.
+function rules.step_past_failed_analysis(h, out, ev)
+  if not h.analyses then return end
+  local count, over = {}, {}
+  for _, m in ipairs(h.measurements or {}) do
+    local a = h.analyses[m.analysis]
+    local key = m.pipeline .. " " .. m.step
+    if a and failed(m, a) then
+      count[key] = (count[key] or 0) + 1
+      if count[key] > a.failure_limit and not over[m.pipeline] then
+        over[m.pipeline] = { step = m.step, analysis = m.analysis, n = m.n, limit = a.failure_limit }
+      end
+    end
+  end
+  local cev = canary_events_by_pipeline(h)
+  for id, o in pairs(over) do
+    local what = ("analysis %s failed %d times by measurement %d of step %d (limit %d)"):format(o.analysis,
+      o.limit + 1, o.n, o.step, o.limit)
+    local past
+    for _, e in ipairs(cev[id] or {}) do
+      local k, aborting = event_step(e)
+      if not past and e.type == "CANARY_STEP" and k and k >= o.step and not aborting then past = e end
+    end
+    for _, e in ipairs(ev[id] or {}) do
+      if not past and e.to == "SUCCEEDED" then past = { at = e.at, message = "-> SUCCEEDED" } end
+    end
+    if past then add(out, "step_past_failed_analysis", id, what .. ", yet: " .. past.message, past.at) end
+  end
+end
+
+-- The measurements of each step are numbered 1..k without a gap (the PK
+-- forbids two of one number), and none was recorded after its step ended:
+-- after the first CANARY_STEP event of its pipeline at that step or later
+-- (its end, its abort, the promotion), or after the pipeline finished.
+function rules.measurements(h, out, ev)
+  local steps, order = {}, {}
+  for _, m in ipairs(h.measurements or {}) do
+    local key = m.pipeline .. " " .. m.step
+    if not steps[key] then
+      steps[key] = {}
+      order[#order + 1] = key
+    end
+    table.insert(steps[key], m)
+  end
+  local cev = canary_events_by_pipeline(h)
+  for _, key in ipairs(order) do
+    local list = steps[key]
+    table.sort(list, function(a, b) return a.n < b.n end)
+    local id, step = list[1].pipeline, list[1].step
+    for i, m in ipairs(list) do
+      if m.n ~= i then
+        add(out, "measurement_twice", id, ("step %d: measurement %d where %d was due (a gap or a repeat)")
+          :format(step, m.n, i), m.at)
+        break
+      end
+    end
+    local ended
+    for _, e in ipairs(cev[id] or {}) do
+      local k = event_step(e)
+      if e.type == "CANARY_STEP" and k and k >= step then ended = ended or e end
+    end
+    for _, e in ipairs(ev[id] or {}) do
+      if TERMINAL[e.to] and (not ended or e.at < ended.at) then ended = { at = e.at, message = "-> " .. e.to } end
+    end
+    for _, m in ipairs(list) do
+      if ended and m.at and m.at > ended.at then
+        add(out, "measurement_twice", id, ("step %d: measurement %d recorded %.3fs after its step ended (%s)")
+          :format(step, m.n, m.at - ended.at, ended.message), m.at)
+      end
+    end
+  end
+end
+
+-- An aborted canary sent its traffic back to stable: the last weight the
+-- gateway applied for it is 0 (none at all: it never left stable).
+function rules.canary_not_stable(h, out)
+  local w = weights_of(h)
+  for id, p in pairs(h.pipelines or {}) do
+    local list = w[id]
+    if p.status == "ERROR" and (p.message or ""):find("^Canary aborted") and list and list[#list] ~= 0 then
+      add(out, "canary_not_stable", id, ("aborted, its last weight %d (weights %s)"):format(list[#list],
+        table.concat(list, ",")), h.now)
+    end
+  end
+end
+
+-- A bad release (an artifact ending "-bad": 5 % errors) never passes its
+-- analysis (failure_limit 0): none reaches SUCCEEDED where analyses ran.
+function rules.bad_canary(h, out, ev)
+  if not h.analyses then return end
+  for id, p in pairs(h.pipelines or {}) do
+    if (p.artifact or ""):match("%-bad$") and p.trigger ~= "rollback" then
+      for _, e in ipairs(ev[id] or {}) do
+        if e.to == "SUCCEEDED" then
+          add(out, "bad_canary_promoted", id, p.artifact .. " (5 % errors) promoted past its analysis", e.at)
+        end
+      end
+    end
+  end
+end
+
 M.RULES = { "statuses", "side_effects", "lost_locks", "one_unfinished", "restarts", "alerts",
-  "notifications", "stops", "ends", "slots", "rollbacks" }
+  "notifications", "stops", "ends", "slots", "rollbacks", "weight_twice", "weight_order",
+  "step_past_failed_analysis", "measurements", "canary_not_stable", "bad_canary" }
 
 function M.check(h)
   local out, ev = {}, by_pipeline(h)
@@ -361,13 +550,34 @@ function M.explain(h, v, t0)
   t0 = t0 or 0
   local lines = { ("violation: %s%s: %s"):format(v.rule, v.pipeline and (" " .. v.pipeline) or "", v.what) }
   local first, last = v.at, v.at
+  local mine = {}
   for _, e in ipairs(h.events or {}) do
-    if v.pipeline and e.pipeline == v.pipeline then
+    if v.pipeline and e.pipeline == v.pipeline then mine[#mine + 1] = e end
+  end
+  for _, e in ipairs(h.canary_events or {}) do
+    if v.pipeline and e.pipeline == v.pipeline then mine[#mine + 1] = e end
+  end
+  table.sort(mine, function(a, b)
+    if a.at ~= b.at then return a.at < b.at end
+    return a.id < b.id
+  end)
+  for _, e in ipairs(mine) do
+    if e.type then -- a canary's event (ROLLING_OUT -> ROLLING_OUT)
+      lines[#lines + 1] = ("  event +%.2fs %s: %s"):format(e.at - t0, e.type, tostring(e.message))
+    else
       lines[#lines + 1] = ("  event +%.2fs %s -> %s by %s%s"):format(e.at - t0, tostring(e.from), e.to, e.server,
         e.session and (" (session " .. e.session .. ")") or "")
-      first, last = math.min(first or e.at, e.at), math.max(last or e.at, e.at)
+    end
+    first, last = math.min(first or e.at, e.at), math.max(last or e.at, e.at)
+  end
+  for _, m in ipairs(h.measurements or {}) do
+    if v.pipeline and m.pipeline == v.pipeline then
+      lines[#lines + 1] = ("  measured +%.2fs step %d #%d %s: %s"):format((m.at or t0) - t0, m.step, m.n,
+        tostring(m.analysis), m.verdict)
     end
   end
+  local w = v.pipeline and weights_of(h)[v.pipeline]
+  if w then lines[#lines + 1] = "  weights applied: " .. table.concat(w, ",") end
   for _, f in ipairs(h.faults or {}) do
     if first and f.at >= first - M.AROUND and f.at <= last + M.AROUND then
       lines[#lines + 1] = ("  fault +%.2fs %s%s"):format(f.at - t0, f.kind, f.server and (" " .. f.server) or "")
@@ -385,12 +595,13 @@ function M.load(sql, o)
   local h = { now = tonumber(sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t), final = o.final,
     faults = o.faults, stops = o.stops, deliveries = o.deliveries, pipelines = {} }
   h.slots, h.rolls_back = o.slots, o.rolls_back
+  h.analyses, h.weight_steps = o.analyses, o.weight_steps
   for _, r in ipairs(sql("SELECT id, CONCAT(namespace, '/', application, '/', environment) AS target, status, " ..
-      "deploy_mode, deploy_requested_at IS NOT NULL AS requested, trigger_type, artifact, rollback_of " ..
-      "FROM pipeline")) do
+      "deploy_mode, deploy_requested_at IS NOT NULL AS requested, trigger_type, artifact, rollback_of, " ..
+      "LEFT(message, 200) AS message FROM pipeline")) do
     h.pipelines[r.id] = { id = r.id, target = r.target, status = r.status, auto = r.deploy_mode == "auto",
       requested = tonumber(r.requested) == 1, trigger = r.trigger_type, artifact = r.artifact,
-      rollback_of = r.rollback_of }
+      rollback_of = r.rollback_of, message = r.message }
   end
   h.events = {}
   for _, r in ipairs(sql("SELECT e.id, e.pipeline_id, e.from_status, e.to_status, e.server, e.lock_session, " ..
@@ -400,6 +611,18 @@ function M.load(sql, o)
       "WHERE e.from_status IS NULL OR e.from_status <> e.to_status ORDER BY e.id")) do
     h.events[#h.events + 1] = { id = r.id, pipeline = r.pipeline_id, target = r.target, from = r.from_status,
       to = r.to_status, server = r.server, session = tonumber(r.lock_session), at = tonumber(r.at) }
+  end
+  h.canary_events = {}
+  for _, r in ipairs(sql("SELECT id, pipeline_id, event_type, LEFT(message, 300) AS message, " ..
+      "UNIX_TIMESTAMP(created_at) AS at FROM pipeline_event WHERE event_type LIKE 'CANARY%' ORDER BY id")) do
+    h.canary_events[#h.canary_events + 1] = { id = r.id, pipeline = r.pipeline_id, type = r.event_type,
+      message = r.message, at = tonumber(r.at) }
+  end
+  h.measurements = {}
+  for _, r in ipairs(sql("SELECT pipeline_id, step, n, analysis, verdict, UNIX_TIMESTAMP(measured_at) AS at " ..
+      "FROM canary_measurement ORDER BY pipeline_id, step, n")) do
+    h.measurements[#h.measurements + 1] = { pipeline = r.pipeline_id, step = tonumber(r.step), n = tonumber(r.n),
+      analysis = r.analysis, verdict = r.verdict, at = tonumber(r.at) }
   end
   h.calls = {}
   for _, r in ipairs(sql("SELECT pipeline_id, target, action, server FROM sim_call " ..

@@ -26,24 +26,63 @@ M.CHECK_EVERY_S = 10
 M.MAX_ACTIONS = 16 -- workload actions in flight at once; more are skipped
 
 -- The campaign's default policy: short bounds, so that everything a fault
--- leaves behind ends within the settle time. RECEIVER is replaced.
+-- leaves behind ends within the settle time. RECEIVER is replaced; APPS are
+-- the --targets applications (M.policy).
+M.TARGETS = 40
 M.POLICY = [[
 scan     { interval = "500ms" }
 locks    { validate_every = "1s" }
 build    { timeout = "2m" }
-deploy   { timeout = "20s", concurrency = { prod = 2 } }
+deploy   { timeout = "20s", concurrency = { prod = 6 } }
 rollout  { timeout = "15s", max = "30s", on_failure = "rollback" }
 restarts { timezone = "UTC", grace = "10s" }
 alert    { interval = "1s", cpu = { percent = 50, sustained = "0s" }, memory = { percent = 50, sustained = "0s" },
            every = "5s", probe = "simulated" }
 notify   { webhook = "RECEIVER", retry = { initial = "500ms", max = "3s" } }
 gateway "simulated" { build = "3s", deploy = "1s", rollout = "4s" }
-application "chaos/api" { environments = { "prod", "staging" }, limits = { cpu = "1", memory = "1Gi" },
-  restart = { prod = "* * * * *" } }
-application "chaos/web" { environments = { "prod", "staging" }, limits = { cpu = "1", memory = "1Gi" },
-  restart = { staging = "* * * * *" } }
-application "chaos/worker" { environments = { "prod" }, limits = { cpu = "1", memory = "1Gi" } }
 ]]
+
+-- Canaries (issue 38): every other application's releases go through these
+-- steps. With a Prometheus, an analysis of the canary track's error ratio
+-- (the simulated traffic, lua/oops/scenario/traffic.lua) between the
+-- weights: a "-bad" artifact (5 % errors) fails it and is aborted. An
+-- inconclusive measurement (no traffic seen: a database or Prometheus
+-- fault) fails too: paused, it would wait for an operator the campaign
+-- does not play. Without a Prometheus, weights and timed pauses only.
+M.ANALYSIS_QUERY = [[sum(rate(http_requests_total{app="{application}",env="{environment}",track="canary",
+  code="500"}[4s])) / sum(rate(http_requests_total{app="{application}",env="{environment}",track="canary"}[4s]))]]
+M.CANARY_STEPS = '{ { weight = 20 }, { pause = "1s" }, { analysis = "errors" }, { weight = 100 } }'
+M.CANARY_STEPS_PLAIN = '{ { weight = 20 }, { pause = "1s" }, { weight = 50 }, { pause = "1s" }, { weight = 100 } }'
+M.BAD_ERROR_RATE = 0.05
+
+-- The policy's text for n targets: ceil(n/2) applications chaos/appNN with
+-- prod and staging (the last with prod alone when n is odd); the first
+-- three have limits (alerts), app01's prod and app02's staging restart
+-- every minute; every even one is a canary. prom: the analysis' Prometheus
+-- URL, or nil (canaries without analyses).
+function M.policy(n, receiver, prom)
+  local out = { (M.POLICY:gsub("RECEIVER", receiver)) }
+  if prom then
+    out[#out + 1] = ('analysis "errors" { prometheus = %q, query = %q, success = function(v) return v < 0.01 end,\n' ..
+      '  interval = "3s", count = 2, inconclusive = "fail" }'):format(prom, M.ANALYSIS_QUERY)
+  end
+  local apps = (n + 1) // 2
+  local width = math.max(2, #tostring(apps))
+  for i = 1, apps do
+    local envs = (i == apps and n % 2 == 1) and '{ "prod" }' or '{ "prod", "staging" }'
+    local extra = {}
+    if i <= 3 then extra[#extra + 1] = 'limits = { cpu = "1", memory = "1Gi" }' end
+    if i == 1 then extra[#extra + 1] = 'restart = { prod = "* * * * *" }' end
+    if i == 2 and n >= 4 then extra[#extra + 1] = 'restart = { staging = "* * * * *" }' end
+    if i % 2 == 0 then
+      extra[#extra + 1] = ('rollout = { strategy = "canary", steps = %s }'):format(prom and M.CANARY_STEPS
+        or M.CANARY_STEPS_PLAIN)
+    end
+    out[#out + 1] = ('application "chaos/app%0' .. width .. 'd" { environments = %s%s }'):format(i, envs,
+      #extra > 0 and (",\n  " .. table.concat(extra, ",\n  ")) or "")
+  end
+  return table.concat(out, "\n") .. "\n"
+end
 
 local function sleep(s) if s > 0 then oops.sleep(math.floor(s * 1000)) end end
 
@@ -228,6 +267,13 @@ local function create(a, manual)
   -- An artifact (from the plan alone), so that rollbacks, the operator's and
   -- the automatic ones, have something to redeploy.
   local artifact = ("registry/%s:%d"):format((a.target.app:gsub("/", "-")), math.floor(a.at * 1000))
+  -- A bad canary (the plan's quarter): 5 % errors, which its analysis must
+  -- catch; named so the checker knows (bad_canary_promoted). Without a
+  -- Prometheus there is no analysis to catch it: none is bad.
+  if a.arg and a.arg.bad and C.prom then
+    artifact = artifact .. "-bad"
+    C.env.artifact_traffic(artifact, { error_rate = M.BAD_ERROR_RATE })
+  end
   local fine, err = pcall(C.env.create, { app = a.target.app, env = a.target.env, manual = manual,
     artifact = artifact })
   if not fine and not tostring(err):find("unfinished pipeline already exists", 1, true) then error(err, 0) end
@@ -340,10 +386,31 @@ local function release_rules()
   return p.deploy and p.deploy.concurrency or {}, rolls
 end
 
+-- What the policy asks of canaries (issue 38): its analyses' limits, and
+-- each target's weight steps.
+local function canary_rules()
+  local p, analyses, steps = C.policy, nil, {}
+  for name, a in pairs(p.analyses or {}) do
+    analyses = analyses or {}
+    analyses[name] = { failure_limit = a.failure_limit, inconclusive = a.inconclusive }
+  end
+  for name, a in pairs(p.applications or {}) do
+    local plan = require("oops.policy.canary").plan(p, { namespace = name:match("^(.-)/"),
+      application = name:match("/(.*)$") })
+    if plan then
+      local k = 0
+      for _, s in ipairs(plan) do if s.weight then k = k + 1 end end
+      for _, env in ipairs(a.environments or {}) do steps[name .. "/" .. env] = k end
+    end
+  end
+  return analyses, steps
+end
+
 local function load(final)
   local slots, rolls = release_rules()
+  local analyses, weight_steps = canary_rules()
   return history.load(scenario.sql, { final = final, faults = scenario.faults(), stops = C.stops,
-    deliveries = deliveries(), slots = slots, rolls_back = rolls })
+    deliveries = deliveries(), slots = slots, rolls_back = rolls, analyses = analyses, weight_steps = weight_steps })
 end
 
 -- Check now; print the violations not printed before. Returns the history
@@ -429,6 +496,23 @@ local function notifier_report()
   if not ok then say("notifier: its state not read: " .. tostring(err)) end
 end
 
+-- The canaries of the campaign in one line: how many began their steps,
+-- were promoted, aborted; the bad ones (and how many of those were aborted).
+local function canary_line()
+  local fine, r = pcall(scenario.sql, [[SELECT COUNT(*) AS n,
+      COALESCE(SUM(status = 'SUCCEEDED'), 0) AS promoted,
+      COALESCE(SUM(status = 'ERROR' AND message LIKE 'Canary aborted%'), 0) AS aborted,
+      COALESCE(SUM(artifact LIKE '%-bad'), 0) AS bad,
+      COALESCE(SUM(artifact LIKE '%-bad' AND status = 'ERROR' AND message LIKE 'Canary aborted%'), 0) AS bad_aborted,
+      (SELECT COUNT(*) FROM canary_measurement) AS measured
+    FROM pipeline WHERE step > 0]])
+  if not fine or not r[1] then return "canaries: not counted: " .. tostring(r) end
+  r = r[1]
+  return ("canaries: %d began their steps (%s): %d promoted, %d aborted; %d bad, %d of them aborted; " ..
+    "%d measurements"):format(tonumber(r.n), C.prom and "analyses against Prometheus" or "no analyses",
+    tonumber(r.promoted), tonumber(r.aborted), tonumber(r.bad), tonumber(r.bad_aborted), tonumber(r.measured))
+end
+
 local function kinds(list)
   local seen, out = {}, {}
   for _, f in ipairs(list) do
@@ -448,7 +532,14 @@ local function targets_of(policy)
     local envs = {}
     for _, e in ipairs(policy.applications[name].environments or {}) do envs[#envs + 1] = e end
     table.sort(envs)
-    for _, e in ipairs(envs) do list[#list + 1] = { app = name, env = e } end
+    local app = policy.applications[name]
+    -- (canary only in the campaign's own policy: its bad artifacts are for
+    -- its own analysis)
+    local canary = C.own_policy and require("oops.policy.canary").plan(policy, {
+      namespace = name:match("^(.-)/"), application = name:match("/(.*)$") }) ~= nil
+    for _, e in ipairs(envs) do
+      list[#list + 1] = { app = name, env = e, canary = canary or nil, alerts = app.limits ~= nil or nil }
+    end
   end
   return list
 end
@@ -481,6 +572,20 @@ local function start_receiver(host)
   return r
 end
 
+-- The canaries' Prometheus and the simulated traffic it scrapes, where the
+-- servers reach them (the namespaces' hub, as the receiver); without one,
+-- the canaries run without analyses, and the campaign says so.
+local function start_prometheus()
+  local fine, prom = pcall(C.env.prometheus, { host = scenario.hub() or "127.0.0.1" })
+  if fine then
+    C.prom = prom
+    log("prometheus: %s", prom.prom.plain)
+  else
+    say("chaos: no Prometheus (" .. tostring(prom):gsub("\n.*", "") .. "): canaries run without analyses")
+    log("no prometheus: %s", tostring(prom))
+  end
+end
+
 -- The policy the servers run and the servers themselves.
 local function start_servers()
   local o = C.o
@@ -495,8 +600,7 @@ local function start_servers()
       opts.env = { OOPS_SIMULATE = C.receiver.url }
     end
   else
-    C.own_policy = true
-    C.policy_text = M.POLICY:gsub("RECEIVER", C.receiver.url)
+    C.policy_text = M.policy(C.o.targets, C.receiver.url, C.prom and C.prom.url)
     opts.policy = C.policy_text
   end
   C.order = C.env.servers(opts)
@@ -508,12 +612,15 @@ local function start_servers()
   end
 end
 
-local function load_policy()
+-- The policy as the servers will load it (with_prom: its canaries'
+-- analyses; the URLs are stand-ins).
+local function load_policy(with_prom)
   local policy = require("oops.policy")
   if not C.o.policies then
     local dir = C.dir .. "/policy-check"
     lfs.mkdir(dir)
-    files.write(dir .. "/chaos.lua", M.POLICY:gsub("RECEIVER", "http://127.0.0.1:1/hook"))
+    files.write(dir .. "/chaos.lua", M.policy(C.o.targets, "http://127.0.0.1:1/hook",
+      with_prom and "http://oops:x@127.0.0.1:1" or nil))
     return assert(policy.load_dir(dir, { cron_parse = oops.cron.parse }))
   end
   local p, errs = policy.load_dir(C.o.policies, { cron_parse = oops.cron.parse, simulate = "http://127.0.0.1:1/hook" })
@@ -552,7 +659,8 @@ function M.run(o)
   C = { o = o, printed = {}, stops = {}, stopped = {}, done = {}, skipped = {}, work_done = {},
     work_skipped = 0, in_flight = 0, refused = 0, dir = o.work, t0 = oops.now_ms() / 1000 }
   C.log = assert(io.open(C.dir .. "/chaos.log", "a"))
-  C.policy = load_policy()
+  C.own_policy = not o.policies
+  C.policy = load_policy(true)
   local targets = targets_of(C.policy)
   if #targets == 0 then error({ input = "the policy declares no application: nothing to create" }) end
   local names = {}
@@ -578,6 +686,10 @@ function M.run(o)
   scenario.set_note(function(text) log("%s", text) end) -- what took effect: the campaign's log
   C.t0_db = tonumber(scenario.sql("SELECT UNIX_TIMESTAMP(NOW(6)) AS t")[1].t)
   C.receiver = start_receiver(scenario.hub() or "127.0.0.1")
+  if C.own_policy then
+    start_prometheus()
+    if not C.prom then C.policy = load_policy(false) end
+  end
   start_servers()
   log("started: %d servers%s%s", o.servers, C.netns and ", each in a network namespace" or "",
     C.faketime and ", clocks under libfaketime" or "")
@@ -616,6 +728,7 @@ function M.run(o)
     "unfinished pipeline, %d skipped; %d automatic rollbacks, %d releases held before their deploy"):format(
     #counts > 0 and table.concat(counts, ", ") or "none", #C.skipped, #plan.work - C.work_skipped, C.refused,
     C.work_skipped, rollbacks, tonumber(waited and waited[1] and waited[1].n) or 0))
+  say(canary_line())
   local summary = ("chaos: seed %d, %d faults (kinds: %s), %d pipelines, %d violations"):format(o.seed, #C.done,
     #k > 0 and table.concat(k, ", ") or "none", n, #vs)
   log("%s", summary)

@@ -6,7 +6,9 @@
 --
 --   local plan = require("oops.chaos.plan").make {
 --     seed = 7, duration_s = 120, servers = { "s1", "s2", "s3", "s4" },
---     targets = { { app = "chaos/a1", env = "prod" }, ... } }
+--     targets = { { app = "chaos/a1", env = "prod", canary = true, alerts = true }, ... } }
+--   (canary: its releases are canaries, a quarter of them bad: arg.bad;
+--   alerts: it has limits, so the metric actions aim at it)
 --   plan.faults  { { at = 12.5, kind = "kill", target = "s2", hold = 2.1, arg = ... }, ... }
 --   plan.work    { { at = 3.2, kind = "create", target = { app =, env = }, arg = ... }, ... }
 --   require("oops.chaos.plan").line(f)  → "fault +12.5s kill s2"
@@ -32,7 +34,7 @@ M.FAULTS = {
 
 -- The workload's kinds and weights.
 M.WORK = {
-  { "create", 30 },          -- an automatic pipeline
+  { "create", 60 },          -- an automatic pipeline
   { "create_manual", 8 },    -- a manual one (built, then waits for a release)
   { "release", 8 },          -- oopsctl deploy of a manual one that waits
   { "stop", 8 },             -- oopsctl stop --expect (from the status read)
@@ -47,7 +49,10 @@ M.WORK = {
 }
 
 M.FAULT_GAP = { 2, 8 }   -- seconds between two faults
-M.WORK_GAP = { 0.2, 1.5 } -- seconds between two workload actions
+-- Seconds between two workload actions: about four a second, two of them
+-- creates (some refused beside an unfinished pipeline of their target).
+M.WORK_GAP = { 0.1, 0.4 }
+M.BAD_CANARY = 0.25      -- the share of canary releases whose artifact fails its analysis
 M.QUIET_START = 3        -- no fault in the first seconds: the servers start
 
 local function weights(list)
@@ -87,8 +92,10 @@ local function faults(r, o)
   return list
 end
 
-local function work_arg(r, kind)
-  if kind == "metric" then
+local function work_arg(r, kind, t)
+  if (kind == "create" or kind == "create_manual") and t.canary then
+    return { bad = r:chance(M.BAD_CANARY) } -- its artifact named "...-bad", 5 % errors
+  elseif kind == "metric" then
     return { metric = r:pick { "cpu", "memory" }, pod = "pod-" .. r:int(1, 3), high = r:chance(0.55) }
   elseif kind == "receiver_500" or kind == "receiver_hang" or kind == "deploy_fail" then
     return { seconds = round1(r:range(2, 8)) }
@@ -101,11 +108,15 @@ end
 local function work(r, o)
   local list, at = {}, 0.5
   local w = weights(M.WORK)
+  local limited = {} -- the metric actions' targets: those with limits, when any says so
+  for _, t in ipairs(o.targets) do if t.alerts then limited[#limited + 1] = t end end
+  if #limited == 0 then limited = o.targets end
   while true do
     at = at + r:range(M.WORK_GAP[1], M.WORK_GAP[2])
     if round1(at) >= o.duration_s then break end
     local kind = r:weighted(w)
-    list[#list + 1] = { at = round1(at), kind = kind, target = r:pick(o.targets), arg = work_arg(r, kind) }
+    local t = r:pick(kind == "metric" and limited or o.targets)
+    list[#list + 1] = { at = round1(at), kind = kind, target = t, arg = work_arg(r, kind, t) }
   end
   return list
 end

@@ -573,12 +573,14 @@ end
 -- A real Prometheus (Debian's, lua/oops/scenario/prometheus.lua) scraping
 -- the simulated gateway's traffic (lua/oops/scenario/traffic.lua), started
 -- once per run and stopped at its end: { url (what a policy's analysis
--- names, its password in it), prom, traffic }.
-local function prometheus()
+-- names, its password in it), prom, traffic }. opts.host: the address both
+-- listen on (default 127.0.0.1; oopsctl chaos gives the namespaces' hub).
+local function prometheus(opts)
   if run.prometheus then return run.prometheus end
+  local host = opts and opts.host
   local token = require("oops.scenario.mariadb").random_password()
-  local traffic = assert(require("oops.scenario.traffic").start { token = token })
-  local prom, err = require("oops.scenario.prometheus").start { dir = run.dir,
+  local traffic = assert(require("oops.scenario.traffic").start { token = token, host = host })
+  local prom, err = require("oops.scenario.prometheus").start { dir = run.dir, host = host,
     targets = { { address = traffic.address, token = token } } }
   if not prom then
     traffic:stop()

@@ -6,8 +6,10 @@
 -- apache2-utils' htpasswd, read from stdin: never in an argv), so another
 -- local user can neither read its metrics nor query it.
 --   local prom = assert(require("oops.scenario.prometheus").start {
---     dir = DIR, targets = { { address = "127.0.0.1:PORT", token = SECRET } } })
+--     dir = DIR, targets = { { address = "127.0.0.1:PORT", token = SECRET } } [, host = ADDR] })
 --   prom.url      http://oops:PASSWORD@127.0.0.1:PORT (what a policy names)
+-- host: the address it listens on (default 127.0.0.1); oopsctl chaos gives
+-- the network namespaces' hub, so that servers in a namespace reach it.
 --   prom:stop()
 -- Everything here waits: call it from a task.
 local oops = require("oops")
@@ -56,9 +58,10 @@ local function ready(self)
   return r and r.status == 200
 end
 
--- start{ dir, targets = { { address, token }... } }: the server, or nil, err.
+-- start{ dir, targets = { { address, token }... }, host }: the server, or nil, err.
 function M.start(opts)
   local dir = assert(opts.dir, "prometheus.start{dir}")
+  local host = opts.host or "127.0.0.1"
   if not oops.fs.mkdir_private(dir .. "/prometheus") then return nil, "cannot make " .. dir .. "/prometheus" end
   dir = dir .. "/prometheus"
   local self = setmetatable({ dir = dir, password = mariadb.random_password() }, Prom)
@@ -68,13 +71,13 @@ function M.start(opts)
   write_private(dir .. "/prometheus.yml", config(dir, opts.targets or {}))
   for _ = 1, 5 do
     self.port = mariadb.free_port()
-    self.plain = "http://127.0.0.1:" .. self.port
-    self.url = ("http://oops:%s@127.0.0.1:%d"):format(self.password, self.port)
+    self.plain = ("http://%s:%d"):format(host, self.port)
+    self.url = ("http://oops:%s@%s:%d"):format(self.password, host, self.port)
     local log = assert(io.open(dir .. "/prometheus.log", "a"))
     self.exit = nil
     self.proc = assert(oops.proc.start {
       argv = { "prometheus", "--config.file=" .. dir .. "/prometheus.yml", "--storage.tsdb.path=" .. dir .. "/data",
-        "--web.listen-address=127.0.0.1:" .. self.port, "--web.config.file=" .. dir .. "/web.yml",
+        "--web.listen-address=" .. host .. ":" .. self.port, "--web.config.file=" .. dir .. "/web.yml",
         "--log.level=warn" },
       on_output = function(_, data) log:write(data) log:flush() end,
       on_exit = function(r) log:close() self.exit = r end,
