@@ -596,6 +596,12 @@ local function artifact_traffic(artifact, t)
     "error_rate = VALUES(error_rate), rps = VALUES(rps)", artifact, t.error_rate or 0, t.rps or 20)
 end
 
+-- A pod's use as the alert probe's Prometheus sees it (the exporter of
+-- prometheus()): pod_use("shop", "api-1", { cpu = 800, memory = 2^29 }).
+local function pod_use(namespace, pod, use)
+  prometheus().traffic:set_pod(namespace, pod, use)
+end
+
 ---------------------------------------------------------------- the end
 
 -- The end checks (lua/oops/scenario/check.lua), polled until they all pass
@@ -714,7 +720,7 @@ local function environment()
     fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl,
     fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
     held_by = held_by, held_elsewhere = held_elsewhere, server_session = server_session,
-    prometheus = prometheus, artifact_traffic = artifact_traffic,
+    prometheus = prometheus, artifact_traffic = artifact_traffic, pod_use = pod_use,
     settle = function(seconds) run.settle = seconds end,
     release_rules = M.release_rules,
     oops = oops, skip = skip, skewed_clock = skewed_clock,

@@ -11,6 +11,11 @@
 -- elapsed time at each refresh (every 250 ms), errors exactly error_rate of
 -- them: the ratio a query computes is the rate the test set. While the
 -- database cannot be read, the last split read goes on.
+-- It also serves the pods' use that the alert scan's Prometheus probe asks
+-- for (lua/oops/probes/prometheus.lua), as set by t:set_pod(namespace, pod,
+-- { cpu = MILLICORES, memory = BYTES }) (at most MAX_PODS pods):
+--   container_cpu_usage_seconds_total{namespace, pod, container="app"}  (a counter)
+--   container_memory_working_set_bytes{namespace, pod, container="app"}
 -- Runs in the scenario runner's own process (a task refreshes; the loop
 -- answers scrapes). Tools only: scenarios, oopsctl chaos, bench.
 local oops = require("oops")
@@ -24,6 +29,7 @@ local READ = "SELECT t.namespace, t.application, t.environment, t.weight, " ..
   "FROM sim_traffic t LEFT JOIN sim_artifact c ON c.artifact = t.canary_artifact " ..
   "LEFT JOIN sim_artifact s ON s.artifact = t.stable_artifact ORDER BY 1, 2, 3 LIMIT 10000"
 
+M.MAX_PODS = 1000
 local function quoted(s) return (tostring(s):gsub("[\\\"]", "\\%0"):gsub("\n", "\\n")) end
 
 local Traffic = {}
@@ -38,6 +44,7 @@ function Traffic:refresh()
   -- read, as an application's does.
   rows = rows or self.rows or {}
   self.rows = rows
+  for _, pod in ipairs(self.pods) do pod.cpu_s = pod.cpu_s + pod.cpu / 1000 * dt end
   for _, r in ipairs(rows) do
     local key = r.namespace .. "/" .. r.application .. "/" .. r.environment
     local c = self.counters[key]
@@ -67,14 +74,41 @@ function Traffic:render()
       out[#out + 1] = ('http_requests_total{%s,track="%s",code="500"} %.6f'):format(c.labels, track, c[track][2])
     end
   end
+  if #self.pods > 0 then
+    out[#out + 1] = "# TYPE container_cpu_usage_seconds_total counter"
+    for _, pod in ipairs(self.pods) do
+      out[#out + 1] = ("container_cpu_usage_seconds_total{%s} %.6f"):format(pod.labels, pod.cpu_s)
+    end
+    out[#out + 1] = "# TYPE container_memory_working_set_bytes gauge"
+    for _, pod in ipairs(self.pods) do
+      out[#out + 1] = ("container_memory_working_set_bytes{%s} %d"):format(pod.labels, pod.memory)
+    end
+  end
   return table.concat(out, "\n") .. "\n"
+end
+
+-- A pod's use from now on: { cpu = millicores (the rate its CPU counter
+-- grows at), memory = bytes }; a field left out keeps its value (0 at first).
+function Traffic:set_pod(namespace, pod, use)
+  local key = namespace .. "/" .. pod
+  local p = self.pods[key]
+  if not p then
+    assert(#self.pods < M.MAX_PODS, "traffic: at most " .. M.MAX_PODS .. " pods")
+    p = { labels = ('namespace="%s",pod="%s",container="app"'):format(quoted(namespace), quoted(pod)),
+      cpu = 0, cpu_s = 0, memory = 0 }
+    self.pods[key] = p
+    self.pods[#self.pods + 1] = p
+  end
+  self:refresh() -- what was used at the old rate is counted at it
+  p.cpu = use.cpu or p.cpu
+  p.memory = math.floor(use.memory or p.memory)
 end
 
 -- start{ token = SECRET [, host = "127.0.0.1"] }: the exporter, or nil, err.
 -- t.url is where to scrape (/metrics), t:stop() ends it.
 function M.start(opts)
   assert(type(opts) == "table" and type(opts.token) == "string" and #opts.token >= 16, "traffic.start{token}")
-  local t = setmetatable({ counters = {}, order = {}, last = oops.now_ms(), running = true }, Traffic)
+  local t = setmetatable({ counters = {}, order = {}, pods = {}, last = oops.now_ms(), running = true }, Traffic)
   local want = "Bearer " .. opts.token
   local srv, err = oops.http.serve {
     listen = (opts.host or "127.0.0.1") .. ":0",
