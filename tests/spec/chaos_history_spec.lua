@@ -691,6 +691,42 @@ describe("chaos history: release safety", function()
     assert.are.same({}, history.check(not_final(h)))
   end)
 
+  it("no rollback is missing where a newer pipeline of the target was created before the failure", function()
+    -- F, a manual release, waits in BUILD_SUCCEEDED (not unfinished) while
+    -- M is created; then F is released and fails: the engine returns to
+    -- nothing then (a newer pipeline exists). M created after the failure
+    -- changes nothing.
+    local function with_m(m_at)
+      local h = released()
+      local keep = h.events
+      h.events = {}
+      for _, e in ipairs(keep) do if e.pipeline ~= "F" and e.pipeline ~= "R" then h.events[#h.events + 1] = e end end
+      h.pipelines.R = nil
+      local calls = h.calls
+      h.calls = {}
+      for _, c in ipairs(calls) do if c.pipeline ~= "R" then h.calls[#h.calls + 1] = c end end
+      local f = { { "INITIALIZED", "s2", 4, 55 }, { "RUNNING", "s2", 4, 55.1 }, { "BUILD_SUCCEEDED", "s2", 4, 55.2 },
+        { "DEPLOYING", "s2", 4, 57 }, { "ROLLING_OUT", "s2", 4, 58 }, { "ERROR", "s3", 7, 59 } }
+      local m = { { "INITIALIZED", "s1", 2, m_at }, { "RUNNING", "s1", 2, m_at + 0.1 },
+        { "BUILD_SUCCEEDED", "s1", 2, m_at + 0.2 } }
+      if m_at < 59 then
+        life(h, "F", T3, { f[1], f[2], f[3] })
+        life(h, "M", T3, m)
+        life(h, "F", T3, { f[4], f[5], f[6] })
+      else
+        life(h, "F", T3, f)
+        life(h, "M", T3, m)
+      end
+      pipeline(h, "F", T3, "ERROR", false, true)
+      h.pipelines.F.trigger, h.pipelines.F.artifact = "release", "v2"
+      pipeline(h, "M", T3, "BUILD_SUCCEEDED", false)
+      h.pipelines.M.trigger, h.pipelines.M.artifact = "release", "v3"
+      return h
+    end
+    assert.are.same({}, reported(with_m(55.5)))
+    assert.are.same({ "rollback_missing F" }, reported(with_m(65)))
+  end)
+
   it("no rollback is missing where the policy fails, or nothing was live", function()
     local h = released()
     h.pipelines.R.rollback_of = nil

@@ -223,17 +223,29 @@ function rules.rollbacks(h, out, ev)
     if n > 1 then add(out, "rollback_twice", id, n .. " automatic rollbacks of one failure", h.now) end
   end
   if not h.final or not h.rolls_back then return end
+  local created = {} -- pipeline → its creation event
+  for _, e in ipairs(h.events) do
+    if e.from == nil and e.to == "INITIALIZED" and not created[e.pipeline] then created[e.pipeline] = e end
+  end
   for id, f in pairs(failed_at) do
     local p = h.pipelines[id]
     if p and p.trigger == "release" and h.rolls_back[p.target] and not made[id] then
-      local live = false
+      -- A live release to return to, and no newer pipeline of the target
+      -- when it failed (one created while it waited in BUILD_SUCCEEDED,
+      -- which is not unfinished: the engine returns to nothing then).
+      local live, newer = false, false
+      local mine = created[id]
       for _, e in ipairs(h.events) do
         if e.id < f.id and e.to == "SUCCEEDED" and e.target == p.target then
           local l = h.pipelines[e.pipeline]
           live = live or (l and (l.artifact or "") ~= "")
         end
+        if mine and e.target == p.target and e.pipeline ~= id and e == created[e.pipeline] and e.id > mine.id
+          and e.id < f.id then
+          newer = true
+        end
       end
-      if live then
+      if live and not newer then
         add(out, "rollback_missing", id, "failed after its deploy with a live release before it, and no rollback", f.at)
       end
     end
