@@ -65,7 +65,12 @@ run_one() { # name, command...
   fi
   if ((nok)); then
     failures+=("$name")
-    echo "----- $name -----"; grep -E '^not ok|^#|ERROR|Error|error|FAIL|runtime error|Sanitizer' "$log" | head -40
+    echo "----- $name -----"
+    # The failures and their diagnostics first (a log's error lines that
+    # passing tests expect would hide them), then what else went wrong.
+    { awk '/^not ok /{ show = 1; print; next } /^(ok|not ok) / { show = 0 } show && /^#/' "$log" | head -60
+      grep -E 'runtime error|Sanitizer' "$log" | head -10
+      grep -qE '^not ok ' "$log" || grep -E 'ERROR|Error|error|FAIL' "$log" | head -30; }
     echo "----- (full log: $log)"
   fi
 }
