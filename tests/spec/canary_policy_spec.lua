@@ -472,14 +472,14 @@ describe("the exec gateway's weight command", function()
       '"./deploy.sh", "{weight}"'))
     assert.are.same({
       'F:2: application "shop/web": deploy: argument 2: "{weight}": unknown placeholder {weight} ' ..
-        "(known: {application}, {artifact}, {environment}, {id}, {namespace})",
+        "(known: {application}, {artifact}, {environment}, {id}, {namespace}, {trigger})",
       'F:2: application "shop/web": restart_command: argument 2: "{weight}": unknown placeholder {weight} ' ..
         "(known: {application}, {environment}, {namespace})",
       'F:2: application "shop/web": deploy: required by gateway "exec"',
     }, errs)
     errs = errors_of(app(', weight = { "./w.sh", "{source}" }'))
     assert.are.same({ 'F:2: application "shop/web": weight: argument 2: "{source}": unknown placeholder ' ..
-      "{source} (known: {application}, {artifact}, {environment}, {id}, {namespace}, {weight})" }, errs)
+      "{source} (known: {application}, {artifact}, {environment}, {id}, {namespace}, {trigger}, {weight})" }, errs)
   end)
 
   it('is required by gateway "exec" for a canary or blue_green plan, its own or the global one', function()

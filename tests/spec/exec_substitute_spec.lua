@@ -18,6 +18,15 @@ describe("exec placeholders", function()
     assert.are.same({ "ci", "abc", "git@example.org:shop/api.git@main", "7", src }, argv)
   end)
 
+  it("fill {trigger} with what made the pipeline: release (the default) or rollback", function()
+    local v = exec.values { id = "abc", namespace = "shop", application = "web", environment = "prod",
+      artifact = "v1", trigger = "rollback" }
+    assert.are.same({ "deploy", "web", "v1", "rollback" },
+      assert(exec.substitute({ "deploy", "{application}", "{artifact}", "{trigger}" }, v)))
+    v = exec.values { id = "abc", namespace = "shop", application = "web", environment = "prod", artifact = "v1" }
+    assert.are.same({ "release" }, assert(exec.substitute({ "{trigger}" }, v)))
+  end)
+
   it("use a value as text only: it is never read again as a placeholder or a pattern", function()
     local argv = assert(exec.substitute({ "{source.a}", "{source.b}" }, values('{"a": "{id}", "b": "%1"}')))
     assert.are.same({ "{id}", "%1" }, argv)
@@ -43,7 +52,7 @@ end)
 -- the placeholder.
 describe("exec placeholders never expand to an option", function()
   local NAMES = { "id", "pipeline", "namespace", "application", "environment", "artifact", "job", "source",
-    "source.ref" }
+    "source.ref", "trigger" }
   -- Every placeholder set to v; {source} is the JSON text itself, {source.ref} a field of it.
   local function all(v)
     local t = { source_fields = { ref = v } }

@@ -99,7 +99,7 @@ local FAILS = {
       'unknown placeholder {artifact} (known: {application}, {environment}, {namespace})',
     'bad_argv/apps.lua:8: application "shop/web": build: argument 2: "TAG={artefact}": ' ..
       'unknown placeholder {artefact} (known: {application}, {artifact}, {environment}, {id}, {namespace}, ' ..
-      '{source}, {source.KEY})',
+      '{source}, {source.KEY}, {trigger})',
     'bad_argv/apps.lua:8: application "shop/web": deploy: argument 1 (the program) is empty',
     'bad_argv/apps.lua:8: application "shop/web": health: must be an argv list of strings like {"make", "image"} ' ..
       '(it has named keys)',

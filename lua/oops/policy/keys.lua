@@ -7,18 +7,22 @@ local M = {}
 -- Globals a file may assign: functions the engine calls.
 M.HOOKS = { "on_build_lost", "on_transition" }
 
--- Placeholders an argv may carry, filled in by the exec gateway.
-local PIPELINE_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace" }
+-- Placeholders an argv may carry, filled in by the exec gateway. {trigger}:
+-- "release" or "rollback" (a rollback's deploy goes to the stable release of
+-- a canary application, whose releases deploy beside it).
+local PIPELINE_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace", "trigger" }
 -- Build commands also get the pipeline's source: {source} (its JSON) and
 -- {source.KEY} (a top-level field; "source.*" stands for every KEY).
-local BUILD_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace", "source", "source.*" }
+local BUILD_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace", "source", "source.*",
+  "trigger" }
 -- An external build's status and cancel commands also get {job}, the handle
 -- its submit printed.
-local JOB_PLACEHOLDERS = { "application", "artifact", "environment", "id", "job", "namespace", "source", "source.*" }
+local JOB_PLACEHOLDERS = { "application", "artifact", "environment", "id", "job", "namespace", "source", "source.*",
+  "trigger" }
 local RESTART_PLACEHOLDERS = { "application", "environment", "namespace" }
 -- The weight command (a canary's share of traffic) also gets {weight}, a
 -- whole number from 0 to 100.
-local WEIGHT_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace", "weight" }
+local WEIGHT_PLACEHOLDERS = { "application", "artifact", "environment", "id", "namespace", "trigger", "weight" }
 
 -- The keys each declaration's table accepts (Decl:only refuses any other), by
 -- where they are written: "alert.cpu" is the table under alert's `cpu`. The

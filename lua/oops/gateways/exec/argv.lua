@@ -4,7 +4,8 @@
 -- for an option) or put a control character into one.
 --
 -- Placeholders {id} (the pipeline id; {pipeline} also works) {namespace}
--- {application} {environment} {artifact} are replaced inside arguments by
+-- {application} {environment} {artifact} {trigger} ("release" or
+-- "rollback") are replaced inside arguments by
 -- plain text substitution; the values are never rescanned, so a field
 -- holding "$(touch x)" or "{id}" reaches the command as that literal text
 -- (but see "Pipeline fields in argv" below for what is refused).
@@ -138,7 +139,7 @@ end
 local function pipeline_values(p)
   return {
     id = p.id, pipeline = p.id, namespace = p.namespace, application = p.application,
-    environment = p.environment, artifact = p.artifact or "",
+    environment = p.environment, artifact = p.artifact or "", trigger = p.trigger or "release",
     source = p.source or "", source_fields = source_fields(p),
   }
 end

@@ -31,7 +31,7 @@
 --   exec/deploys.lua          deploys, health checks and restarts
 -- require("oops.gateways.exec") is this module: new, Gateway, the tunables
 -- (OUTPUT_CAP, KILL_GRACE_MS, MEMO_CAP) and, from the files above,
--- substitute, refusal, check_handle, argv_json, status_verdict and
+-- substitute, refusal, check_handle, values, argv_json, status_verdict and
 -- health_verdict.
 --
 -- Stopping: build_stop (the sweep, for a STOPPED pipeline) sends SIGTERM to
@@ -57,6 +57,7 @@ M.KILL_GRACE_MS = 5000
 local SIGTERM, SIGKILL = 15, 9
 
 M.substitute, M.refusal, M.check_handle = placeholders.substitute, placeholders.refusal, placeholders.check_handle
+M.values = placeholders.values
 M.argv_json = logs.argv_json
 M.status_verdict = require("oops.gateways.exec.external_builds").status_verdict
 M.health_verdict = require("oops.gateways.exec.deploys").health_verdict
