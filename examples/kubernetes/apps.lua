@@ -65,3 +65,38 @@ application "shop/worker" {
   limits          = { cpu = "500m", memory = "512Mi" },
   env             = settings { K8S_REPLICAS = "2" },
 }
+
+-- A canary (README.md, "Canary"): each release runs as the Deployment
+-- web-canary beside the stable web (K8S_CANARY=1 in its env: k8s-deploy and
+-- k8s-health work on web-canary), and k8s-weight shifts ingress-nginx's
+-- canary weight: 10 %, judged by the analysis "errors", 50 %, ten minutes,
+-- judged again, then promoted (the stable web takes the image). A failed
+-- analysis or `oopsctl abort` sets the weight to 0; the pipeline then fails.
+analysis "errors" {
+  prometheus = "http://prometheus.monitoring:9090",
+  -- ingress-nginx's own counters for the canary Ingress (web-canary in
+  -- namespace shop-prod): its share of 5xx answers over the last minute.
+  query = [[sum(rate(nginx_ingress_controller_requests{exported_namespace="{namespace}-{environment}",
+              ingress="{application}-canary",status=~"5.."}[1m]))
+            / sum(rate(nginx_ingress_controller_requests{exported_namespace="{namespace}-{environment}",
+              ingress="{application}-canary"}[1m]))]],
+  success = function(v) return v < 0.01 end,
+  interval = "1m", count = 5, failure_limit = 1,
+}
+
+application "shop/web" {
+  environments    = { "staging", "prod" },
+  build           = k8s_build,
+  -- {trigger}: a rollback (no canary steps) deploys to the stable web
+  deploy          = { "./k8s-deploy", "{namespace}", "{application}", "{environment}", "{artifact}", "{id}",
+                      "{trigger}" },
+  health          = { "./k8s-health", "{namespace}", "{application}", "{environment}", "{trigger}" },
+  weight          = { "./k8s-weight", "{namespace}", "{application}", "{environment}", "{artifact}", "{id}",
+                      "{weight}" },
+  limits          = { cpu = "1", memory = "1Gi" },
+  timeouts        = { submit = "1m", status = "30s", cancel = "1m", deploy = "2m", health = "30s", weight = "5m" },
+  env             = settings { K8S_CANARY = "1", K8S_REPLICAS = "2" },
+  rollout         = { strategy = "canary", steps = {
+    { weight = 10 }, { analysis = "errors" }, { weight = 50 }, { pause = "10m" }, { analysis = "errors" },
+    { weight = 100 } } },
+}

@@ -62,6 +62,24 @@ is_blank() {
   return 0
 }
 
+# A canary (K8S_CANARY=1, a canary or blue_green rollout): the release runs as
+# a second Deployment beside the stable one, named T_NAME-canary (T_CANARY).
+# Sets T_CANARY; returns 1 with a message when the name is too long.
+canary_name() {
+  T_CANARY=$T_NAME-canary
+  is_label "$T_CANARY" && return 0
+  say "canary deployment \"$T_CANARY\": must be a DNS label of at most 63 characters"
+  return 1
+}
+# Whether K8S_CANARY asks for a canary: 1 yes, 0 or unset no, else an error.
+canary_mode() {
+  case ${K8S_CANARY:-0} in
+    1) return 0 ;;
+    0) return 1 ;;
+  esac
+  die 64 "K8S_CANARY=${K8S_CANARY}: must be 1 or 0"
+}
+
 # Where an application's environment lives on the cluster (K8S_LAYOUT):
 #   namespace-per-environment (default): namespace NS-ENV, Deployment APP
 #   name-per-environment:                namespace NS,     Deployment APP-ENV

@@ -170,6 +170,29 @@ if [[ -n $kube ]]; then
   run env K8S_DEPLOYMENT_TEMPLATE="$ex/deployment-api.yaml" K8S_CONTAINER=sidecar "$ex/k8s-deploy" --manifest shop api prod "$image" "$id"
   is "$RC" 64 "K8S_CONTAINER naming no container of the template is refused"
 
+  # A canary (K8S_CANARY=1): the Deployment NAME-canary beside the stable one,
+  # selecting its own pods only; a rollback goes to the stable one.
+  run env K8S_CANARY=1 K8S_DEPLOYMENT_TEMPLATE="$ex/deployment-api.yaml" "$ex/k8s-deploy" --manifest shop api prod \
+    "$image" "$id"
+  is "$RC" 0 "k8s-deploy with K8S_CANARY=1 prints the canary Deployment"
+  tdep=$(typed "$OUT")
+  is "$?" 0 "... kubectl decodes it as a Deployment"
+  is "$(lost "$OUT" "$tdep")" "[]" "... keeping every field"
+  is "$(q "$tdep" '"\(.metadata.namespace) \(.metadata.name) \(.metadata.labels["oops.dev/track"])"')" \
+    "shop-prod api-canary canary" "it is api-canary, labelled oops.dev/track=canary"
+  is "$(q "$tdep" '.spec.selector.matchLabels | to_entries | map("\(.key)=\(.value)") | sort | join(",")')" \
+    "app.kubernetes.io/instance=api-canary,app.kubernetes.io/name=api" \
+    "its selector is its own (instance api-canary), not the template's: it never adopts the stable pods"
+  check "... and selects its pod template" selects_template "$tdep"
+  is "$(q "$OUT" '.spec.template.spec.containers[0].image')" "$image" "... whose container runs the release"
+  run env K8S_CANARY=1 "$ex/k8s-deploy" --manifest shop api prod "$image" "$id" rollback
+  is "$(q "$OUT" '"\(.metadata.name) \(.metadata.labels | has("oops.dev/track"))"')" "api false" \
+    "a rollback (TRIGGER rollback) deploys to the stable Deployment, canary or not"
+  run env K8S_CANARY=yes "$ex/k8s-deploy" --manifest shop api prod "$image" "$id"
+  is "$RC:$LAST" "64:K8S_CANARY=yes: must be 1 or 0" "K8S_CANARY other than 1 or 0 is refused"
+  run "$ex/k8s-deploy" --manifest shop api prod "$image" "$id" promote
+  is "$RC:$LAST" '64:trigger "promote" must be release or rollback' "an unknown TRIGGER is refused"
+
   # --- 2. status and health verdicts on saved documents ------------------------
   status_of() { # FIXTURE -> RC, OUT
     run env K8S_JOB_JSON="$fx/$1" "$ex/k8s-build" status "oops-build/api-pipeline-$id"
@@ -334,6 +357,63 @@ delete pods --namespace oops-build --selector job-name=api-pipeline-$id --ignore
 get pods --namespace shop-prod --selector app.kubernetes.io/instance=api,app.kubernetes.io/name=api --output json" \
     "... reading the Deployment, then its pods by its selector"
 
+  fresh
+  stubbed env K8S_CANARY=1 "$ex/k8s-health" shop web prod
+  is "$(calls | head -n 1)" "get deployment web-canary --namespace shop-prod --ignore-not-found --output json" \
+    "health with K8S_CANARY=1 judges the canary Deployment"
+  fresh
+  stubbed env K8S_CANARY=1 "$ex/k8s-health" shop web prod rollback
+  is "$(calls | head -n 1)" "get deployment web --namespace shop-prod --ignore-not-found --output json" \
+    "... but a rollback's, the stable one"
+
+  # k8s-weight: ingress-nginx's canary weight; 0 and 100 end the canary.
+  fresh
+  answer annotate "ingress.networking.k8s.io/web-canary annotated"
+  stubbed "$ex/k8s-weight" shop web prod "$image" "$id" 10
+  is "$RC" 0 "weight 10 exits 0"
+  is "$(calls)" "annotate --overwrite --namespace shop-prod ingress web-canary nginx.ingress.kubernetes.io/canary-weight=10" \
+    "... annotating the canary Ingress with canary-weight 10, and nothing else"
+  is "$OUT" "ingress shop-prod/web-canary: weight 10 on $image" "... saying so"
+  fresh
+  stubbed "$ex/k8s-weight" shop web prod "$image" "$id" 0
+  is "$RC:$(calls)" "0:annotate --overwrite --namespace shop-prod ingress web-canary nginx.ingress.kubernetes.io/canary-weight=0
+scale --namespace shop-prod deployment web-canary --replicas=0" \
+    "weight 0 (an abort): canary-weight 0, then the canary Deployment scaled to 0"
+  fresh
+  answer scale "" 1 'Error from server (NotFound): deployments.apps "web-canary" not found'
+  stubbed "$ex/k8s-weight" shop web prod "$image" "$id" 0
+  is "$RC" 0 "weight 0 again, the canary Deployment gone already: exits 0 (each weight may be set again)"
+  fresh
+  stubbed env K8S_CANARY=1 K8S_PROMOTE_TIMEOUT=90s "$ex/k8s-weight" shop web prod "$image" "$id" 100
+  is "$RC" 0 "weight 100 (the promotion) exits 0"
+  is "$(calls)" "apply --filename -
+rollout status --namespace shop-prod deployment/web --timeout=90s
+annotate --overwrite --namespace shop-prod ingress web-canary nginx.ingress.kubernetes.io/canary-weight=0
+scale --namespace shop-prod deployment web-canary --replicas=0" \
+    "... the stable Deployment takes the release, is waited for, then the canary's weight 0 and its pods gone"
+  is "$(jq -r '"\(.metadata.name) \(.spec.template.spec.containers[0].image) \(.metadata.labels | has("oops.dev/track"))"' "$stub/stdin.1")" \
+    "web $image false" "... the applied Deployment is the stable web with the release's image (K8S_CANARY set or not)"
+  fresh
+  answer rollout "" 1 'error: timed out waiting for the condition'
+  stubbed "$ex/k8s-weight" shop web prod "$image" "$id" 100
+  is "$RC:$LAST" "1:deployment shop-prod/web did not roll out $image within 4m: error: timed out waiting for the condition" \
+    "a promotion whose stable rollout does not end exits 1, one line, the canary's weight left as it was"
+  is "$(calls | grep -c annotate)" 0 "... (no annotate after it)"
+  fresh
+  answer annotate "" 1 'Error from server (NotFound): ingresses.networking.k8s.io "web-canary" not found'
+  stubbed "$ex/k8s-weight" shop web prod "$image" "$id" 50
+  is "$RC:$LAST" '1:kubectl annotate of ingress shop-prod/web-canary (canary-weight 50) failed: Error from server (NotFound): ingresses.networking.k8s.io "web-canary" not found' \
+    "no canary Ingress: exits 1 with a one-line reason"
+  for w in 101 -1 1x "" 007 1000; do
+    fresh
+    stubbed "$ex/k8s-weight" shop web prod "$image" "$id" "$w"
+    is "$RC:$(calls | wc -l)" "64:0" "weight \"$w\" is refused (exit 64) before any kubectl call"
+  done
+  like "$LAST" 'must be a whole number from 0 to 100' "... saying what a weight is"
+  fresh
+  stubbed env K8S_PROMOTE_TIMEOUT='4m;x' "$ex/k8s-weight" shop web prod "$image" "$id" 100
+  is "$RC:$(calls | wc -l)" "64:0" "a K8S_PROMOTE_TIMEOUT that is no duration is refused"
+
   # The real kubectl, its server unreachable (a closed local port).
   port=$(_free_port)
   cat >"$work/kubeconfig" <<EOF
@@ -366,23 +446,26 @@ EOF
   run "$ex/k8s-restart" shop api prod
   like "$RC:$LAST" "^1:kubectl rollout restart deployment/api -n shop-prod failed: .*127\.0\.0\.1:$port" \
     "server unreachable: restart exits 1 with its reason"
+  run "$ex/k8s-weight" shop web prod "$image" "$id" 10
+  like "$RC:$LAST" "^1:kubectl annotate of ingress shop-prod/web-canary \(canary-weight 10\) failed: .*127\.0\.0\.1:$port" \
+    "server unreachable: weight exits 1 with its reason"
   unset KUBECONFIG
 fi
 
 # --- the scripts themselves ---------------------------------------------------
-for s in k8s-build k8s-deploy k8s-health k8s-restart; do
+for s in k8s-build k8s-deploy k8s-health k8s-restart k8s-weight; do
   check "$s is executable" test -x "$ex/$s"
 done
-for s in k8s-lib.sh k8s-build k8s-deploy k8s-health k8s-restart; do
+for s in k8s-lib.sh k8s-build k8s-deploy k8s-health k8s-restart k8s-weight; do
   check "$s parses as sh (sh -n; Debian: dash)" sh -n "$ex/$s"
 done
 if command -v shellcheck >/dev/null; then
-  out=$(shellcheck -s sh -x "$ex/k8s-lib.sh" "$ex/k8s-build" "$ex/k8s-deploy" "$ex/k8s-health" "$ex/k8s-restart" 2>&1)
+  out=$(shellcheck -s sh -x "$ex/k8s-lib.sh" "$ex/k8s-build" "$ex/k8s-deploy" "$ex/k8s-health" "$ex/k8s-restart" "$ex/k8s-weight" 2>&1)
   is "$out" "" "shellcheck finds nothing in the scripts"
 else
   skip "shellcheck is not installed"
 fi
-unlike "$(cat "$ex/k8s-lib.sh" "$ex/k8s-build" "$ex/k8s-deploy" "$ex/k8s-health" "$ex/k8s-restart")" \
+unlike "$(cat "$ex/k8s-lib.sh" "$ex/k8s-build" "$ex/k8s-deploy" "$ex/k8s-health" "$ex/k8s-restart" "$ex/k8s-weight")" \
   '(^|[^a-z_])eval[[:space:]]' "no eval in the scripts"
 
 # --- 4. the whole policy ------------------------------------------------------
