@@ -74,12 +74,15 @@ application "shop/worker" {
 -- analysis or `oopsctl abort` sets the weight to 0; the pipeline then fails.
 analysis "errors" {
   prometheus = "http://prometheus.monitoring:9090",
-  -- ingress-nginx's own counters for the canary Ingress (web-canary in
-  -- namespace shop-prod): its share of 5xx answers over the last minute.
-  query = [[sum(rate(nginx_ingress_controller_requests{exported_namespace="{namespace}-{environment}",
-              ingress="{application}-canary",status=~"5.."}[1m]))
-            / sum(rate(nginx_ingress_controller_requests{exported_namespace="{namespace}-{environment}",
-              ingress="{application}-canary"}[1m]))]],
+  -- ingress-nginx (1.0.5 and later) counts the requests it sends to a canary
+  -- under the stable Ingress's name ("web"), labelled canary="<the canary's
+  -- upstream>" (empty for the stable's): the canary's share of 5xx answers
+  -- over the last minute. (A scrape that keeps the controller pod's own
+  -- namespace label renames this one exported_namespace.)
+  query = [[sum(rate(nginx_ingress_controller_requests{namespace="{namespace}-{environment}",
+              ingress="{application}",canary!="",status=~"5.."}[1m]))
+            / sum(rate(nginx_ingress_controller_requests{namespace="{namespace}-{environment}",
+              ingress="{application}",canary!=""}[1m]))]],
   success = function(v) return v < 0.01 end,
   interval = "1m", count = 5, failure_limit = 1,
 }
