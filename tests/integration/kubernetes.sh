@@ -188,6 +188,10 @@ if [[ -n $kube ]]; then
   run env K8S_CANARY=1 "$ex/k8s-deploy" --manifest shop api prod "$image" "$id" rollback
   is "$(q "$OUT" '"\(.metadata.name) \(.metadata.labels | has("oops.dev/track"))"')" "api false" \
     "a rollback (TRIGGER rollback) deploys to the stable Deployment, canary or not"
+  run env K8S_CANARY=1 K8S_REPLICAS=none "$ex/k8s-deploy" --manifest shop api prod "$image" "$id"
+  is "$RC" 64 "K8S_REPLICAS=none with a canary is refused (the last canary was scaled to 0: apply must set a count)"
+  run env K8S_CANARY=1 K8S_REPLICAS=none "$ex/k8s-deploy" --manifest shop api prod "$image" "$id" rollback
+  is "$RC" 0 "... but not for a rollback, which goes to the stable Deployment"
   run env K8S_CANARY=yes "$ex/k8s-deploy" --manifest shop api prod "$image" "$id"
   is "$RC:$LAST" "64:K8S_CANARY=yes: must be 1 or 0" "K8S_CANARY other than 1 or 0 is refused"
   run "$ex/k8s-deploy" --manifest shop api prod "$image" "$id" promote
