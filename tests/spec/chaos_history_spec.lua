@@ -223,6 +223,24 @@ describe("chaos history: lost locks", function()
     end
   end)
 
+  it("a creation by another server is no takeover: the faulted server may drive what another created", function()
+    -- (s2's failing transaction creates an automatic rollback; s1, whose
+    -- fault at 16 lost nothing of it, claims and drives it with session 1)
+    local function with(steps)
+      local h = clean()
+      h.faults[1].kind = "slow_db"
+      life(h, "r1", "chaos/a4/prod", steps)
+      pipeline(h, "r1", "chaos/a4/prod", "ERROR", true)
+      h.pipelines.r1.trigger = "rollback"
+      return h
+    end
+    assert.are.same({}, reported(with { { "INITIALIZED", "s2", 4, 17 }, { "DEPLOYING", "s1", 1, 18 },
+      { "ERROR", "s1", 1, 19 } }))
+    -- but a transition by s2 is one
+    assert.are.same({ "lost_lock_transition r1" }, reported(with { { "INITIALIZED", "s2", 4, 17 },
+      { "DEPLOYING", "s2", 4, 17.5 }, { "ERROR", "s1", 1, 19 } }))
+  end)
+
   it("a session that outlived its fault (survived) lost nothing: its later transitions are fine", function()
     local h = clean()
     h.faults[1].survived = true

@@ -119,7 +119,9 @@ function rules.lost_locks(h, out, ev)
         local taken_by
         for _, e in ipairs(list) do
           if e.at >= f.at then
-            if e.server ~= f.server and not is_ctl(e.server) then
+            -- (a creation is no takeover: a server's failing transaction
+            -- creates the automatic rollback, which any server may drive)
+            if e.server ~= f.server and not is_ctl(e.server) and e.from ~= nil then
               taken_by = taken_by or e.server
             elseif e.server == f.server and taken_by and (not f.session or e.session == f.session)
                 and not restarts_between(h, f.at, e.at) then

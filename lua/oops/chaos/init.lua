@@ -23,6 +23,7 @@ local history = require("oops.chaos.history")
 local M = {}
 
 M.CHECK_EVERY_S = 10
+M.SETTLE_CAP_S = 600 -- the longest the end may take, progress or not
 M.MAX_ACTIONS = 16 -- workload actions in flight at once; more are skipped
 
 -- The campaign's default policy: short bounds, so that everything a fault
@@ -453,12 +454,15 @@ local function settled()
          OR (status = 'BUILD_SUCCEEDED' AND (deploy_mode = 'auto' OR deploy_requested_at IS NOT NULL))) AS busy,
       (SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL) AS undelivered,
       (SELECT COUNT(*) FROM restart_run WHERE finished_at IS NULL) AS restarting]])[1]
-  return tonumber(r.busy) == 0 and tonumber(r.undelivered) == 0 and tonumber(r.restarting) == 0
+  return tonumber(r.busy) == 0 and tonumber(r.undelivered) == 0 and tonumber(r.restarting) == 0,
+    tonumber(r.busy) + tonumber(r.undelivered) + tonumber(r.restarting)
 end
 
--- How long the end may take: the policy's longest bound on a status (a
--- pipeline whose driver died mid-deploy waits for the deploy timeout), plus
--- margin for the takeover and the notifier's retries.
+-- How long the end may go without progress: the policy's longest bound on
+-- a status (a pipeline whose driver died mid-deploy waits for the deploy
+-- timeout), plus margin for the takeover and the notifier's retries. A
+-- queue (releases waiting for a deploy slot behind canaries) drains in
+-- waves: each time less is left, the wait starts over, up to SETTLE_CAP_S.
 local function settle_bound()
   local p = C.policy
   local b = math.max(p.deploy.timeout_ms, p.rollout.max_ms or p.rollout.timeout_ms, p.rollout.timeout_ms)
@@ -700,9 +704,18 @@ function M.run(o)
   -- repeating, and what is left to deliver runs out.
   pcall(scenario.sql, "UPDATE sim_metric SET value = 0")
   local bound = settle_bound()
-  log("the nemesis stopped; settling (up to %.0fs)", bound)
-  local deadline = oops.now_ms() + bound * 1000
-  while not settled() and oops.now_ms() < deadline do sleep(0.5) end
+  log("the nemesis stopped; settling (up to %.0fs without progress, %ds in all)", bound, M.SETTLE_CAP_S)
+  local cap = oops.now_ms() + M.SETTLE_CAP_S * 1000
+  local deadline, least = math.min(cap, oops.now_ms() + bound * 1000), math.huge
+  while oops.now_ms() < deadline do
+    local done, left = settled()
+    if done then break end
+    if left < least then -- progress: the wait for the rest starts over
+      least = left
+      deadline = math.min(cap, oops.now_ms() + bound * 1000)
+    end
+    sleep(0.5)
+  end
   local h, vs = check(true)
   for _, v in ipairs(vs) do
     if v.rule == "undelivered" then
