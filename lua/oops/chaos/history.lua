@@ -57,9 +57,10 @@ local function add(out, rule, pipeline, what, at)
   out[#out + 1] = { rule = rule, pipeline = pipeline, what = what, at = at }
 end
 
-local function by_pipeline(h)
+-- Events (h.events, h.canary_events) by pipeline, in their order.
+local function by_pipeline(list)
   local t = {}
-  for _, e in ipairs(h.events or {}) do
+  for _, e in ipairs(list or {}) do
     local l = t[e.pipeline]
     if not l then l = {}; t[e.pipeline] = l end
     l[#l + 1] = e
@@ -389,15 +390,6 @@ local function event_step(e)
   return k, e.message and e.message:find("(aborting:", 1, true) ~= nil
 end
 
-local function canary_events_by_pipeline(h)
-  local t = {}
-  for _, e in ipairs(h.canary_events or {}) do
-    t[e.pipeline] = t[e.pipeline] or {}
-    table.insert(t[e.pipeline], e)
-  end
-  return t
-end
-
 -- Each weight applied once: never the same weight twice in a row for one
 -- pipeline (a step's weight set again: its heir did not see it confirmed
 -- nor asked the gateway), and never more weights than its plan's weight
@@ -456,7 +448,7 @@ function rules.step_past_failed_analysis(h, out, ev)
       end
     end
   end
-  local cev = canary_events_by_pipeline(h)
+  local cev = by_pipeline(h.canary_events)
   for id, o in pairs(over) do
     local what = ("analysis %s failed %d times by measurement %d of step %d (limit %d)"):format(o.analysis,
       o.limit + 1, o.n, o.step, o.limit)
@@ -486,7 +478,7 @@ function rules.measurements(h, out, ev)
     end
     table.insert(steps[key], m)
   end
-  local cev = canary_events_by_pipeline(h)
+  local cev = by_pipeline(h.canary_events)
   for _, key in ipairs(order) do
     local list = steps[key]
     table.sort(list, function(a, b) return a.n < b.n end)
@@ -548,7 +540,7 @@ M.RULES = { "statuses", "side_effects", "lost_locks", "one_unfinished", "restart
   "step_past_failed_analysis", "measurements", "canary_not_stable", "bad_canary" }
 
 function M.check(h)
-  local out, ev = {}, by_pipeline(h)
+  local out, ev = {}, by_pipeline(h.events)
   for _, name in ipairs(M.RULES) do rules[name](h, out, ev) end
   table.sort(out, function(a, b)
     if a.rule ~= b.rule then return a.rule < b.rule end

@@ -387,6 +387,11 @@ local function release_rules()
   return p.deploy and p.deploy.concurrency or {}, rolls
 end
 
+-- The canary plan of application "NS/APP" under policy p (nil: none).
+local function plan_of(p, name)
+  return require("oops.policy.canary").plan(p, { namespace = name:match("^(.-)/"), application = name:match("/(.*)$") })
+end
+
 -- What the policy asks of canaries (issue 38): its analyses' limits, and
 -- each target's weight steps.
 local function canary_rules()
@@ -396,8 +401,7 @@ local function canary_rules()
     analyses[name] = { failure_limit = a.failure_limit, inconclusive = a.inconclusive }
   end
   for name, a in pairs(p.applications or {}) do
-    local plan = require("oops.policy.canary").plan(p, { namespace = name:match("^(.-)/"),
-      application = name:match("/(.*)$") })
+    local plan = plan_of(p, name)
     if plan then
       local k = 0
       for _, s in ipairs(plan) do if s.weight then k = k + 1 end end
@@ -448,14 +452,15 @@ local function heal_all()
   end
 end
 
-local function settled()
+-- What is left before the end: pipelines to finish, notifications to
+-- deliver, restarts to end (0: settled).
+local function unsettled()
   local r = scenario.sql([[SELECT
       (SELECT COUNT(*) FROM pipeline WHERE status IN ('INITIALIZED','RUNNING','DEPLOYING','ROLLING_OUT')
          OR (status = 'BUILD_SUCCEEDED' AND (deploy_mode = 'auto' OR deploy_requested_at IS NOT NULL))) AS busy,
       (SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL) AS undelivered,
       (SELECT COUNT(*) FROM restart_run WHERE finished_at IS NULL) AS restarting]])[1]
-  return tonumber(r.busy) == 0 and tonumber(r.undelivered) == 0 and tonumber(r.restarting) == 0,
-    tonumber(r.busy) + tonumber(r.undelivered) + tonumber(r.restarting)
+  return tonumber(r.busy) + tonumber(r.undelivered) + tonumber(r.restarting)
 end
 
 -- How long the end may go without progress: the policy's longest bound on
@@ -539,8 +544,7 @@ local function targets_of(policy)
     local app = policy.applications[name]
     -- (canary only in the campaign's own policy: its bad artifacts are for
     -- its own analysis)
-    local canary = C.own_policy and require("oops.policy.canary").plan(policy, {
-      namespace = name:match("^(.-)/"), application = name:match("/(.*)$") }) ~= nil
+    local canary = C.own_policy and plan_of(policy, name) ~= nil
     for _, e in ipairs(envs) do
       list[#list + 1] = { app = name, env = e, canary = canary or nil, alerts = app.limits ~= nil or nil }
     end
@@ -708,8 +712,8 @@ function M.run(o)
   local cap = oops.now_ms() + M.SETTLE_CAP_S * 1000
   local deadline, least = math.min(cap, oops.now_ms() + bound * 1000), math.huge
   while oops.now_ms() < deadline do
-    local done, left = settled()
-    if done then break end
+    local left = unsettled()
+    if left == 0 then break end
     if left < least then -- progress: the wait for the rest starts over
       least = left
       deadline = math.min(cap, oops.now_ms() + bound * 1000)
