@@ -3,7 +3,6 @@
 -- episode is announced FIRING once and RESOLVED once, and every event
 -- reaches the webhook at least once, with the same id on every attempt.
 local names = require("oops").locks.names
-local cjson = require("cjson")
 local hook = receiver()
 servers { count = 3, policy = ([[
 scan    { interval = "300ms" }
@@ -21,17 +20,10 @@ local function usage(value)
 end
 local function edges()
   local list = {}
-  for _, r in ipairs(sql("SELECT payload FROM outbox WHERE kind = 'alert' AND event_id LIKE ? ORDER BY id",
-      "alert-" .. KEY .. "-%")) do
-    list[#list + 1] = cjson.decode(r.payload).edge
-  end
+  for i, e in ipairs(alert_edges(KEY)) do list[i] = e.edge end
   return list
 end
-local function count(edge)
-  local n = 0
-  for _, e in ipairs(edges()) do if e == edge then n = n + 1 end end
-  return n
-end
+local function count(edge) return alert_count(KEY, edge) end
 local function leader(name)
   local r = sql("SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(?)", name)[1]
   return r and r.name

@@ -25,23 +25,8 @@ local function usage(app, pod, value)
     "VALUES ('shop', ?, 'prod', 'cpu', ?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)", app, pod, value)
 end
 
--- The alert outbox rows of one target, oldest first, payloads decoded.
-local function edges(key)
-  local list = {}
-  for _, r in ipairs(sql("SELECT payload, created_at FROM outbox WHERE kind = 'alert' AND event_id LIKE ? " ..
-      "ORDER BY id", "alert-" .. key .. "-%")) do
-    local doc = cjson.decode(r.payload)
-    doc.created_at = r.created_at
-    list[#list + 1] = doc
-  end
-  return list
-end
-
-local function count(key, edge)
-  local n = 0
-  for _, e in ipairs(edges(key)) do if e.edge == edge then n = n + 1 end end
-  return n
-end
+-- The alert outbox rows of one target (the scenario's alert_edges).
+local edges, count = alert_edges, alert_count
 
 local function state(key)
   local ns, app, env, metric = key:match("^(.-)/(.-)/(.-)/(.-)$")

@@ -30,19 +30,7 @@ pod_use("web", "api-1", { cpu = 100, memory = 100 * MI })     -- another namespa
 
 local all = servers { count = 2, policy = POLICY }
 
-local function edges(key)
-  local list = {}
-  for _, r in ipairs(sql("SELECT payload FROM outbox WHERE kind = 'alert' AND event_id LIKE ? ORDER BY id",
-      "alert-" .. key .. "-%")) do
-    list[#list + 1] = cjson.decode(r.payload)
-  end
-  return list
-end
-local function count(key, edge)
-  local n = 0
-  for _, e in ipairs(edges(key)) do if e.edge == edge then n = n + 1 end end
-  return n
-end
+local edges, count = alert_edges, alert_count
 local function probed_ok()
   for _, s in ipairs(all) do
     if s:log():find("alert probe failed", 1, true) then return false, s.name end

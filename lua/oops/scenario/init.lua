@@ -590,6 +590,30 @@ local function prometheus(opts)
   return run.prometheus
 end
 
+---------------------------------------------------------------- alerts
+
+-- The alert announcements of target "NS/APP/ENV/METRIC" in the outbox,
+-- oldest first: each payload decoded (cjson: a JSON null is cjson.null),
+-- with the row's created_at.
+local function alert_edges(key)
+  local cjson = require("cjson")
+  local list = {}
+  for _, r in ipairs(sql("SELECT payload, created_at FROM outbox WHERE kind = 'alert' AND event_id LIKE ? " ..
+      "ORDER BY id", "alert-" .. key .. "-%")) do
+    local doc = cjson.decode(r.payload)
+    doc.created_at = r.created_at
+    list[#list + 1] = doc
+  end
+  return list
+end
+
+-- How many of them are `edge` (FIRING, REPEAT, RESOLVED).
+local function alert_count(key, edge)
+  local n = 0
+  for _, e in ipairs(alert_edges(key)) do if e.edge == edge then n = n + 1 end end
+  return n
+end
+
 -- What the simulated traffic of an artifact is: { error_rate = 0..1, rps }.
 local function artifact_traffic(artifact, t)
   sql("INSERT INTO sim_artifact (artifact, error_rate, rps) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE " ..
@@ -721,6 +745,7 @@ local function environment()
     fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
     held_by = held_by, held_elsewhere = held_elsewhere, server_session = server_session,
     prometheus = prometheus, artifact_traffic = artifact_traffic, pod_use = pod_use,
+    alert_edges = alert_edges, alert_count = alert_count,
     settle = function(seconds) run.settle = seconds end,
     release_rules = M.release_rules,
     oops = oops, skip = skip, skewed_clock = skewed_clock,
