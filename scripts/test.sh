@@ -8,10 +8,13 @@
 #   scripts/test.sh              both passes and the fuzz suite
 #   scripts/test.sh --quick      the normal pass only
 #   OOPS_SERIAL=1 scripts/test.sh   the two passes one after the other
-# The two passes run side by side (each its own MariaDB, work directory,
-# databases, ports and namespaces): their suites mostly wait on servers and
-# timers, so together they take little longer than one. Each pass's output is
-# printed whole when it ends.
+# The two passes run side by side, each in two halves (unit, spec and
+# integration; scenarios): four runs of tests/run.sh at once, each its own
+# MariaDB, work directory, databases, ports and namespaces. Their suites
+# mostly wait on servers and timers (a campaign of chaos uses a tenth of a
+# core), so together they take little longer than the longest. Side by side,
+# each scenario runs in one pass only (tests/run.sh: "-- ci: normal pass").
+# Each run's output is printed whole when all have ended.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 quick=0; [[ "${1:-}" == "--quick" ]] && { quick=1; shift; }
@@ -57,10 +60,14 @@ elif [[ -n ${OOPS_SERIAL:-} ]]; then
   pass "normal build" build
   pass "AddressSanitizer + UBSan build" build-asan
 else
-  echo "=== normal build and AddressSanitizer + UBSan build, side by side (printed when both end)"
-  export OOPS_BOTH_PASSES=1 # tests/run.sh: a scenario marked "-- ci: sanitizer pass" runs in one
-  start 1 "normal build" build
-  start 2 "AddressSanitizer + UBSan build" build-asan
+  echo "=== normal build and AddressSanitizer + UBSan build, side by side (printed when all four end)"
+  # tests/run.sh: then each scenario runs in one pass, the sanitizer pass
+  # unless it is marked "-- ci: normal pass"
+  export OOPS_BOTH_PASSES=1
+  start 1 "normal build: unit, spec, integration" build unit spec integration
+  start 2 "normal build: scenarios" build scenarios
+  start 3 "AddressSanitizer + UBSan build: unit, spec, integration" build-asan unit spec integration
+  start 4 "AddressSanitizer + UBSan build: scenarios" build-asan scenarios
   finish
 fi
 ((quick)) || pass "fuzz: each harness 5 s (ASan + UBSan)" build-fuzz fuzz

@@ -1,5 +1,5 @@
 # oopsctl chaos (issue 25) in CI: short seeded campaigns (a fixed list of
-# seeds, 45 s of faults and workload each, 3 servers) must end with no
+# seeds, 30 s of faults and workload each, 3 servers) must end with no
 # violation and the one summary line; the same seed plans the same faults;
 # bad flags are refused in one line with exit 2. Long campaigns are bench's
 # (bench/chaos.sh, results in bench/README.md).
@@ -9,7 +9,7 @@ not_under_sanitizers "campaigns of real servers for minutes; the sanitizers watc
 ctl=$OOPS_BUILD/oopsctl
 work=$(mktemp -d "$OOPS_TEST_WORK/chaos.XXXXXX")
 SEEDS=${OOPS_CHAOS_SEEDS:-"11 12"}
-DURATION=${OOPS_CHAOS_DURATION:-45s}
+DURATION=${OOPS_CHAOS_DURATION:-30s}
 
 for seed in $SEEDS; do
   out=$(TMPDIR=$work "$ctl" chaos --seed "$seed" --duration "$DURATION" --servers 3 2>"$work/err.$seed")

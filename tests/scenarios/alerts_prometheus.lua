@@ -1,4 +1,3 @@
--- ci: sanitizer pass
 -- The alert scan's Prometheus probe (lua/oops/probes/prometheus.lua)
 -- against a real Prometheus (Debian's, the one the canaries' analyses ask):
 -- it scrapes the pods' use the scenario sets (container_cpu_usage_seconds_total,

@@ -1,4 +1,3 @@
--- ci: sanitizer pass
 -- Canary releases (issue 38) against a real Prometheus (Debian's, on
 -- loopback, basic auth) scraping the simulated gateway's traffic: a good
 -- release goes 10 -> 50 -> 100 with each weight set once; a bad one (5 %

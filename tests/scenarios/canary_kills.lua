@@ -1,5 +1,4 @@
 -- needs: own database
--- ci: sanitizer pass
 -- Canary steps exactly once whoever dies when (issue 38), three servers, a
 -- real Prometheus:
 --   1. the driver SIGKILLed after the weight command took effect, before it

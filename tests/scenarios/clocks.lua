@@ -1,3 +1,4 @@
+-- ci: normal pass (scripts/test.sh runs each scenario in one pass; these even out the two)
 -- Servers whose clocks disagree with the database's (libfaketime: one runs
 -- 7 s ahead, one 7 s behind) fire a minute cron on the database's minute:
 -- every occurrence once, none missed, across a leader change, with a grace

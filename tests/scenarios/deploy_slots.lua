@@ -1,3 +1,4 @@
+-- ci: normal pass (scripts/test.sh runs each scenario in one pass; these even out the two)
 -- Deploy slots (issue 26): deploy { concurrency = { prod = 2 } } lets at most
 -- two prod pipelines be DEPLOYING or ROLLING_OUT at once across the fleet;
 -- the others wait after their build, their message saying so, and go in

@@ -1,3 +1,4 @@
+-- ci: normal pass (scripts/test.sh runs each scenario in one pass; these even out the two)
 -- Deploy windows and freezes (issue 26): a release whose build succeeded
 -- outside its application's window, or inside a freeze, waits in
 -- BUILD_SUCCEEDED (still unfinished), its message naming the window or

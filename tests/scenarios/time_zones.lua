@@ -1,3 +1,4 @@
+-- ci: normal pass (scripts/test.sh runs each scenario in one pass; these even out the two)
 -- Servers in different time zones (TZ=Asia/Kolkata, +05:30, and
 -- TZ=America/New_York, -05:00/-04:00) agree on every restart: cron is read
 -- in the policy's zone (restarts.timezone, default UTC), never the host's.

@@ -30,7 +30,7 @@ describe("database calls from tasks with a pool (needs OOPS_TEST_DB)", function(
   it("a slow statement of one task holds no other task", function()
     -- The pool's connections open first. While none is open, up to 8 calls
     -- wait behind a short one on the server's own connection (issue 24: an
-    -- idle tick opens no pool connection), and a 0.6 s statement is not
+    -- idle tick opens no pool connection), and a 3 s statement is not
     -- short: this promise holds once the pool is warm (12 calls at once open
     -- both). Before, it passed or failed by who came first in a cold pool.
     local warm = {}
@@ -39,11 +39,11 @@ describe("database calls from tasks with a pool (needs OOPS_TEST_DB)", function(
     local order = {}
     side_by_side {
       function()
-        rows("SELECT SLEEP(0.6) AS s")
+        rows("SELECT SLEEP(3) AS s")
         order[#order + 1] = "slow"
       end,
       function()
-        oops.sleep(50) -- the slow one is out on its connection by now
+        oops.sleep(300) -- the slow one is out on its connection by now
         local r = rows("SELECT 41 + 1 AS n")
         assert.are.equal(42, r[1].n)
         order[#order + 1] = "quick"
