@@ -7,9 +7,18 @@ local tasks = require("oops.tasks")
 
 local RUN = tostring(os.time()) .. tostring(math.random(1e6))
 
--- Run fns side by side in tasks and wait for all of them (from the spec's main state).
+-- Run fns side by side in tasks and wait for all of them (from the spec's main
+-- state); a task's error fails the spec with its message.
 local function side_by_side(fns)
-  oops.wait(function() assert(tasks.all(fns, "spec") == 0, "a task failed (see the log)") end)
+  local first
+  local wrapped = {}
+  for i, fn in ipairs(fns) do
+    wrapped[i] = function()
+      local ok, err = pcall(fn)
+      if not ok then first = first or tostring(err) error(err, 0) end
+    end
+  end
+  oops.wait(function() assert(tasks.all(wrapped, "spec") == 0, "a task failed: " .. tostring(first)) end)
 end
 
 local function rows(sql, ...)
