@@ -82,7 +82,7 @@ end
 stds.scenario = {
   read_globals = {
     "servers", "server", "create", "wait_until", "expect", "sql", "fault", "clear_fault",
-    "sleep", "note", "oopsctl", "fail_job", "delete_job", "fail_rollout", "receiver",
+    "sleep", "note", "oopsctl", "oopsctl_as", "fail_job", "delete_job", "fail_rollout", "receiver",
     "held_by", "held_elsewhere", "server_session", "prometheus", "artifact_traffic", "pod_use", "alert_edges", "alert_count",
     "settle", "oops", "skip", "restart_database", "workdir", "here", "rollback", "skewed_clock",
     "release_rules",

@@ -130,6 +130,9 @@ static void usage(FILE *f)
         "                                       (weight 0), then it fails (on_failure decides)\n"
         "  promote ID [--full] --reason TEXT    end a canary's current step (a pause, an\n"
         "                                       analysis); --full: weight 100 and finish\n"
+        "  approve ID --reason TEXT             approve a release before its deploy (another\n"
+        "                                       person than its creator; approvals = {...})\n"
+        "  reject ID --reason TEXT              reject a release before its deploy: stopped\n"
         "  audit [--since DURATION] [--actor NAME@HOST] [--app NS/APP] [--env ENV] [--limit N]\n"
         "                                       operator actions, newest first (default 100):\n"
         "                                       who, what, why, and what came of it\n"
@@ -324,7 +327,7 @@ static const command commands[] = {
     {"deploy", cmd_deploy},   {"locks", cmd_locks},       {"logs", cmd_logs},
     {"history", cmd_history}, {"scenario", run_scenario}, {"chaos", run_chaos},
     {"audit", cmd_audit},     {"outbox", run_outbox},     {"abort", cmd_abort},
-    {"promote", cmd_promote},
+    {"promote", cmd_promote}, {"approve", cmd_approve},   {"reject", cmd_reject},
 };
 
 /* Global flags before the command, the command, then its own words (where

@@ -127,6 +127,12 @@ static op_code deploy_override(db_conn *c, const char *id, const pipeline *p, co
                       "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; "
                       "nothing changed",
                       id, pipeline_status_name(p->status));
+    if (p->hold && strcmp(p->hold, "approval") == 0)
+        return refuse(c, who, "override", id, NULL, NULL, NULL, out, OP_INPUT,
+                      "deploy %s: it waits for approvals (%d so far), which an override does not "
+                      "replace: `oopsctl approve %s --reason TEXT` by other persons; nothing "
+                      "changed",
+                      id, p->approvals, id);
     if (p->override_at)
         return already(c, who, "override", id, out, "overridden");
     char err[512];
@@ -263,6 +269,146 @@ op_code op_canary(db_conn *c, const char *id, const char *request, const op_who 
     return OP_OK;
 }
 
+/* Whether st is before the deploy: approvals and rejections are given then. */
+static bool before_deploy(pipeline_status st)
+{
+    return st == PS_INITIALIZED || st == PS_RUNNING || st == PS_BUILD_SUCCEEDED;
+}
+
+/* The person of an actor: its name before the last '@' (all of it without one). */
+static void person_of(const char *actor, char *out, size_t len)
+{
+    const char *at = actor ? strrchr(actor, '@') : NULL;
+    size_t n = actor ? (at ? (size_t)(at - actor) : strlen(actor)) : 0;
+    snprintf(out, len, "%.*s", (int)n, actor ? actor : "");
+}
+
+/* Whether person is one of the comma-separated names of list. */
+static bool listed(const char *list, const char *person)
+{
+    size_t n = strlen(person);
+    for (const char *s = list; s && *s;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == n && strncmp(s, person, n) == 0)
+            return true;
+        s = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
+/* The checks approve and reject share: a reason, the pipeline, before its
+ * deploy, a release. OP_OK with *p loaded (pipeline_clear it). */
+static op_code approval_load(db_conn *c, const char *action, const char *id, const op_who *who,
+                             pipeline *p, op_result *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->id, sizeof out->id, "%s", id);
+    if (!who->op.reason)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "%s %s: a reason is needed (it is kept in the pipeline's history)", action,
+                      id);
+    op_code rc = load(c, who, action, id, p, out);
+    if (rc != OP_OK)
+        return rc;
+    const char *why = NULL;
+    if (!before_deploy(p->status))
+        why = "approvals are given before the deploy";
+    else if (p->trigger_type && strcmp(p->trigger_type, "rollback") == 0)
+        why = "a rollback needs no approval";
+    if (!why)
+        return OP_OK;
+    char status[32];
+    snprintf(status, sizeof status, "%s", pipeline_status_name(p->status));
+    pipeline_clear(p);
+    return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT, "%s %s: it is %s: %s",
+                  action, id, status, why);
+}
+
+op_code op_approve(db_conn *c, const char *id, const op_who *who, op_result *out)
+{
+    pipeline p;
+    op_code rc = approval_load(c, "approve", id, who, &p, out);
+    if (rc != OP_OK)
+        return rc;
+    pipeline_status st = p.status;
+    char person[PIPELINE_ACTOR_MAX + 1], creator[PIPELINE_ACTOR_MAX + 1], err[512];
+    person_of(who->op.actor, person, sizeof person);
+    bool again = listed(p.approved_by, person);
+    int count = p.approvals;
+    out->approvals = count;
+    snprintf(out->approved_by, sizeof out->approved_by, "%s", p.approved_by ? p.approved_by : "");
+    pipeline_clear(&p);
+    if (again) {
+        out->already = true;
+        snprintf(out->note, sizeof out->note, "approval of %s by %s already recorded", id, person);
+        record(c, who, "approve", id, NULL, NULL, NULL, "already", out->note, out);
+        return OP_OK;
+    }
+    int r = pipeline_store_creator(c, id, creator, sizeof creator, err, sizeof err);
+    if (r < 0)
+        return db_error(out, err);
+    char made_by[PIPELINE_ACTOR_MAX + 1];
+    person_of(creator, made_by, sizeof made_by);
+    if (r == 1 && strcmp(made_by, person) == 0)
+        return refuse(c, who, "approve", id, NULL, NULL, NULL, out, OP_INPUT,
+                      "approve %s: %s created it, and an approval must come from another person "
+                      "(two-person rule)",
+                      id, person);
+    if (strlen(person) > 64 || strchr(person, ','))
+        return refuse(c, who, "approve", id, NULL, NULL, NULL, out, OP_INPUT,
+                      "approve %s: \"%.64s...\" is not a name an approval can record", id, person);
+    if (count >= PIPELINE_APPROVALS_MAX)
+        return refuse(c, who, "approve", id, NULL, NULL, NULL, out, OP_INPUT,
+                      "approve %s: it has %d approvals already, the most one release records", id,
+                      count);
+    r = pipeline_store_approve_by(c, id, st, person, who->via, &who->op, err, sizeof err);
+    if (r < 0)
+        return db_error(out, err);
+    if (r == 0)
+        return refuse(c, who, "approve", id, NULL, NULL, NULL, out, OP_STALE,
+                      "approve %s: state changed concurrently: it is no longer %s, or %s approved "
+                      "it meanwhile; nothing changed",
+                      id, pipeline_status_name(st), person);
+    if (load(c, who, "approve", id, &p, out) == OP_OK) {
+        out->approvals = p.approvals;
+        snprintf(out->approved_by, sizeof out->approved_by, "%s",
+                 p.approved_by ? p.approved_by : person);
+        pipeline_clear(&p);
+    } else {
+        memset(out, 0, sizeof *out);
+        snprintf(out->id, sizeof out->id, "%s", id);
+        out->approvals = count + 1;
+        snprintf(out->approved_by, sizeof out->approved_by, "%s", person);
+    }
+    snprintf(out->note, sizeof out->note, "%s approved by %.64s: %d approval%s (%.380s)", id,
+             person, out->approvals, out->approvals == 1 ? "" : "s", out->approved_by);
+    return OP_OK;
+}
+
+op_code op_reject(db_conn *c, const char *id, const op_who *who, op_result *out)
+{
+    pipeline p;
+    op_code rc = approval_load(c, "reject", id, who, &p, out);
+    if (rc != OP_OK)
+        return rc;
+    pipeline_status from = p.status;
+    pipeline_clear(&p);
+    char msg[PIPELINE_ACTOR_MAX + PIPELINE_REASON_MAX + 32], err[1024];
+    snprintf(msg, sizeof msg, "Rejected by %s: %s", who->op.actor, who->op.reason);
+    pipeline_transition_extra x = {.op = &who->op, .event_type = "REJECTED", .action = "reject"};
+    int r = pipeline_store_transition_ex(c, id, from, PS_STOPPED, msg, NULL, who->via, 0, &x, err,
+                                         sizeof err);
+    if (r < 0)
+        return db_error(out, err);
+    if (r == 0)
+        return refuse(c, who, "reject", id, NULL, NULL, NULL, out, OP_STALE,
+                      "reject %s: state changed concurrently: it is no longer %s; nothing changed",
+                      id, pipeline_status_name(from));
+    out->from = from;
+    return OP_OK;
+}
+
 op_code op_create(db_conn *c, const pipeline_new *n, const op_who *who, op_result *out)
 {
     memset(out, 0, sizeof *out);
@@ -343,6 +489,14 @@ void op_result_json(buf *b, const char *action, const op_result *r)
         json_kv_str(b, "status", "STOPPED", &first);
     } else if (strcmp(action, "deploy") == 0) {
         json_kv_bool(b, r->override ? "override" : "requested", true, &first);
+        if (r->already)
+            json_kv_bool(b, "already", true, &first);
+    } else if (strcmp(action, "reject") == 0) {
+        json_kv_str(b, "from", pipeline_status_name(r->from), &first);
+        json_kv_str(b, "status", "STOPPED", &first);
+    } else if (strcmp(action, "approve") == 0) {
+        json_kv_int(b, "approvals", r->approvals, &first);
+        json_kv_str(b, "approved_by", r->approved_by, &first);
         if (r->already)
             json_kv_bool(b, "already", true, &first);
     } else if (strcmp(action, "abort") == 0 || strcmp(action, "promote") == 0) {

@@ -43,6 +43,8 @@ typedef struct op_result {
                              ("deploy of ID requested", "... already requested") */
     char request[16];      /* abort, promote: the canary request made ("abort", "promote",
                               "promote_full") */
+    int approvals;         /* approve: how many persons approved it now */
+    char approved_by[704]; /* ... and who, comma-separated */
     char audit_error[256]; /* why the audit row of this answer could not be written ("": it
                               was, or none was due) */
 } op_result;
@@ -67,6 +69,16 @@ op_code op_deploy(db_conn *c, const char *id, bool override, const op_who *who, 
  * a pending promotion). The same request again: OP_OK, out->already. */
 op_code op_canary(db_conn *c, const char *id, const char *request, const op_who *who,
                   op_result *out);
+
+/* approve ID / reject ID (issue 39), a reason required, before the deploy
+ * (INITIALIZED, RUNNING, BUILD_SUCCEEDED) of a release (a rollback needs
+ * none). An approval counts a person (the actor's name before its last '@':
+ * alice@host and alice@page are one) once: out->approvals and
+ * out->approved_by after it; the person who created the pipeline never
+ * counts (the two-person rule); approving again: OP_OK, out->already. A
+ * rejection stops it (STOPPED, a REJECTED event, audit action "reject"). */
+op_code op_approve(db_conn *c, const char *id, const op_who *who, op_result *out);
+op_code op_reject(db_conn *c, const char *id, const op_who *who, op_result *out);
 
 /* create --app NS/APP --env ENV ...: the new pipeline's id in out->id; beside
  * an unfinished pipeline, or refused by the store, OP_INPUT. */

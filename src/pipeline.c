@@ -30,6 +30,7 @@ void pipeline_clear(pipeline *p)
     free(p->step_at);
     free(p->paused);
     free(p->canary_request);
+    free(p->approved_by);
     free(p->actor);
     memset(p, 0, sizeof *p);
 }

@@ -49,9 +49,17 @@ typedef struct pipeline {
     double step_age_s; /* seconds since step_at on the database's clock; 0 without one */
     int weight, weight_step;
     char *paused, *canary_request;
+    /* Approvals (issue 39): how many distinct persons approved it, and their
+     * names comma-separated in order (NULL when none). */
+    int approvals;
+    char *approved_by;
     char *actor; /* pipeline_store_query with `actors`: the person of its latest
                           operator event (issue 27), NULL when none */
 } pipeline;
+
+/* The most approvals one pipeline records (the policy asks for at most
+ * this many: lua/oops/policy/application.lua). */
+#define PIPELINE_APPROVALS_MAX 9
 
 /* Waiting to deploy under a hold (window, freeze, slot): hold is set and
  * the pipeline is still INITIALIZED or BUILD_SUCCEEDED. */

@@ -15,10 +15,10 @@
     "rollback_of, "                                                                                \
     "step, step_at, TIMESTAMPDIFF(MICROSECOND, step_at, NOW(6)) / 1e6, weight, weight_step, "      \
     "paused, "                                                                                     \
-    "canary_request"
+    "canary_request, approvals, approved_by"
 
 /* The column after PIPELINE_COLUMNS (a list's lock owner). */
-#define PIPELINE_NCOLUMNS 25
+#define PIPELINE_NCOLUMNS 27
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -57,6 +57,9 @@ static void row_to_pipeline(const db_result *r, size_t row, pipeline *p)
     p->weight_step = v ? atoi(v) : -1;
     p->paused = dup_or_null(db_get(r, row, 23));
     p->canary_request = dup_or_null(db_get(r, row, 24));
+    v = db_get(r, row, 25);
+    p->approvals = v ? atoi(v) : 0;
+    p->approved_by = dup_or_null(db_get(r, row, 26));
 }
 
 /* One pipeline by a query selecting PIPELINE_COLUMNS: 1 found (*out filled),

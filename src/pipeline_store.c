@@ -275,12 +275,16 @@ static int transition_tx(db_conn *c, const char *id, pipeline_status from, pipel
         won = r->affected == 1;
         db_result_free(r);
         if (won)
-            rc = insert_event_as(c, id, NULL, pipeline_status_name(from), to, message,
-                                 actor ? actor : driver, lock_session, x ? x->op : NULL, e,
+            rc = insert_event_as(c, id, x ? x->event_type : NULL, pipeline_status_name(from), to,
+                                 message, actor ? actor : driver, lock_session, x ? x->op : NULL, e,
                                  sizeof e);
         if (won && !rc && x && x->op)
-            rc = audit_log_insert(c, x->op, to == PS_STOPPED ? "stop" : "transition", id, NULL,
-                                  NULL, NULL, "done", NULL, actor ? actor : driver, e, sizeof e);
+            rc = audit_log_insert(c, x->op,
+                                  x->action          ? x->action
+                                  : to == PS_STOPPED ? "stop"
+                                                     : "transition",
+                                  id, NULL, NULL, NULL, "done", NULL, actor ? actor : driver, e,
+                                  sizeof e);
         if (won && !rc && x && x->rollback_message)
             rc = rollback_create_in_tx(c, id, actor ? actor : driver, x, e, sizeof e);
     }
@@ -798,6 +802,39 @@ int pipeline_store_canary_request_by(db_conn *c, const char *id, const char *req
                                    "= 'ROLLING_OUT' AND canary_request <=> ? AND step > 0",
                            p, 3, abort ? "CANARY_ABORT" : "CANARY_PROMOTE", msg, via, op,
                            abort ? "abort" : "promote", err, errlen);
+}
+
+int pipeline_store_approve_by(db_conn *c, const char *id, pipeline_status st, const char *person,
+                              const char *via, const pipeline_operator *op, char *err,
+                              size_t errlen)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "Approved by %s%s%s", op->actor, op->reason ? ": " : ".",
+             op->reason ? op->reason : "");
+    db_value p[] = {db_text(person), db_text(id), db_text(pipeline_status_name(st)),
+                    db_text(person), db_int(PIPELINE_APPROVALS_MAX)};
+    return operator_change(c, id, st,
+                           "UPDATE pipeline SET approvals = approvals + 1, approved_by = "
+                           "CONCAT_WS(',', approved_by, ?) WHERE id = ? AND status = ? AND "
+                           "(approved_by IS NULL OR FIND_IN_SET(?, approved_by) = 0) AND "
+                           "approvals < ?",
+                           p, 5, "APPROVED", msg, via, op, "approve", err, errlen);
+}
+
+int pipeline_store_creator(db_conn *c, const char *id, char *out, size_t len, char *err,
+                           size_t errlen)
+{
+    db_value p[] = {db_text(id)};
+    db_result *r = NULL;
+    if (db_exec(c,
+                "SELECT actor FROM pipeline_event WHERE pipeline_id = ? AND event_type = "
+                "'CREATED' ORDER BY id LIMIT 1",
+                p, 1, &r, err, errlen))
+        return PSTORE_DB;
+    const char *a = r->nrows ? db_get(r, 0, 0) : NULL;
+    snprintf(out, len, "%s", a ? a : "");
+    db_result_free(r);
+    return a != NULL;
 }
 
 static const char OVERRIDE_UPDATE[] =

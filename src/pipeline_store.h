@@ -77,6 +77,10 @@ typedef struct pipeline_transition_extra {
     /* in: an operator's transition (a stop): the event carries who and why,
      * and the audit log records it (action "stop" for STOPPED) */
     const pipeline_operator *op;
+    /* in, with op: the event's type and the audit log's action when not the
+     * transition's own (a rejection: "REJECTED", "reject"); NULL: those of
+     * the transition */
+    const char *event_type, *action;
     /* out */
     bool no_slot;
     unsigned slots_in_use, slots_ahead; /* with no_slot: busy slots, pipelines in line first */
@@ -178,6 +182,21 @@ int pipeline_store_override(db_conn *c, const char *id, const char *actor, const
  * server), and the audit row; the message names op->actor. */
 int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
                                const pipeline_operator *op, char *err, size_t errlen);
+
+/* An approval (issue 39) by person (the actor's name before its last '@'),
+ * while the pipeline is st (INITIALIZED, RUNNING or BUILD_SUCCEEDED): one
+ * conditional UPDATE adds person to approved_by and counts it, unless the
+ * status changed, person approved it already or PIPELINE_APPROVALS_MAX is
+ * reached; its APPROVED event (actor, reason), outbox row and audit row in
+ * the same transaction. 1 made, 0 not (nothing changed), PSTORE_DB. */
+int pipeline_store_approve_by(db_conn *c, const char *id, pipeline_status st, const char *person,
+                              const char *via, const pipeline_operator *op, char *err,
+                              size_t errlen);
+
+/* The actor of the pipeline's CREATED event into out ("" when none): 1 it
+ * has one, 0 not (created by a tool, or no such pipeline), PSTORE_DB. */
+int pipeline_store_creator(db_conn *c, const char *id, char *out, size_t len, char *err,
+                           size_t errlen);
 
 /* An operator's request to a canary (issue 38): canary_request = request
  * ("abort", "promote", "promote_full"), only while it is ROLLING_OUT and its

@@ -648,6 +648,18 @@ static const char *const v15[] = {
     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
     NULL,
 };
+/* v16: approvals (issue 39). On pipeline, `approvals` (how many distinct
+ * persons approved it) and `approved_by` (their names, comma-separated, in
+ * the order they approved). An approval is one conditional UPDATE
+ * (pipeline_store_approve_by): only before the deploy, only a person not yet
+ * in approved_by, at most PIPELINE_APPROVALS_MAX; so two approvals by one
+ * person count once whatever races. Additive. */
+static const char *const v16[] = {
+    "ALTER TABLE pipeline"
+    " ADD COLUMN IF NOT EXISTS approvals TINYINT UNSIGNED NOT NULL DEFAULT 0,"
+    " ADD COLUMN IF NOT EXISTS approved_by VARCHAR(700) NULL",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -666,6 +678,7 @@ static const migration migrations[] = {
     {13, "operators: who acted and why (event actor, reason; operator_action)", v13},
     {14, "notifications: a queue per route (notify_route, notify_pending, outbox.routed)", v14},
     {15, "canary releases: steps, weights, measurements (canary_measurement, sim_traffic)", v15},
+    {16, "approvals: how many persons approved a release, and who (pipeline.approvals)", v16},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

@@ -250,6 +250,9 @@
     if (p.status === "BUILD_SUCCEEDED" && p.mode === "manual" && !p.deploy_requested) list.push(["release", "Release"]);
     if (p.status === "BUILD_SUCCEEDED" && (p.hold === "window" || p.hold === "freeze") &&
       (p.mode !== "manual" || p.deploy_requested)) list.push(["override", "Override hold"]);
+    // approvals (issue 39; in the detail only): before the deploy of a release whose policy asks for them
+    if (p.approval && p.approval.needed > 0 && (p.status === "INITIALIZED" || p.status === "RUNNING" ||
+      p.status === "BUILD_SUCCEEDED")) list.push(["approve", "Approve"], ["reject", "Reject"]);
     // a canary (issue 38; its state is in the detail only)
     if (p.canary && p.status === "ROLLING_OUT") {
       if (p.canary.step > 0 && p.canary.request !== "abort") {
@@ -466,7 +469,12 @@
       h("dt", null, "artifact"), h("dd", null, p.artifact || "—"),
       h("dt", null, "driven by"), h("dd", null, p.driver || "—"),
       h("dt", null, "in status"), h("dd", null, dur(p.age_s) + (p.timeout_s ? " of " + dur(p.timeout_s) : "")),
-      h("dt", null, "message"), h("dd", null, p.message || "—")), canarySection(p)]);
+      h("dt", null, "message"), h("dd", null, p.message || "—"),
+      // approvals (issue 39): what this server's policy asks for, who gave one
+      p.approval ? h("dt", null, "approvals") : null,
+      p.approval ? h("dd", { id: "detail-approvals", "data-count": String(p.approval.count),
+        "data-needed": String(p.approval.needed) }, p.approval.count + " of " + p.approval.needed +
+        (p.approval.by.length ? " (" + p.approval.by.join(", ") + ")" : "")) : null), canarySection(p)]);
     detailPipeline = p;
     swap($("detail-actions"), [...actionsFor(p, "detail"), historyButton(p, "dh:" + p.id, "Release history of " + where(p))]);
     fill($("events").tBodies[0], d.events.map((e) => h("tr", { "data-key": "ev:" + e.id, "data-event": e.type, "data-actor": e.actor || "" },
@@ -681,6 +689,26 @@
       url: "/api/pipeline/" + enc(p.id) + "/promote",
       body: (reason) => ({ reason, full: true }),
       done: (r) => "Full promotion of " + (r.id || p.id) + " requested" + (r.already ? " already" : "") + ".",
+    }),
+    approve: (p) => ({
+      needReason: true,
+      title: "Approve release " + p.id + "?",
+      what: "Release " + p.id + " of " + where(p) + (p.artifact ? " (artifact " + p.artifact + ")" : "") +
+        " has " + p.approval.count + " of the " + p.approval.needed + " approvals it needs before its deploy. " +
+        "Yours counts once, and not if you created it. Your name and the reason are kept in its history.",
+      url: "/api/pipeline/" + enc(p.id) + "/approve",
+      body: (reason) => ({ reason }),
+      done: (r) => (r.already ? "You approved " + (r.id || p.id) + " already: " : "Approved " + (r.id || p.id) +
+        ": ") + r.approvals + " approval" + (r.approvals === 1 ? "" : "s") + " (" + (r.approved_by || "") + ").",
+    }),
+    reject: (p) => ({
+      needReason: true,
+      title: "Reject release " + p.id + "?",
+      what: "Release " + p.id + " of " + where(p) + (p.artifact ? " (artifact " + p.artifact + ")" : "") +
+        " is stopped before its deploy (STOPPED). Your name and the reason are kept in its history.",
+      url: "/api/pipeline/" + enc(p.id) + "/reject",
+      body: (reason) => ({ reason }),
+      done: (r) => "Rejected " + (r.id || p.id) + ": " + (r.from || p.status) + " → STOPPED.",
     }),
     abort: (p) => ({
       needReason: true,

@@ -337,7 +337,7 @@ oops.store = {}
 ---@field driven_by? string server that made the last transition
 ---@field status_age number seconds in this status, on the database's clock
 ---@field lock_owner? integer with list{lock_owner = true}: connection id holding oops:pipeline:ID, absent when free
----@field hold? "window"|"freeze"|"slot" why it waits to deploy (meaningful while INITIALIZED or BUILD_SUCCEEDED)
+---@field hold? "approval"|"window"|"freeze"|"slot" why it waits to deploy (while INITIALIZED or BUILD_SUCCEEDED)
 ---@field override_at? string UTC, set by `oopsctl deploy --override`: windows and freezes hold it no more
 ---@field rollback_of? string an automatic rollback: the release whose failure made it
 ---@field step integer a canary's step being run (1-based; 0 before the first, and for any other rollout)
@@ -347,6 +347,8 @@ oops.store = {}
 ---@field weight_step? integer the step that weight was set for
 ---@field paused? string why the step waits: "operator" or "inconclusive"
 ---@field canary_request? string an operator's pending request: "promote", "promote_full" or "abort"
+---@field approvals integer how many distinct persons approved it (issue 39; oopsctl approve)
+---@field approved_by? string their names, comma-separated, in the order they approved
 
 ---@class oops.TransitionExtra
 ---@field slot? {environment: string, count: integer} to DEPLOYING: claim one of count deploy slots first
@@ -412,7 +414,7 @@ function oops.store.transition(id, from, to, message, extra) end
 ---@class oops.ActArgs
 ---@field actor string the person: NAME@page
 ---@field reason? string checked by the caller (1 to 500 bytes, no control character)
----@field id? string stop, deploy, abort, promote: the pipeline
+---@field id? string stop, deploy, abort, promote, approve, reject: the pipeline
 ---@field expect? oops.Status stop: the status the operator saw
 ---@field override? boolean deploy: release one a window or freeze holds (needs a reason)
 ---@field full? boolean promote: weight 100 and finish (oopsctl promote --full)
@@ -426,7 +428,7 @@ function oops.store.transition(id, from, to, message, extra) end
 --- and in the audit log (refusals too). code "ok" with the answer's JSON
 --- (what oopsctl --json prints), else "input", "notfound", "stale" or "db"
 --- with the one-line message.
----@param action "stop"|"deploy"|"rollback"|"abort"|"promote"
+---@param action "stop"|"deploy"|"rollback"|"abort"|"promote"|"approve"|"reject"
 ---@param args oops.ActArgs
 ---@return string|nil code
 ---@return string text JSON or message

@@ -61,6 +61,8 @@ M.PIPELINE_LEVELS = {
   -- a canary's (issue 38): a step made, a step waiting for an operator, an
   -- operator's requests
   CANARY_STEP = "info", CANARY_PAUSED = "warning", CANARY_ABORT = "warning", CANARY_PROMOTE = "info",
+  -- a person's approval of a release, or its rejection (issue 39)
+  APPROVED = "info", REJECTED = "warning",
 }
 
 -- Over the limit, memory is an error (the kernel OOM-kills the pod) and CPU a

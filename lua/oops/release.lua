@@ -63,6 +63,28 @@ function M.slots(pol, p)
   if n then return { environment = p.environment, count = n } end
 end
 
+-- How many approvals a release of p needs before its deploy (issue 39: the
+-- application's approvals = { ENV = N }); 0 when none.
+function M.approvals_needed(pol, p)
+  if p.trigger == "rollback" then return 0 end
+  local a = app_of(pol, p)
+  return a and a.approvals and a.approvals[p.environment] or 0
+end
+
+-- The approvals this release still waits for: { kind = "approval", message },
+-- or nil. Approvals only grow (one conditional UPDATE each, src/operator.c),
+-- so a count read before the DEPLOYING claim cannot be too high at the claim.
+-- Neither a rollback (it restores a known release) nor an override skips it:
+-- one person cannot stand for two.
+function M.approval_hold(pol, p)
+  local need = M.approvals_needed(pol, p)
+  local have = p.approvals or 0
+  if have >= need then return nil end
+  local who = p.approved_by and (" (approved by " .. p.approved_by:gsub(",", ", ") .. ")") or ""
+  return { kind = "approval", message = ("Waiting for approval: %d of %d%s; `oopsctl approve %s --reason TEXT`" ..
+    " by another person than its creator."):format(have, need, who, p.id) }
+end
+
 -- A window or freeze that holds this release now: { kind, message }, or nil.
 -- Rollbacks are never held (they restore a known release); nor is a
 -- release an operator overrode.

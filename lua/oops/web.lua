@@ -126,6 +126,8 @@ local SQL = {
   pipeline = "SELECT " .. PIPELINE_COLUMNS .. ", LEFT(source, 2000) AS source,"
     -- a canary's state (issue 38)
     .. " step, weight, paused, canary_request, TIMESTAMPDIFF(MICROSECOND, step_at, NOW(6)) AS step_age_us,"
+    -- its approvals (issue 39)
+    .. " approvals, approved_by,"
     .. " (SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(CONCAT(?, pipeline.id))"
     .. " AND IS_USED_LOCK(CONCAT(?, s.name)) = s.lock_connection_id LIMIT 1) AS owner_name"
     .. " FROM pipeline WHERE id = ?",
@@ -369,6 +371,18 @@ local function canary_of(c, pol, row, p, id)
     measurements = json.array(m) }
 end
 
+-- A release's approvals (issue 39): how many its policy asks for here (this
+-- server's policy), how many persons gave one and who; nil when it needs
+-- none and has none.
+function M.approval_of(pol, row, p)
+  local needed = pol and require("oops.release").approvals_needed(pol, p) or 0
+  local count = num(row.approvals) or 0
+  if needed == 0 and count == 0 then return nil end
+  local by = {}
+  for name in (row.approved_by or ""):gmatch("[^,]+") do by[#by + 1] = name end
+  return { needed = needed, count = count, by = json.array(by) }
+end
+
 function M.read_pipeline(id)
   local c = { n = 0 }
   local names = oops.locks.names
@@ -380,6 +394,7 @@ function M.read_pipeline(id)
     timeouts(pol))
   p.source = rows[1].source
   p.canary = canary_of(c, pol, rows[1], p, id)
+  p.approval = M.approval_of(pol, rows[1], p)
   local events = {}
   for _, r in ipairs(exec(c, SQL.events, id, M.EVENTS)) do
     events[#events + 1] = { id = num(r.id), type = r.event_type, from = r.from_status, to = r.to_status,
@@ -678,6 +693,11 @@ local function action_of(path, body)
         return nil, 422, "an override needs a reason (it is kept in the pipeline's history)"
       end
       return "deploy", { id = id, reason = t.reason, override = t.override == true }
+    elseif verb == "approve" or verb == "reject" then -- a release's, before its deploy (issue 39)
+      local t, why = read_body(body, { reason = "string" })
+      if not t then return nil, 400, why end
+      if not t.reason then return nil, 422, verb .. " needs a reason (it is kept in the pipeline's history)" end
+      return verb, { id = id, reason = t.reason }
     elseif verb == "abort" or verb == "promote" then -- a canary's (issue 38)
       local t, why = read_body(body, verb == "promote" and { reason = "string", full = "boolean" } or
         { reason = "string" })

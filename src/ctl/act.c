@@ -387,3 +387,42 @@ static int canary_request(ctl *c, const char *cmd, int argc, char **argv)
 
 int cmd_abort(ctl *c, int argc, char **argv) { return canary_request(c, "abort", argc, argv); }
 int cmd_promote(ctl *c, int argc, char **argv) { return canary_request(c, "promote", argc, argv); }
+
+/* approve ID / reject ID --reason TEXT (issue 39): an approval of a release
+ * before its deploy (the two-person rule: never its creator's), or its
+ * rejection (stopped). */
+static int approval(ctl *c, const char *cmd, int argc, char **argv)
+{
+    enum { F_REASON };
+    ctl_flag f[] = {[F_REASON] = {"--reason", true, false, NULL}};
+    const char *pos[1], *id = NULL;
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, pos, 1, &npos);
+    int rc = need_id(cmd, pos, npos, &id);
+    if (rc != EXIT_OK)
+        return rc;
+    if (!f[F_REASON].given)
+        return fail(EXIT_INPUT,
+                    "%s: --reason TEXT is needed (it is kept in the pipeline's history)", cmd);
+    if ((rc = check_reason(cmd, &f[F_REASON])) != EXIT_OK || (rc = open_db(c)) != EXIT_OK)
+        return rc;
+    op_who who = who_of(c, &f[F_REASON]);
+    op_result r;
+    bool approve = strcmp(cmd, "approve") == 0;
+    if ((approve ? op_approve(c->db, id, &who, &r) : op_reject(c->db, id, &who, &r)) != OP_OK)
+        return op_exit(c, cmd, &r);
+    if (c->json) {
+        buf b = {0};
+        op_result_json(&b, cmd, &r);
+        printf("%s\n", b.p);
+        buf_free(&b);
+    } else if (approve) {
+        printf("%s\n", tty(r.note));
+    } else {
+        printf("%s rejected: %s -> STOPPED\n", id, pipeline_status_name(r.from));
+    }
+    return EXIT_OK;
+}
+
+int cmd_approve(ctl *c, int argc, char **argv) { return approval(c, "approve", argc, argv); }
+int cmd_reject(ctl *c, int argc, char **argv) { return approval(c, "reject", argc, argv); }

@@ -91,6 +91,8 @@ int cmd_stop(ctl *c, int argc, char **argv);
 int cmd_deploy(ctl *c, int argc, char **argv);
 int cmd_abort(ctl *c, int argc, char **argv);
 int cmd_promote(ctl *c, int argc, char **argv);
+int cmd_approve(ctl *c, int argc, char **argv);
+int cmd_reject(ctl *c, int argc, char **argv);
 /* src/ctl/audit.c: the audit log. */
 int cmd_audit(ctl *c, int argc, char **argv);
 /* src/ctl/tools.c: the Lua tools, run by the oopsd next to oopsctl. */

@@ -50,6 +50,10 @@ static void json_pipeline(buf *b, const pipeline *p)
         json_kv_str(b, "request", p->canary_request, &cfirst);
         buf_puts(b, "}");
     }
+    if (p->approvals > 0) {
+        json_kv_int(b, "approvals", p->approvals, &first);
+        json_kv_str(b, "approved_by", p->approved_by, &first);
+    }
     json_kv_str(b, "actor", p->actor, &first); /* list: its latest operator event's person */
     buf_puts(b, "}");
 }
@@ -309,6 +313,8 @@ int cmd_show(ctl *c, int argc, char **argv)
                 printf(", %s requested", tty(p.canary_request));
             printf("\n");
         }
+        if (p.approvals > 0)
+            printf("approvals   %d (%s)\n", p.approvals, tty_or(p.approved_by, "-"));
         printf("created     %s UTC\n", tty(secs(p.created_at, t2, sizeof t2)));
         printf("\nevents\n");
         for (size_t i = 0; i < nev; i++) {

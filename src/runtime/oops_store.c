@@ -66,6 +66,9 @@ static void push_pipeline(lua_State *L, const pipeline *p)
     }
     set_str(L, "paused", p->paused);
     set_str(L, "canary_request", p->canary_request);
+    lua_pushinteger(L, p->approvals);
+    lua_setfield(L, -2, "approvals");
+    set_str(L, "approved_by", p->approved_by);
     lua_pushnumber(L, p->status_age_s);
     lua_setfield(L, -2, "status_age");
     if (p->lock_owner) {
@@ -596,7 +599,7 @@ static int l_events(lua_State *L)
 
 typedef struct act_call {
     db_call base;
-    char action[16]; /* stop, deploy, rollback, abort, promote */
+    char action[16]; /* stop, deploy, rollback, abort, promote, approve, reject */
     char *id, *actor, *reason, *via, *ns, *app, *env, *to;
     bool override, has_expect, full;
     pipeline_status expect;
@@ -625,6 +628,10 @@ static void act_run(db_call *b)
         op_canary(b->conn, a->id, "abort", &who, &a->r);
     else if (strcmp(a->action, "promote") == 0)
         op_canary(b->conn, a->id, a->full ? "promote_full" : "promote", &who, &a->r);
+    else if (strcmp(a->action, "approve") == 0)
+        op_approve(b->conn, a->id, &who, &a->r);
+    else if (strcmp(a->action, "reject") == 0)
+        op_reject(b->conn, a->id, &who, &a->r);
     else
         op_rollback(b->conn, a->ns, a->app, a->env, a->to, &who, &a->r);
     b->rc = a->r.code == OP_DB ? (db_last_error(b->conn) ? db_last_error(b->conn) : 1) : 0;
@@ -663,7 +670,7 @@ static char *opt_dup(lua_State *L, int t, const char *key)
  * oops.store.act(action, {id =, expect =, override =, full =, app = "ns/app",
  * env =, to =, actor =, reason =}) -> code, text: an operator's action
  * (operator.c: the rules and answers of oopsctl stop, deploy, rollback,
- * abort, promote [--full]), the event's
+ * abort, promote [--full], approve, reject), the event's
  * server this server's name. code "ok" with the answer's JSON text, else
  * "input", "notfound", "stale" or "db" with the one-line message. The caller
  * checked the fields (names, the reason's bounds); a nil connection
@@ -674,7 +681,8 @@ static int l_act(lua_State *L)
     const char *action = luaL_checkstring(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     if (strcmp(action, "stop") && strcmp(action, "deploy") && strcmp(action, "rollback") &&
-        strcmp(action, "abort") && strcmp(action, "promote"))
+        strcmp(action, "abort") && strcmp(action, "promote") && strcmp(action, "approve") &&
+        strcmp(action, "reject"))
         return luaL_error(L, "oops.store.act: unknown action %s", action);
     act_call *a = calloc(1, sizeof *a);
     if (!a)

@@ -5,8 +5,9 @@
 //
 // Environment: CP_URL (the page), CP_ALICE / CP_BOB (an operator's and a
 // viewer's tokens), CP_PHASE ("promote": the paused canary CP_ID is checked,
-// bob's view too, then promoted by alice; "abort": CP_ID aborted by alice),
-// CP_PROMOTE / CP_ABORT (the reasons typed), CP_SHOTS (screenshots), CHROMIUM.
+// bob's view too, then promoted by alice; "abort": CP_ID aborted by alice;
+// "approve": the release CP_ID waiting for one approval, bob's view, then
+// approved by alice), CP_PROMOTE / CP_ABORT / CP_APPROVE (the reasons typed), CP_SHOTS (screenshots), CHROMIUM.
 "use strict";
 const puppeteer = require("puppeteer-core");
 const http = require("http");
@@ -61,7 +62,7 @@ async function click(page, sel) {
   }
 }
 // A page signed in with token, the pipeline's detail open (#pipeline=ID).
-async function open(browser, token, errors) {
+async function open(browser, token, errors, section) {
   const ctx = await browser.createBrowserContext();
   const page = await ctx.newPage();
   page.on("pageerror", (e) => errors.push("page error: " + String(e)));
@@ -71,7 +72,7 @@ async function open(browser, token, errors) {
   await until(page, 20, () => !document.getElementById("signin-wrap").hidden);
   await page.type("#signin-token", token);
   await click(page, "#signin-submit");
-  await until(page, 30, () => !!document.getElementById("canary"));
+  await until(page, 30, (id) => !!document.getElementById(id), section || "canary");
   return page;
 }
 async function act(page, action, reason) {
@@ -127,6 +128,36 @@ async function act(page, action, reason) {
         r.dataset.event === "CANARY_PROMOTE" && r.dataset.actor === "alice@page" &&
         r.querySelector("td.reason").textContent === reason), env.CP_PROMOTE);
       check(ev, "its history shows the promotion by alice@page with the reason (as text)");
+    } else if (env.CP_PHASE === "approve") {
+      // A release waiting for one approval (issue 39): bob sees it, alice approves it.
+      const b = await open(browser, env.CP_BOB, errors, "detail-approvals");
+      check(/^0 of 1$/.test(await text(b, "#detail-approvals")), "a viewer sees its approvals: 0 of 1",
+        await text(b, "#detail-summary"));
+      check((await b.$$("#detail-actions button[data-action]")).length === 0, "... and no action button",
+        await text(b, "#detail-actions"));
+      const [code] = await post("/api/pipeline/" + ID + "/approve", env.CP_BOB, JSON.stringify({ reason: "forged" }));
+      check(code === 403, "an approval POSTed with the viewer's token is 403", String(code));
+      await b.browserContext().close();
+      const a = await open(browser, env.CP_ALICE, errors, "detail-approvals");
+      await until(a, 20, () => !!document.querySelector('#detail-actions button[data-action="approve"]'));
+      const labels = await a.$$eval("#detail-actions button[data-action]", (l) => l.map((e) => e.dataset.action));
+      check(labels.includes("approve") && labels.includes("reject"), "an operator has Approve and Reject",
+        labels.join(","));
+      check(/approval/.test(await text(a, "#detail-status")), "the release is shown held for approval",
+        await text(a, "#detail-status"));
+      const [state, said] = await act(a, "approve", env.CP_APPROVE);
+      check(state === "ok" && said.includes("Approved " + ID + ": 1 approval (alice)"), "Approve with a reason is " +
+        "accepted, saying who approved", said);
+      await a.keyboard.press("Escape");
+      const done = await until(a, 40, () => /SUCCEEDED/.test(document.getElementById("detail-status").textContent));
+      check(done, "the approved release deploys: the page shows it SUCCEEDED", await text(a, "#detail-summary"));
+      check(/^1 of 1 \(alice\)$/.test(await text(a, "#detail-approvals")), "... with 1 of 1 (alice)",
+        await text(a, "#detail-approvals"));
+      const ev = await until(a, 20, (reason) => [...document.querySelectorAll("#events tbody tr")].some((r) =>
+        r.dataset.event === "APPROVED" && r.dataset.actor === "alice@page" &&
+        r.querySelector("td.reason").textContent === reason), env.CP_APPROVE);
+      check(ev, "its history shows the approval by alice@page with the reason");
+      await a.screenshot({ path: env.CP_SHOTS + "/approved.png", fullPage: true });
     } else {
       const a = await open(browser, env.CP_ALICE, errors);
       await until(a, 20, () => !!document.querySelector('#detail-actions button[data-action="abort"]'));

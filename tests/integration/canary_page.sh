@@ -38,6 +38,7 @@ locks   { validate_every = "1s" }
 gateway "simulated" { build = "300ms", deploy = "0s", rollout = "300ms" }
 application "shop/web" { environments = { "prod" }, rollout = { strategy = "canary", steps = {
   { weight = 10 }, { pause = true }, { weight = 100 } } } }
+application "shop/pay" { environments = { "prod" }, approvals = { prod = 1 } }
 P
 umask 077
 alice=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -60,10 +61,11 @@ sql "INSERT INTO canary_measurement (pipeline_id, step, n, analysis, value, verd
   ('$p1', 2, 1, 'errors', 0.001, 'pass', '0.001'), ('$p1', 2, 2, 'errors', NULL, 'inconclusive', 'no data')"
 r_promote='page test: the canary looks healthy <b>ship it</b>'
 r_abort='page test: wrong config in web:2'
+r_approve='page test: reviewed pay:1 <i>with care</i>'
 shots=$OOPS_TEST_WORK/shots
 mkdir -p "$shots"
 run_browser() { # phase, pipeline
-  CP_URL=$(url cp1 /) CP_ALICE=$alice CP_BOB=$bob CP_PHASE=$1 CP_ID=$2 CP_PROMOTE=$r_promote CP_ABORT=$r_abort \
+  CP_URL=$(url cp1 /) CP_ALICE=$alice CP_BOB=$bob CP_PHASE=$1 CP_ID=$2 CP_PROMOTE=$r_promote CP_ABORT=$r_abort CP_APPROVE=$r_approve \
     CP_SHOTS=$shots CHROMIUM=$chromium timeout 180 node "$browser_dir/canary_page.js" 2>&1
 }
 relay() { # the driver's TAP, renumbered into this script's
@@ -96,4 +98,17 @@ wait_for 40 "the aborted canary fails" status_is "$p2" ERROR
 is "$(weights "$p2")" "10,0" "its traffic went back to stable once"
 is "$(sql "SELECT CONCAT(actor, ' | ', reason) FROM pipeline_event WHERE pipeline_id = '$p2' AND event_type = 'CANARY_ABORT'")" \
   "alice@page | $r_abort" "the abort is an event by alice@page with her reason"
+
+# Approvals (issue 39): carol's release of shop/pay waits for one approval;
+# bob (a viewer) sees it, alice approves it on the page.
+p3=$(SUDO_USER=carol ctl create --app shop/pay --env prod --artifact pay:1)
+held() { [[ $(sql "SELECT CONCAT(status, ' ', IFNULL(hold, '-')) FROM pipeline WHERE id = '$1'") == "BUILD_SUCCEEDED approval" ]]; }
+wait_for 40 "a release waits for its approval" held "$p3"
+out=$(run_browser approve "$p3"); rc=$?
+relay "$out"
+is "$rc" 0 "the browser run (approve) ended cleanly"
+is "$(sql "SELECT CONCAT(approvals, ' ', approved_by) FROM pipeline WHERE id = '$p3'")" "1 alice" \
+  "the approval is counted once, for alice"
+is "$(sql "SELECT CONCAT(action, ' ', outcome, ' ', actor) FROM operator_action WHERE pipeline_id = '$p3' AND action = 'approve'")" \
+  "approve done alice@page" "... and in the audit log"
 done_testing

@@ -25,6 +25,9 @@ for seed in $SEEDS; do
   like "$(printf '%s\n' "$out" | grep '^canaries: ')" \
     '^canaries: [1-9][0-9]* began their steps \(analyses against Prometheus\): [0-9]+ promoted, [0-9]+ aborted; ' \
     "seed $seed: canaries began their steps, analysed against a real Prometheus"
+  # Approvals (issue 39): a third of the applications' prod releases wait for two.
+  like "$(printf '%s\n' "$out" | grep '^approvals: ')" '^approvals: [1-9][0-9]* given to [1-9][0-9]* releases, ' \
+    "seed $seed: releases were approved, checked by the approvals rules"
   [[ -s $work/plan.$seed ]]; _tap $? "seed $seed: its planned faults are printed (fault +T KIND ...)"
 done
 

@@ -117,6 +117,13 @@ held=$(rctl create --app t/web --env prod --manual --artifact registry/t/web:4 2
 wait_for 30 "a manual pipeline waits at BUILD_SUCCEEDED" \
   bash -c "[[ \$('$ctl' --db '$run_db' --json show '$held') == *'\"status\":\"BUILD_SUCCEEDED\"'* ]]"
 ctl_ok "oopsctl stop" stop "$held"
+# Approvals (issue 39): an approval (the creator read, the conditional
+# UPDATE) and a rejection, of a manual pipeline waiting at BUILD_SUCCEEDED.
+held=$(rctl create --app t/web --env prod --manual --artifact registry/t/web:5 2>/dev/null)
+wait_for 30 "another manual pipeline waits at BUILD_SUCCEEDED" \
+  bash -c "[[ \$('$ctl' --db '$run_db' --json show '$held') == *'\"status\":\"BUILD_SUCCEEDED\"'* ]]"
+SUDO_USER=explainer ctl_ok "oopsctl approve" approve "$held" --reason "explain"
+ctl_ok "oopsctl reject" reject "$held" --reason "explain"
 # Newer commands and flags, when this build has them (the log shows what ran).
 rctl list --app t/web --env prod --since 1h --limit 10 >/dev/null 2>&1
 rctl list --all >/dev/null 2>&1

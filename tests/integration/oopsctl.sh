@@ -406,6 +406,30 @@ is "$(sql "SELECT GROUP_CONCAT(CONCAT(action, '/', outcome) ORDER BY id) FROM op
   "abort/refused,promote/refused,promote/done,promote/already,abort/done,promote/refused" "... and every answer about it is in the audit log"
 out=$(ctl show "$cid"); like "$out" "canary +step 2, paused \(operator\), abort requested" "show prints the canary's state"
 
+# approve / reject (issue 39): before the deploy, a reason, two persons, the JSON answer.
+xid=$(SUDO_USER=carol ctl create --app shop/approve --env prod --artifact a1)
+out=$(SUDO_USER=alice ctl approve "$xid" 2>&1); is "$?" 1 "approve without a reason exits 1"
+like "$out" "approve: --reason TEXT is needed" "... saying the reason is needed"
+out=$(SUDO_USER=carol ctl approve "$xid" --reason "mine" 2>&1); is "$?" 1 "its creator's approval exits 1"
+like "$out" "approve $xid: carol created it, and an approval must come from another person \(two-person rule\)" \
+  "... saying why"
+out=$(SUDO_USER=alice ctl --json approve "$xid" --reason "ok"); is "$?" 0 "another person's approval exits 0"
+is "$out" "{\"id\":\"$xid\",\"approvals\":1,\"approved_by\":\"alice\"}" "... --json: the count and who"
+out=$(SUDO_USER=alice ctl approve "$xid" --reason "ok again"); is "$?" 0 "approving again exits 0"
+like "$out" "approval of $xid by alice already recorded" "... and counts nothing"
+is "$(SUDO_USER=bob ctl approve "$xid" --reason "ok too")" "$xid approved by bob: 2 approvals (alice,bob)" \
+  "a second person: 2 approvals"
+out=$(ctl show "$xid"); like "$out" "approvals +2 \(alice,bob\)" "show prints the approvals"
+out=$(SUDO_USER=dave ctl approve nosuchpipeline1 --reason "x" 2>&1); is "$?" 1 "approve of an unknown id exits 1"
+out=$(SUDO_USER=dave ctl reject "$xid" --reason "no"); is "$?" 0 "reject exits 0"
+is "$out" "$xid rejected: INITIALIZED -> STOPPED" "... it is stopped"
+out=$(SUDO_USER=dave ctl approve "$xid" --reason "late" 2>&1); is "$?" 1 "approving a stopped release exits 1"
+like "$out" "it is STOPPED: approvals are given before the deploy" "... saying why"
+is "$(sql "SELECT GROUP_CONCAT(CONCAT(event_type, '/', actor, '/', reason) ORDER BY id) FROM pipeline_event WHERE pipeline_id = '$xid' AND event_type IN ('APPROVED', 'REJECTED')")" \
+  "APPROVED/alice@$host/ok,APPROVED/bob@$host/ok too,REJECTED/dave@$host/no" "each is an event with its person and reason"
+is "$(sql "SELECT GROUP_CONCAT(CONCAT(action, '/', outcome) ORDER BY id) FROM operator_action WHERE pipeline_id = '$xid' AND action IN ('approve', 'reject')")" \
+  "approve/refused,approve/done,approve/already,approve/done,reject/done,approve/refused" "... and every answer is in the audit log"
+
 out=$(OOPS_DB="$OOPS_TEST_DB" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB is read when --db is absent"
 out=$(env -u OOPS_DB_PASSWORD_FILE OOPS_DB="$OOPS_TEST_DB" OOPS_DB_PASSWORD="$pw" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB_PASSWORD supplies the password"
 

@@ -939,3 +939,46 @@ describe("chaos history: canaries", function()
     assert.truthy(text:find("weights applied: 20", 1, true), text)
   end)
 end)
+
+describe("chaos history: approvals (issue 39)", function()
+  -- p1 (T1) deploys at 15; T1 asks for two approvals. ann and ben approve
+  -- before (ids just below the DEPLOYING event's), carol created it.
+  local function approved(list)
+    local h = clean()
+    h.approvals_needed = { [T1] = 2 }
+    h.pipelines.p1.trigger = "release"
+    h.creators = { p1 = "carol" }
+    local dep = find(h, "p1", "DEPLOYING")
+    h.approvals = {}
+    for i, a in ipairs(list) do
+      h.approvals[i] = { id = dep.id + a[2] + i / 100, pipeline = "p1", person = a[1], at = 14 }
+    end
+    return h
+  end
+
+  it("two persons other than its creator approved before the deploy: no violation", function()
+    assert.are.same({}, history.check(approved { { "ann", -1 }, { "ben", -1 } }))
+  end)
+
+  it("deployed_unapproved: too few approvals before the deploy", function()
+    assert.are.same({ "deployed_unapproved p1" }, reported(approved { { "ann", -1 } }))
+    -- one given after the deploy does not count
+    assert.are.same({ "deployed_unapproved p1" }, reported(approved { { "ann", -1 }, { "ben", 1 } }))
+    -- nor the creator's
+    assert.are.same({ "deployed_unapproved p1" }, reported(approved { { "ann", -1 }, { "carol", -1 } }))
+  end)
+
+  it("approval_twice: a person counted twice (and once only toward the need)", function()
+    assert.are.same({ "approval_twice p1", "deployed_unapproved p1" },
+      reported(approved { { "ann", -1 }, { "ann", -1 } }))
+  end)
+
+  it("neither rule applies where the policy asks for none, nor to a rollback", function()
+    local h = approved {}
+    h.approvals_needed = nil
+    assert.are.same({}, history.check(h))
+    h = approved {}
+    h.pipelines.p1.trigger = "rollback"
+    assert.are.same({}, history.check(h))
+  end)
+end)

@@ -68,8 +68,8 @@ local FAILS = {
   bad_unknown_key = {
     'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval, max_new, parallel)',
     'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" ' ..
-      '(known: build, deploy, env, environments, health, limits, restart, restart_command, rollout, timeouts, ' ..
-      'weight, windows)',
+      '(known: approvals, build, deploy, env, environments, health, limits, restart, restart_command, rollout, ' ..
+      'timeouts, weight, windows)',
     'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
     'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" ' ..
       '(known: build, cancel, deploy, health, restart, status, submit, weight)',
@@ -451,7 +451,7 @@ notify { log = true, page = "https://a.example/", ca = "relative.pem" }
 notify { log = true, page = "https://b.example/" }
 ]])
     local text = table.concat(errs, "\n")
-    assert.matches(':1: notify.events: "EXPLODED": not an event name %(known: BUILD_SUCCEEDED,', text)
+    assert.matches(':1: notify.events: "EXPLODED": not an event name %(known: APPROVED, BUILD_SUCCEEDED,', text)
     assert.matches(':2: notify.events: "restart": scheduled restarts are not announced', text)
     assert.matches(':3: notify.applications: "Shop/%*": must be NS/APP', text)
     assert.matches(':3: notify.environments: "Prod": must be lowercase', text)
@@ -488,11 +488,11 @@ notify { log = true, page = "https://b.example/" }
       timeout_ms = { build = 1200000, deploy = 600000, health = 10000, restart = 120000,
         submit = 60000, status = 30000, cancel = 60000, weight = 300000 },
       env = {},
-      windows = {},
+      windows = {}, approvals = {},
     }, p.applications["shop/api"])
     assert.are.same({
       namespace = "shop", application = "worker", environments = { "prod" }, restart = {},
-      limits = { cpu_millicores = 500 }, env = {}, windows = {},
+      limits = { cpu_millicores = 500 }, env = {}, windows = {}, approvals = {},
       -- a one-command build's default: the policy's build.timeout
       timeout_ms = { build = p.build.timeout_ms, deploy = 300000, health = 30000, restart = 60000,
         submit = 60000, status = 30000, cancel = 60000, weight = 300000 },
@@ -1024,6 +1024,54 @@ describe("an application's windows", function()
     local p, errs = load_text(app("{ prod = { " .. table.concat(many, ", ") .. " } }"))
     assert.is_nil(p)
     assert.are.same({ path .. ':2: application "shop/api": windows.prod: 33 windows: at most 32' }, errs)
+  end)
+end)
+
+describe("an application's approvals (issue 39)", function()
+  local function app(approvals)
+    return '\napplication "shop/api" { environments = { "staging", "prod" }, approvals = ' .. approvals .. " }\n"
+  end
+
+  it("are {} when absent, else a count of persons per environment", function()
+    assert.are.same({}, assert(load_text(app("nil"))).applications["shop/api"].approvals)
+    assert.are.same({ prod = 2, staging = 1 },
+      assert(load_text(app("{ prod = 2, staging = 1 }"))).applications["shop/api"].approvals)
+    assert.are.same({ prod = 9 }, assert(load_text(app("{ prod = 9 }"))).applications["shop/api"].approvals)
+  end)
+
+  it("refuses each bad form at the application's line, naming the environment", function()
+    local CASES = {
+      { "2", "approvals: must be a table like { prod = 2 }, not a number" },
+      { "{ 2 }", "approvals: must be a table like { prod = 2 } (keyed by environment)" },
+      { "{ qa = 2 }", 'approvals.qa: "qa" is not one of its environments (staging, prod)' },
+      { "{ prod = 0 }", "approvals.prod: must be a whole number of persons from 1 to 9, not 0" },
+      { "{ prod = 10 }", "approvals.prod: must be a whole number of persons from 1 to 9, not 10" },
+      { "{ prod = 1.5 }", "approvals.prod: must be a whole number of persons from 1 to 9, not 1.5" },
+      { '{ prod = "2" }', 'approvals.prod: must be a whole number of persons from 1 to 9, not "2"' },
+    }
+    for _, case in ipairs(CASES) do
+      local p, errs = load_text(app(case[1]))
+      assert.is_nil(p)
+      assert.are.same({ path .. ':2: application "shop/api": ' .. case[2] }, errs, case[1])
+    end
+  end)
+
+  it("hold a release until that many persons approved it; never a rollback", function()
+    local release = require("oops.release")
+    local pol = assert(load_text(app("{ prod = 2 }")))
+    local p = { id = "p1", namespace = "shop", application = "api", environment = "prod", trigger = "release",
+      approvals = 0 }
+    assert.are.equal(2, release.approvals_needed(pol, p))
+    assert.are.same({ kind = "approval", message = "Waiting for approval: 0 of 2; `oopsctl approve p1 --reason " ..
+      "TEXT` by another person than its creator." }, release.approval_hold(pol, p))
+    p.approvals, p.approved_by = 1, "alice"
+    assert.matches("Waiting for approval: 1 of 2 (approved by alice);", release.approval_hold(pol, p).message, 1, true)
+    p.approvals, p.approved_by = 2, "alice,bob"
+    assert.is_nil(release.approval_hold(pol, p))
+    p.approvals, p.trigger = 0, "rollback"
+    assert.is_nil(release.approval_hold(pol, p))
+    p.trigger, p.environment = "release", "staging"
+    assert.is_nil(release.approval_hold(pol, p))
   end)
 end)
 

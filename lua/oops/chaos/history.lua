@@ -34,6 +34,10 @@
 --   weight_steps { [target] = N }  the weight steps of its canary plan
 -- (pipelines also carry `message`; a weight the gateway applied is a call
 -- "weight:N" in calls)
+-- Approvals (issue 39), optional:
+--   approvals_needed { [target] = N }  the policy's approvals = { ENV = N }
+--   approvals  { { id, pipeline, person, at } }  APPROVED events by id
+--   creators   { [pipeline] = person }  who created it (none: a tool)
 --
 -- M.check(h) → violations { { rule, pipeline, what, at } } (at: when, for the
 -- faults around it); M.explain(h, v) → lines.
@@ -535,9 +539,46 @@ function rules.bad_canary(h, out, ev)
   end
 end
 
+-- Approvals (issue 39): a person approves a pipeline once; a release of a
+-- target whose policy asks for N approvals is deployed only after N persons
+-- other than its creator approved it.
+function rules.approvals(h, out, ev)
+  local seen, persons = {}, {}
+  for _, a in ipairs(h.approvals or {}) do
+    local key = a.pipeline .. " " .. a.person
+    if seen[key] then
+      add(out, "approval_twice", a.pipeline, a.person .. " approved it twice", a.at)
+    end
+    seen[key] = true
+    persons[a.pipeline] = persons[a.pipeline] or {}
+    table.insert(persons[a.pipeline], a)
+  end
+  for id, p in pairs(h.pipelines or {}) do
+    local need = (h.approvals_needed or {})[p.target]
+    if need and p.trigger == "release" then
+      for _, e in ipairs(ev[id] or {}) do
+        if e.to == "DEPLOYING" then
+          local n, counted = 0, {}
+          for _, a in ipairs(persons[id] or {}) do
+            if a.id < e.id and a.person ~= (h.creators or {})[id] and not counted[a.person] then
+              counted[a.person] = true
+              n = n + 1
+            end
+          end
+          if n < need then
+            add(out, "deployed_unapproved", id, ("deployed with %d of the %d approvals %s needs"):format(n, need,
+              p.target), e.at)
+          end
+          break
+        end
+      end
+    end
+  end
+end
+
 M.RULES = { "statuses", "side_effects", "lost_locks", "one_unfinished", "restarts", "alerts",
   "notifications", "stops", "ends", "slots", "rollbacks", "weight_twice", "weight_order",
-  "step_past_failed_analysis", "measurements", "canary_not_stable", "bad_canary" }
+  "step_past_failed_analysis", "measurements", "canary_not_stable", "bad_canary", "approvals" }
 
 function M.check(h)
   local out, ev = {}, by_pipeline(h.events)
@@ -623,6 +664,17 @@ function M.load(sql, o)
       "UNIX_TIMESTAMP(created_at) AS at FROM pipeline_event WHERE event_type LIKE 'CANARY%' ORDER BY id")) do
     h.canary_events[#h.canary_events + 1] = { id = r.id, pipeline = r.pipeline_id, type = r.event_type,
       message = r.message, at = tonumber(r.at) }
+  end
+  h.approvals_needed, h.approvals, h.creators = o.approvals_needed, {}, {}
+  local function person(actor) return actor and (actor:match("^(.*)@[^@]*$") or actor) end
+  for _, r in ipairs(sql("SELECT id, pipeline_id, event_type, actor, UNIX_TIMESTAMP(created_at) AS at " ..
+      "FROM pipeline_event WHERE event_type IN ('APPROVED', 'CREATED') AND actor IS NOT NULL ORDER BY id")) do
+    if r.event_type == "CREATED" then
+      h.creators[r.pipeline_id] = person(r.actor)
+    else
+      h.approvals[#h.approvals + 1] = { id = tonumber(r.id), pipeline = r.pipeline_id, person = person(r.actor),
+        at = tonumber(r.at) }
+    end
   end
   h.measurements = {}
   for _, r in ipairs(sql("SELECT pipeline_id, step, n, analysis, verdict, UNIX_TIMESTAMP(measured_at) AS at " ..

@@ -75,6 +75,9 @@ function M.policy(n, receiver, prom)
     if i <= 3 then extra[#extra + 1] = 'limits = { cpu = "1", memory = "1Gi" }' end
     if i == 1 then extra[#extra + 1] = 'restart = { prod = "* * * * *" }' end
     if i == 2 and n >= 4 then extra[#extra + 1] = 'restart = { staging = "* * * * *" }' end
+    if i % 3 == 1 and envs:find("staging", 1, true) then
+      extra[#extra + 1] = "approvals = { prod = 2 }" -- (issue 39) approved by the workload's persons
+    end
     if i % 2 == 0 then
       extra[#extra + 1] = ('rollout = { strategy = "canary", steps = %s }'):format(prom and M.CANARY_STEPS
         or M.CANARY_STEPS_PLAIN)
@@ -294,6 +297,23 @@ function work.release(a)
   if p then ctl("deploy", p.id) end
 end
 
+-- An approval (issue 39) by the plan's person of the nth newest release of
+-- its target still before its deploy; refused for a target that asks none?
+-- No: oopsctl cannot know the policy, so it is recorded either way.
+function work.approve(a)
+  local p = nth(a.target, { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }, a.arg.nth, " AND trigger_type = 'release'")
+  if p then C.env.oopsctl_as(a.arg.person, "approve", p.id, "--reason", "chaos") end
+end
+
+-- Every release still waiting for approvals gets them (the end: nothing
+-- else would release it).
+local function approve_waiting()
+  for _, r in ipairs(scenario.sql("SELECT id FROM pipeline WHERE hold = 'approval' AND status = 'BUILD_SUCCEEDED' " ..
+      "LIMIT 200")) do
+    for _, person in ipairs(plan_mod.APPROVERS) do C.env.oopsctl_as(person, "approve", r.id, "--reason", "the end") end
+  end
+end
+
 function work.stop(a)
   local p = nth(a.target, { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED", "DEPLOYING", "ROLLING_OUT" }, a.arg.nth)
   if not p or C.stopped[p.id] then return end
@@ -411,11 +431,21 @@ local function canary_rules()
   return analyses, steps
 end
 
+-- What the policy asks of approvals (issue 39): { [target] = N }.
+local function approval_rules()
+  local need = {}
+  for name, a in pairs(C.policy.applications or {}) do
+    for env, n in pairs(a.approvals or {}) do need[name .. "/" .. env] = n end
+  end
+  return need
+end
+
 local function load(final)
   local slots, rolls = release_rules()
   local analyses, weight_steps = canary_rules()
   return history.load(scenario.sql, { final = final, faults = scenario.faults(), stops = C.stops,
-    deliveries = deliveries(), slots = slots, rolls_back = rolls, analyses = analyses, weight_steps = weight_steps })
+    deliveries = deliveries(), slots = slots, rolls_back = rolls, analyses = analyses, weight_steps = weight_steps,
+    approvals_needed = approval_rules() })
 end
 
 -- Check now; print the violations not printed before. Returns the history
@@ -520,6 +550,19 @@ local function canary_line()
   return ("canaries: %d began their steps (%s): %d promoted, %d aborted; %d bad, %d of them aborted; " ..
     "%d measurements"):format(tonumber(r.n), C.prom and "analyses against Prometheus" or "no analyses",
     tonumber(r.promoted), tonumber(r.aborted), tonumber(r.bad), tonumber(r.bad_aborted), tonumber(r.measured))
+end
+
+-- The approvals of the campaign in one line (issue 39): given, refused or
+-- given again (audit outcomes), and how many releases waited for them.
+local function approval_line()
+  local fine, r = pcall(scenario.sql, [[SELECT
+      (SELECT COUNT(*) FROM pipeline_event WHERE event_type = 'APPROVED') AS given,
+      (SELECT COUNT(*) FROM operator_action WHERE action = 'approve' AND outcome <> 'done') AS not_counted,
+      (SELECT COUNT(DISTINCT pipeline_id) FROM pipeline_event WHERE event_type = 'APPROVED') AS releases]])
+  if not fine or not r[1] then return "approvals: not counted: " .. tostring(r) end
+  r = r[1]
+  return ("approvals: %d given to %d releases, %d refused or given again"):format(tonumber(r.given),
+    tonumber(r.releases), tonumber(r.not_counted))
 end
 
 local function kinds(list)
@@ -711,7 +754,12 @@ function M.run(o)
   log("the nemesis stopped; settling (up to %.0fs without progress, %ds in all)", bound, M.SETTLE_CAP_S)
   local cap = oops.now_ms() + M.SETTLE_CAP_S * 1000
   local deadline, least = math.min(cap, oops.now_ms() + bound * 1000), math.huge
+  local approved_at = 0
   while oops.now_ms() < deadline do
+    if oops.now_ms() - approved_at >= 2000 then
+      approve_waiting()
+      approved_at = oops.now_ms()
+    end
     local left = unsettled()
     if left == 0 then break end
     if left < least then -- progress: the wait for the rest starts over
@@ -746,6 +794,7 @@ function M.run(o)
     #counts > 0 and table.concat(counts, ", ") or "none", #C.skipped, #plan.work - C.work_skipped, C.refused,
     C.work_skipped, rollbacks, tonumber(waited and waited[1] and waited[1].n) or 0))
   say(canary_line())
+  say(approval_line())
   local summary = ("chaos: seed %d, %d faults (kinds: %s), %d pipelines, %d violations"):format(o.seed, #C.done,
     #k > 0 and table.concat(k, ", ") or "none", n, #vs)
   log("%s", summary)

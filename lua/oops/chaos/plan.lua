@@ -37,6 +37,7 @@ M.WORK = {
   { "create", 60 },          -- an automatic pipeline
   { "create_manual", 8 },    -- a manual one (built, then waits for a release)
   { "release", 8 },          -- oopsctl deploy of a manual one that waits
+  { "approve", 8 },          -- oopsctl approve by one of APPROVERS (issue 39), before the deploy
   { "stop", 8 },             -- oopsctl stop --expect (from the status read)
   { "rollback", 4 },         -- oopsctl rollback
   { "build_fail", 5 },       -- its simulated build fails
@@ -47,6 +48,10 @@ M.WORK = {
   { "receiver_500", 3 },     -- the webhook receiver answers 500 for a while
   { "receiver_hang", 2 },    -- the webhook receiver hangs for a while
 }
+
+-- The persons who approve (none of them creates: the campaign creates as
+-- the one who runs it).
+M.APPROVERS = { "ann", "ben", "cai" }
 
 M.FAULT_GAP = { 2, 8 }   -- seconds between two faults
 -- Seconds between two workload actions: about four a second, two of them
@@ -99,6 +104,8 @@ local function work_arg(r, kind, t)
     return { metric = r:pick { "cpu", "memory" }, pod = "pod-" .. r:int(1, 3), high = r:chance(0.55) }
   elseif kind == "receiver_500" or kind == "receiver_hang" or kind == "deploy_fail" then
     return { seconds = round1(r:range(2, 8)) }
+  elseif kind == "approve" then
+    return { nth = r:int(1, 2), person = r:pick(M.APPROVERS) }
   elseif kind == "stop" or kind == "release" or kind == "build_fail" or kind == "build_missing"
       or kind == "rollout_fail" then
     return { nth = r:int(1, 4) } -- the nth newest pipeline of its target that fits

@@ -19,7 +19,7 @@ local WEIGHT_PLACEHOLDERS = keys.WEIGHT_PLACEHOLDERS
 local sorted_keys, set_of, is_list, a_type = values.sorted_keys, values.set_of, values.is_list, values.a_type
 local dur, positive, argv, is_label, environments = values.dur, values.positive, values.argv, values.is_label,
   values.environments
-local app_windows, app_rollout = release.app_windows, release.app_rollout
+local app_windows, app_rollout, app_approvals = release.app_windows, release.app_rollout, release.app_approvals
 
 local M = { build = {} }
 local build = M.build
@@ -137,6 +137,7 @@ function build.application(d, t, name, st)
   a.env = d:field(t, "env", app_env, {})
   a.restart = app_restart(d, t.restart, envs_ok and a.environments or nil, st.cron_parse)
   a.windows = app_windows(d, t.windows, envs_ok and a.environments or nil)
+  a.approvals = app_approvals(d, t.approvals, envs_ok and a.environments or nil)
   a.rollout = app_rollout(d, t, st)
   a.limits = app_limits(d, t)
   a.timeout_ms, a.deploy_timeout_set, a.build_timeout_set = app_timeouts(d, t)

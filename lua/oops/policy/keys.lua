@@ -27,8 +27,8 @@ local WEIGHT_PLACEHOLDERS = { "application", "artifact", "environment", "id", "n
 -- The keys each declaration's table accepts (Decl:only refuses any other), by
 -- where they are written: "alert.cpu" is the table under alert's `cpu`. The
 -- block files' builders read them from here; M.keys() lists them.
-local APP_KEYS = { "build", "deploy", "env", "environments", "health", "limits", "restart", "restart_command",
-  "rollout", "timeouts", "weight", "windows" }
+local APP_KEYS = { "approvals", "build", "deploy", "env", "environments", "health", "limits", "restart",
+  "restart_command", "rollout", "timeouts", "weight", "windows" }
 local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
 local ALERT_METRIC_KEYS = { "percent", "sustained" }
 local KEYS = {

@@ -29,9 +29,9 @@ end
 -- The event names a route's `events` filter knows (issue 28): the statuses
 -- a pipeline moves to, the pipeline event types, "alert" (every alert edge)
 -- and the edges themselves. Scheduled restarts are not announced.
-M.NOTIFY_EVENTS = { "BUILD_SUCCEEDED", "BUILDING", "CREATED", "DEPLOYING", "DEPLOY_REQUESTED", "ERROR", "FAILED",
-  "FIRING", "INITIALIZED", "OVERRIDE", "REPEAT", "RESOLVED", "ROLLING_OUT", "RUNNING", "STOPPED", "SUCCEEDED",
-  "alert" }
+M.NOTIFY_EVENTS = { "APPROVED", "BUILD_SUCCEEDED", "BUILDING", "CANARY_ABORT", "CANARY_PAUSED", "CANARY_PROMOTE",
+  "CANARY_STEP", "CREATED", "DEPLOYING", "DEPLOY_REQUESTED", "ERROR", "FAILED", "FIRING", "INITIALIZED", "OVERRIDE",
+  "REJECTED", "REPEAT", "RESOLVED", "ROLLING_OUT", "RUNNING", "STOPPED", "SUCCEEDED", "alert" }
 local NOTIFY_EVENT = {}
 for _, n in ipairs(M.NOTIFY_EVENTS) do NOTIFY_EVENT[n] = true end
 

@@ -75,6 +75,32 @@ local function app_windows(d, v, envs)
   return out
 end
 
+-- approvals = { prod = 2 } (issue 39): how many persons other than its
+-- creator must approve a release to that environment before its deploy
+-- (1 to M.MAX_APPROVALS); {} when none is asked.
+M.MAX_APPROVALS = 9 -- PIPELINE_APPROVALS_MAX (src/pipeline.h): what a pipeline records
+local function app_approvals(d, v, envs)
+  local out = {}
+  if v == nil then return out end
+  if type(v) ~= "table" or #v > 0 then
+    d:fail("approvals", "must be a table like { prod = 2 }" ..
+      (type(v) ~= "table" and (", not " .. a_type(v)) or " (keyed by environment)"))
+    return out
+  end
+  local listed = set_of(envs or {})
+  for _, env in ipairs(sorted_keys(v)) do
+    local n, path = v[env], "approvals." .. tostring(env)
+    if envs and not listed[env] then
+      d:fail(path, show(env) .. " is not one of its environments (" .. table.concat(envs, ", ") .. ")")
+    elseif math.type(n) ~= "integer" or n < 1 or n > M.MAX_APPROVALS then
+      d:fail(path, "must be a whole number of persons from 1 to " .. M.MAX_APPROVALS .. ", not " .. show(n))
+    else
+      out[env] = n
+    end
+  end
+  return out
+end
+
 -- rollout = { on_failure = "rollback", strategy = "canary", steps = {...} }:
 -- this application's own choices (on_failure nil: rollout.on_failure; no
 -- strategy: the rollout declaration's plan); nil when it makes none.
@@ -140,6 +166,7 @@ local function resolve_freezes(st)
 end
 
 M.concurrency, M.on_failure, M.app_windows, M.app_rollout = deploy_concurrency, on_failure, app_windows, app_rollout
+M.app_approvals = app_approvals
 M.resolve_freezes = resolve_freezes
 
 return M

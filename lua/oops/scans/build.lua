@@ -18,12 +18,12 @@ local function t(p, from, to, message, extra) return P.transition(p, from, to, m
 
 -- Claim DEPLOYING, apply the artifact, claim ROLLING_OUT. A lost claim means
 -- the pipeline was stopped (or taken) meanwhile: announce nothing, do nothing.
--- Before the claim, what may hold a release (oops.release): a closed deploy
--- window or a freeze (not for a rollback, nor once overridden), then a
+-- Before the claim, what may hold a release (oops.release): approvals it
+-- still waits for (issue 39), a closed deploy window or a freeze (not for a rollback, nor once overridden), then a
 -- deploy slot, claimed with DEPLOYING in one transaction; a held pipeline
 -- waits (its message says why) and is tried again next tick.
 function M.deploy(p, from, gw, pol)
-  local hold = release.window_hold(pol, p)
+  local hold = release.approval_hold(pol, p) or release.window_hold(pol, p)
   if hold then return release.wait(p, from, hold, t) end
   local slots = release.slots(pol, p)
   local won, done, code = t(p, from, "DEPLOYING", msg.deploying, slots and { slot = slots })

@@ -423,19 +423,24 @@ end
 local Pipeline = {}
 Pipeline.__index = Pipeline
 
-local function oopsctl(...)
+-- oopsctl as `person` (nil: whoever runs the scenario): SUDO_USER is the
+-- first name oopsctl takes for who acts (alice@HOST).
+local function oopsctl_as(person, ...)
   local argv = { run.oopsctl, ... }
   local env = { OOPS_DB = run.db, OOPS_DB_PASSWORD_FILE = os.getenv("OOPS_DB_PASSWORD_FILE") } -- see server.lua
+  if person then env.SUDO_USER = person end
   local r = oops.proc.run { argv = argv, env = env, inherit_env = true, timeout_ms = 30000 }
   return r.status, r.stdout, r.stderr
 end
+
+local function oopsctl(...) return oopsctl_as(nil, ...) end
 
 local function create(opts)
   local args = { "create", "--app", (assert(opts.app, "create{}: app")), "--env", (assert(opts.env, "create{}: env")) }
   if opts.manual then args[#args + 1] = "--manual" end
   if opts.artifact then args[#args + 1] = "--artifact"; args[#args + 1] = opts.artifact end
   if opts.source then args[#args + 1] = "--source"; args[#args + 1] = opts.source end
-  local status, out, err = oopsctl(table.unpack(args))
+  local status, out, err = oopsctl_as(opts.as, table.unpack(args))
   if status ~= 0 then error("create " .. opts.app .. ": " .. err, 2) end
   return setmetatable({ id = out:match("%S+"), app = opts.app, env = opts.env }, Pipeline)
 end
@@ -741,7 +746,7 @@ local function environment()
   local env = {
     servers = servers, server = function(n) return run.servers[n] end,
     create = create, rollback = rollback, wait_until = wait_until, expect = ok, sql = sql,
-    fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl,
+    fault = fault, clear_fault = clear_fault, sleep = sleep, note = note, oopsctl = oopsctl, oopsctl_as = oopsctl_as,
     fail_job = fail_job, delete_job = delete_job, fail_rollout = fail_rollout, receiver = receiver,
     held_by = held_by, held_elsewhere = held_elsewhere, server_session = server_session,
     prometheus = prometheus, artifact_traffic = artifact_traffic, pod_use = pod_use,
