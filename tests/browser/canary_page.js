@@ -151,8 +151,9 @@ async function act(page, action, reason) {
       await a.keyboard.press("Escape");
       const done = await until(a, 40, () => /SUCCEEDED/.test(document.getElementById("detail-status").textContent));
       check(done, "the approved release deploys: the page shows it SUCCEEDED", await text(a, "#detail-summary"));
-      check(/^1 of 1 \(alice\)$/.test(await text(a, "#detail-approvals")), "... with 1 of 1 (alice)",
-        await text(a, "#detail-approvals"));
+      const counted = await until(a, 20, () => /^1 of 1 \(alice\)$/.test(
+        (document.getElementById("detail-approvals") || {}).textContent || ""));
+      check(counted, "... with 1 of 1 (alice)", await text(a, "#detail-summary"));
       const ev = await until(a, 20, (reason) => [...document.querySelectorAll("#events tbody tr")].some((r) =>
         r.dataset.event === "APPROVED" && r.dataset.actor === "alice@page" &&
         r.querySelector("td.reason").textContent === reason), env.CP_APPROVE);
