@@ -347,7 +347,7 @@ oops.store = {}
 ---@field weight_step? integer the step that weight was set for
 ---@field paused? string why the step waits: "operator" or "inconclusive"
 ---@field canary_request? string an operator's pending request: "promote", "promote_full" or "abort"
----@field approvals integer how many distinct persons approved it (issue 39; oopsctl approve)
+---@field approvals? integer how many distinct persons approved it (issue 39; oopsctl approve); nil: none
 ---@field approved_by? string their names, comma-separated, in the order they approved
 
 ---@class oops.TransitionExtra

@@ -66,8 +66,10 @@ static void push_pipeline(lua_State *L, const pipeline *p)
     }
     set_str(L, "paused", p->paused);
     set_str(L, "canary_request", p->canary_request);
-    lua_pushinteger(L, p->approvals);
-    lua_setfield(L, -2, "approvals");
+    if (p->approvals > 0) { /* (absent when none: most pipelines' tables stay as small) */
+        lua_pushinteger(L, p->approvals);
+        lua_setfield(L, -2, "approvals");
+    }
     set_str(L, "approved_by", p->approved_by);
     lua_pushnumber(L, p->status_age_s);
     lua_setfield(L, -2, "status_age");
