@@ -40,10 +40,15 @@ pass() { # label, build dir, suites... (none: tests/run.sh's default ones): in t
   count "$1" "$logs/fg"
 }
 started=() # labels of passes running in the background, in order
+# Each lane is bounded too (each file of it is, by tests/run.sh): a lane still
+# running after $OOPS_LANE_SECONDS (1500) is stopped, what it printed so far
+# shown and counted as a failure, so that the run always ends with its line.
+lane_limit=${OOPS_LANE_SECONDS:-1500}
+lane() { local secs=$1; shift; timeout -k 30 "$secs" bash tests/run.sh "$@"; }
 start() { # n, label, build dir, suites...: in the background, output to $logs/n
   local n=$1; shift
   started+=("$n:$1")
-  bash tests/run.sh "$2" "${@:3}" >"$logs/$n" 2>&1 &
+  lane "$lane_limit" "$2" "${@:3}" >"$logs/$n" 2>&1 &
 }
 finish() { # wait for every background pass, print each, count it
   wait
@@ -71,8 +76,9 @@ else
   start 2 "AddressSanitizer + UBSan build: unit, spec, integration" build-asan unit spec integration
   # the scenarios of both passes, one after the other (each runs in one pass)
   started+=("3:normal build: scenarios" "4:AddressSanitizer + UBSan build: scenarios")
-  { bash tests/run.sh build scenarios >"$logs/3" 2>&1
-    bash tests/run.sh build-asan scenarios >"$logs/4" 2>&1; } &
+  # (half the limit each)
+  { lane $((lane_limit / 2)) build scenarios >"$logs/3" 2>&1
+    lane $((lane_limit / 2)) build-asan scenarios >"$logs/4" 2>&1; } &
   finish
 fi
 ((quick)) || pass "fuzz: each harness 5 s (ASan + UBSan)" build-fuzz fuzz

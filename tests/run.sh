@@ -19,7 +19,9 @@ suites=("$@"); ((${#suites[@]})) || suites=(unit spec integration scenarios)
 
 source "$here/lib/mariadb.sh"
 work=$(mktemp -d /tmp/oops-test.XXXXXX)
+current= # the running test's timeout(1), the leader of its process group
 cleanup() {
+  [[ -n $current ]] && kill -KILL -- "-$current" 2>/dev/null
   # Any oopsd a test left behind dies with the run.
   pkill -KILL -f "$work/" 2>/dev/null
   mariadb_stop
@@ -32,6 +34,10 @@ mariadb_start "$work/mariadb" || exit 1
 # The URL has no password (tests pass it in argv): oopsctl and oopsd read it
 # from the file mariadb_start exported as OOPS_DB_PASSWORD_FILE.
 export OOPS_TEST_DB="$MDB_URL" OOPS_BUILD="$build" OOPS_ROOT="$root" OOPS_TEST_WORK="$work"
+# Temporary files of every test (a scenario's servers' directories among them)
+# under this run's directory: removed with it, and its servers found by
+# cleanup's pkill even when the runner that started them was killed.
+export TMPDIR=$work
 # Sanitizer reports of every process — oopsd servers started by the tests
 # included — land in $work/sanitizer.*; any such file fails the run.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}:log_path=$work/sanitizer"
@@ -43,13 +49,25 @@ failures=() skipped=()
 
 # Run one test program; count its TAP lines ("ok" / "not ok"). A program that
 # exits non-zero without reporting a failure (a crash, a sanitizer report)
-# counts as one failure.
+# counts as one failure. Each is bounded: after $OOPS_TEST_SECONDS (600, three
+# times the slowest file's time under the sanitizers) it and every process of
+# its group are stopped, a failure that names it (a hung test costs one
+# failure, never the whole run).
+limit=${OOPS_TEST_SECONDS:-600}
 run_one() { # name, command...
   local name=$1; shift
   local log="$work/log.$(echo "$name" | tr '/ ' '__')"
   local t0=$SECONDS
-  "$@" >"$log" 2>&1
+  # In the background, waited for: a TERM or Ctrl-C to this script is acted
+  # on at once, and cleanup stops the test's whole process group.
+  timeout -k 10 "$limit" "$@" >"$log" 2>&1 </dev/null &
+  current=$!
+  wait "$current"
   local rc=$?
+  current=
+  if ((rc == 124 || rc == 137)) && ((SECONDS - t0 >= limit)); then
+    echo "not ok - $name did not end within $limit s (OOPS_TEST_SECONDS): stopped" >>"$log"
+  fi
   local ok nok sk
   ok=$(grep -cE '^ok ' "$log")
   nok=$(grep -cE '^not ok ' "$log")
@@ -129,7 +147,7 @@ for suite in "${suites[@]}"; do
           fi
         fi
         if head -n 10 "$t" | grep -qE '^--[[:space:]]*needs:.*(own database|network namespaces)'; then
-          TMPDIR=$work run_one "scenarios/$n" env -u OOPS_DB "$build/oopsctl" scenario "$t"
+          run_one "scenarios/$n" env -u OOPS_DB "$build/oopsctl" scenario "$t"
         else
           db=$(mariadb_new_db "sc_$n")
           # The URL in the environment, not in argv (ps shows argv to every user).
