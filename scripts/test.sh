@@ -41,9 +41,11 @@ pass() { # label, build dir, suites... (none: tests/run.sh's default ones): in t
 }
 started=() # labels of passes running in the background, in order
 # Each lane is bounded too (each file of it is, by tests/run.sh): a lane still
-# running after $OOPS_LANE_SECONDS (1500) is stopped, what it printed so far
-# shown and counted as a failure, so that the run always ends with its line.
-lane_limit=${OOPS_LANE_SECONDS:-1500}
+# running after $OOPS_LANE_SECONDS (2400; the scenarios' lane half of it for
+# each pass) is stopped, what it printed so far shown and counted as a
+# failure, so that the run always ends with its line, well before a CI's own
+# limit. (Far above a lane's usual time: a slow lane is a finding, not a kill.)
+lane_limit=${OOPS_LANE_SECONDS:-2400}
 lane() { local secs=$1; shift; timeout -k 30 "$secs" bash tests/run.sh "$@"; }
 start() { # n, label, build dir, suites...: in the background, output to $logs/n
   local n=$1; shift

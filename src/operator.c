@@ -311,11 +311,13 @@ static op_code approval_load(db_conn *c, const char *action, const char *id, con
     op_code rc = load(c, who, action, id, p, out);
     if (rc != OP_OK)
         return rc;
+    /* A rollback first: what it is says more than where it is (and does
+     * not change while it runs). */
     const char *why = NULL;
-    if (!before_deploy(p->status))
-        why = "approvals are given before the deploy";
-    else if (p->trigger_type && strcmp(p->trigger_type, "rollback") == 0)
+    if (p->trigger_type && strcmp(p->trigger_type, "rollback") == 0)
         why = "a rollback needs no approval";
+    else if (!before_deploy(p->status))
+        why = "approvals are given before the deploy";
     if (!why)
         return OP_OK;
     char status[32];
