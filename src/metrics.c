@@ -1,6 +1,7 @@
 #include "metrics.h"
 
 #include <stdbool.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,7 +141,10 @@ static void sample(buf *out, const char *name, const char *suffix, const char *l
     buf_printf(out, "%s%s", name, suffix);
     if (*labels)
         buf_printf(out, "{%s}", labels);
-    buf_printf(out, " %.17g\n", v);
+    if (isnan(v)) /* a figure with no data (the exposition format's spelling) */
+        buf_printf(out, " NaN\n");
+    else
+        buf_printf(out, " %.17g\n", v);
 }
 
 /* The histogram whose bucket series NAME is (NAME_bucket, NAME described as a

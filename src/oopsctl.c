@@ -19,7 +19,7 @@
  * terminal-safe values, opening the database, parsing a command's words),
  * the usage, and migrate. The other commands live in src/ctl/, a file per
  * family: read.c (list, history, show, logs, locks), act.c (create,
- * rollback, stop, deploy), audit.c, tools.c (scenario, chaos, outbox).
+ * rollback, stop, deploy), audit.c, tools.c (scenario, chaos, outbox, stats).
  */
 #include <ctype.h>
 #include <stdarg.h>
@@ -136,6 +136,10 @@ static void usage(FILE *f)
         "  audit [--since DURATION] [--actor NAME@HOST] [--app NS/APP] [--env ENV] [--limit N]\n"
         "                                       operator actions, newest first (default 100):\n"
         "                                       who, what, why, and what came of it\n"
+        "  stats [--app NS/APP] [--env ENV] [--since DAYS]\n"
+        "                                       the four delivery figures over the last 7d, 30d\n"
+        "                                       (default) or 90d: releases live per day, lead\n"
+        "                                       time, change failure rate, time to restore\n"
         "  locks                                which server holds which lock\n"
         "  outbox [--route NAME] [--policies DIR]\n"
         "                                       notifications waiting, per route of the policy\n"
@@ -328,6 +332,7 @@ static const command commands[] = {
     {"history", cmd_history}, {"scenario", run_scenario}, {"chaos", run_chaos},
     {"audit", cmd_audit},     {"outbox", run_outbox},     {"abort", cmd_abort},
     {"promote", cmd_promote}, {"approve", cmd_approve},   {"reject", cmd_reject},
+    {"stats", run_stats},
 };
 
 /* Global flags before the command, the command, then its own words (where

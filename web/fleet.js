@@ -1,7 +1,7 @@
 // oopsd fleet page: polls the JSON of the oopsd that served it (/api/me,
-// /api/fleet, /api/pipeline/ID, /api/history/NS/APP/ENV) and redraws; no
-// dependency, no other origin. Every value from the database reaches the page
-// as text (textContent), never as HTML.
+// /api/fleet, /api/pipeline/ID, /api/history/NS/APP/ENV, /api/stats) and
+// redraws; no dependency, no other origin. Every value from the database
+// reaches the page as text (textContent), never as HTML.
 //
 // Sign-in: an oopsd with tokens answers /api/... 401 without one; the page
 // then asks for the token, keeps it in sessionStorage (this tab only; never
@@ -30,11 +30,13 @@
   let memToken = null; // when sessionStorage cannot be used (the tab keeps it in memory)
   let hashTried = false; // #pipeline=ID looked at after the first fleet load
 
+  // h("svg:rect", ...): an SVG element (the delivery charts)
   function h(tag, attrs, ...kids) {
-    const e = document.createElement(tag);
+    const e = tag.startsWith("svg:") ? document.createElementNS("http://www.w3.org/2000/svg", tag.slice(4))
+      : document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (v === undefined || v === null || v === false) continue;
-      if (k === "class") e.className = v;
+      if (k === "class") e.setAttribute("class", v);
       else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
       else e.setAttribute(k, v === true ? "" : String(v));
     }
@@ -409,6 +411,84 @@
     } finally {
       tickLive();
     }
+  });
+
+  // ------------------------------------------------------------ delivery figures
+
+  // The delivery figures (DORA, issue 39): /api/stats has every window (the
+  // buttons only redraw), kept a minute by the server: asked no more often.
+  const NONE = "–"; // no data: never a made-up 0
+  let stats = null, statsError = "", statsWindow = "30d";
+  const span = (s) => (s === null ? NONE : dur(s).replace(/ 0\w$/, "")); // "3h" as oopsctl stats says
+  const plural = (n, one) => n + " " + one + (n === 1 ? "" : "s");
+  // Each card's figure and line, of the fleet or of a day (the same shape);
+  // val: a day's bar, top: the chart's top (else the highest bar).
+  const CARDS = [
+    { id: "frequency", name: "Deployment frequency", label: "releases live per day",
+      fig: (f) => f.per_day.toFixed(2) + " / day", sub: (f) => plural(f.deployments, "release") + " live",
+      val: (d) => d.deployments },
+    { id: "lead", name: "Lead time", label: "median lead time per day", fig: (f) => span(f.lead_time.median_s),
+      sub: (f) => (f.lead_time.releases ? "p90 " + span(f.lead_time.p90_s) : "no data"), val: (d) => d.lead_time.median_s },
+    { id: "failure", name: "Change failure rate", label: "change failure rate per day", top: 1,
+      fig: (f) => (f.change_failure.rate === null ? NONE : (f.change_failure.rate * 100).toFixed(1) + " %"),
+      sub: (f) => f.change_failure.failures + " of " + plural(f.change_failure.deployments, "deployment"),
+      val: (d) => d.change_failure.rate },
+    { id: "restore", name: "Time to restore", label: "median time to restore per day",
+      fig: (f) => span(f.restore.median_s), val: (d) => d.restore.median_s,
+      // open: failed with nothing live since (not timed)
+      sub: (f) => plural(f.restore.restored, "failure") + " restored" +
+        (f.restore.open ? ", " + f.restore.open + " open" : "") },
+  ];
+
+  // A bar per day, oldest first, each in a <g> with its <title> (the tooltip).
+  // Attributes only: the page's CSP allows no inline style.
+  function chart(c, w) {
+    const vals = w.series.map(c.val), top = c.top || Math.max(...vals), label = c.label + ", last " + w.days + " days";
+    const tip = (d) => (c.fig(d) === NONE ? "" : c.fig(d) + ", ") + c.sub(d);
+    return h("svg:svg", { class: "chart", role: "img", "aria-label": label, viewBox: "0 0 " + vals.length * 10 + " 50",
+      preserveAspectRatio: "none" }, h("svg:title", null, label), w.series.map((d, i) => h("svg:g", null,
+      h("svg:title", null, when(d.from).replace("T", " ") + ": " + tip(d)), bar(vals[i], i, top))));
+  }
+  function bar(v, i, top) { // none for a day without data, a thin one for 0
+    if (v === null) return null;
+    const high = Math.max(1.5, (v / top) * 50 || 0);
+    return h("svg:rect", { class: v > 0 ? "bar" : "zero", x: i * 10 + 1, width: 8, y: 50 - high, height: high });
+  }
+
+  function drawDelivery() {
+    for (const b of $("delivery-window").children) b.setAttribute("aria-pressed", b.dataset.window === statsWindow);
+    const w = stats && stats.windows[statsWindow];
+    $("delivery-error").textContent = statsError;
+    // past 20,000 pipelines per status the server reads the newest only
+    $("delivery-age").textContent = w ? "computed at " + stats.at + (w.capped ? " · figures whole since " +
+      when(w.whole_since) : "") : "";
+    swap($("delivery-cards"), w ? CARDS.map((c) => h("article", { id: "delivery-" + c.id },
+      h("h3", null, c.name), h("p", { class: "figure" }, c.fig(w.fleet)), h("p", { class: "muted" }, c.sub(w.fleet)),
+      chart(c, w))) : [h("p", { class: "muted" }, "no figures yet")]);
+  }
+
+  const statsPoll = poller(async () => {
+    const g = gen;
+    try {
+      const t = await api("GET", "/api/stats");
+      if (g !== gen || !me) return null;
+      if (t.pending) return 1000; // the first computation is running
+      stats = t;
+      // the last computation failed: these are the figures kept before it
+      statsError = t.error ? "Reading the history failed: " + t.error : "";
+      t.at = new Date(Date.now() - t.age_s * 1000).toISOString().slice(11, 19) + "Z";
+      drawDelivery();
+      return 60000;
+    } catch (e) {
+      if (g !== gen || e.status === 401) return null;
+      statsError = "Reading the delivery figures failed: " + describe(e);
+      drawDelivery();
+      return 15000;
+    }
+  });
+  $("delivery-window").addEventListener("click", (ev) => {
+    statsWindow = ev.target.dataset.window || statsWindow;
+    drawDelivery();
   });
 
   // ------------------------------------------------------------ a pipeline's detail
@@ -852,6 +932,8 @@
     fleetPoll.stop();
     detailPoll.stop();
     historyPoll.stop();
+    statsPoll.stop();
+    stats = null;
     closeDialogs();
     document.body.classList.remove("can-act");
     for (const t of document.querySelectorAll("main tbody")) t.replaceChildren();
@@ -894,6 +976,10 @@
     if (!fleet) liveSays("connecting", "connecting…");
     fleetPoll.stop();
     fleetPoll.start();
+    statsError = "";
+    drawDelivery();
+    statsPoll.stop();
+    statsPoll.start();
   }
 
   $("signin").addEventListener("submit", async (ev) => {

@@ -187,6 +187,8 @@ end
 -- only, never waits (lua/oops/web.lua). `client`: the client's address (the
 -- rate limits of pipeline reads). -> status, JSON text
 function M.http(path, client) return web.http(path, client) end
+-- Before each /metrics: the delivery gauges are refreshed in a task when stale.
+function M.metrics_scraped() require("oops.stats.live").scraped(oops.now_ms()) end
 -- An operator's action from the page (web.post): answered now, or later by
 -- oops.http_answer(ticket, status, json).
 function M.http_post(path, body, actor, ticket) return web.post(path, body, actor, ticket, oops.http_answer) end

@@ -626,6 +626,7 @@ function M.http(path, client)
   local now = oops.now_ms()
   state.wanted_at = now
   if path == "/api/fleet" then return fleet(now) end
+  if path == "/api/stats" then return require("oops.stats.live").http(now) end
   local id = path:match("^/api/pipeline/([a-z0-9]+)$")
   if id and #id <= 64 then return detail(id, client, now, M.read_pipeline, id) end
   local ns, app, env = path:match("^/api/history/([^/]+)/([^/]+)/([^/]+)$")

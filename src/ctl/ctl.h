@@ -99,5 +99,6 @@ int cmd_audit(ctl *c, int argc, char **argv);
 int run_scenario(ctl *c, int argc, char **argv);
 int run_chaos(ctl *c, int argc, char **argv);
 int run_outbox(ctl *c, int argc, char **argv);
+int run_stats(ctl *c, int argc, char **argv);
 
 #endif

@@ -104,3 +104,30 @@ int run_outbox(ctl *c, int argc, char **argv)
             args[n++] = (char *)f[i].name, args[n++] = (char *)f[i].value;
     return exec_lua_tool("outbox", c->db_url ? c->db_url : getenv("OOPS_DB"), args, n);
 }
+
+/*
+ * stats [--app NS/APP] [--env ENV] [--since DAYS]: the four delivery figures
+ * (lua/oops/stats/); its flags passed on as --flag=value (a value is never
+ * read as a flag there), so --db never reaches argv.
+ */
+int run_stats(ctl *c, int argc, char **argv)
+{
+    ctl_flag f[] = {
+        {"--app", true, false, NULL}, {"--env", true, false, NULL}, {"--since", true, false, NULL}};
+    int rc = parse(c, argc, argv, f, 3, NULL, 0, NULL);
+    if (rc != EXIT_OK)
+        return rc;
+    char flat[3][4200], *args[4];
+    int n = 0;
+    if (c->json)
+        args[n++] = "--json";
+    for (int i = 0; i < 3; i++) {
+        if (!f[i].given)
+            continue;
+        if (strlen(f[i].value) > 4096)
+            return fail(EXIT_INPUT, "stats: %s: longer than 4096 bytes", f[i].name);
+        snprintf(flat[i], sizeof flat[i], "%s=%s", f[i].name, f[i].value);
+        args[n++] = flat[i];
+    }
+    return exec_lua_tool("stats", c->db_url ? c->db_url : getenv("OOPS_DB"), args, n);
+}

@@ -232,6 +232,16 @@ static void web_api(server_state *d, const http_incoming *in, http_response *out
         out->headers = RETRY_AFTER;
 }
 
+/* engine.metrics_scraped(): gauges computed only while someone scrapes
+ * (lua/oops/stats/live.lua: the delivery figures, read again in a task when
+ * older than their TTL; this scrape shows the ones kept). Never waits. */
+static void metrics_scraped(server_state *d)
+{
+    if (!d->ctx.rt || !daemon_engine_fn(d, "metrics_scraped"))
+        return;
+    (void)runtime_call(runtime_state(d->ctx.rt), 0, 0, "engine.metrics_scraped", NULL, 0);
+}
+
 static void count_host(void *ud, const char *name, const char *value)
 {
     (void)value;
@@ -330,6 +340,7 @@ static void on_http(void *ud, const http_incoming *in, http_response *out)
     if (post) {
         daemon_web_action(d, in, &who, out);
     } else if (strcmp(path, "/metrics") == 0) {
+        metrics_scraped(d);
         daemon_prom_metrics(d, out);
     } else if (strcmp(path, "/status") == 0) {
         status(d, out);

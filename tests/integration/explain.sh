@@ -136,6 +136,8 @@ rctl audit --app t/web --env prod --since 7d >/dev/null 2>&1
 rctl audit --app t/web >/dev/null 2>&1
 rctl outbox --policies "$OOPS_ROOT/tests/exec/policies" >/dev/null 2>&1
 rctl outbox --policies "$OOPS_ROOT/tests/exec/policies" --route webhook >/dev/null 2>&1
+rctl stats >/dev/null 2>&1
+rctl --json stats --app t/web --env prod --since 90d >/dev/null 2>&1
 wait_for 70 "the retention leader deleted the expired history (its DELETEs are in the log)" \
   bash -c "[[ \$(mariadb --no-defaults -N -B -S '$MDB_SOCKET' -u'$MDB_ADMIN_USER' oops -e \"SELECT (SELECT COUNT(*) FROM pipeline
     WHERE id = 'expired00001') + (SELECT COUNT(*) FROM restart_run WHERE namespace = 'old')\") == 0 ]]"
@@ -172,7 +174,8 @@ for want in "FROM pipeline WHERE 1 = 1 AND status IN" "FROM pipeline_event WHERE
   "FROM notify_pending n JOIN outbox o ON o.id = n.outbox_id" "WHERE o.routed = N ORDER BY o.id LIMIT" \
   "DELETE FROM notify_pending WHERE route_key = ?" \
   "FROM operator_action WHERE 1 = 1 ORDER BY" "FROM operator_action WHERE N = N AND actor = ?" \
-  "FROM operator_action WHERE N = N AND namespace = ?" "AND e.actor IS NOT NULL ORDER BY e.id DESC LIMIT"; do
+  "FROM operator_action WHERE N = N AND namespace = ?" "AND e.actor IS NOT NULL ORDER BY e.id DESC LIMIT" \
+  "FROM pipeline r WHERE r.rollback_of = p.id" "AND e.to_status = ? ORDER BY e.id DESC LIMIT N"; do
   check "... among them: $want" grep -qF "$want" "$work/distinct.tsv"
 done
 
