@@ -94,6 +94,18 @@ like "$out" "Delivery over the last 7d" "... says the window"
 like "$out" "shop/api/prod +4 +0\.57 +2h +5h +40\.0% \(2 of 5\) +1h 15m +0" "... one line per target"
 like "$out" "all of shop/api/prod +4 " "... and the line of all it selected"
 
+# Many releases ending at the same microsecond: read a page (1000) a statement,
+# each page after the last row read by (time, id), none twice, none lost.
+sql "INSERT INTO pipeline (id, namespace, application, environment, status, trigger_type, created_at, status_changed_at)
+  SELECT CONCAT('bulk', LPAD(seq, 6, '0')), 'bulk', 'app', 'prod', 'SUCCEEDED', 'release',
+    FROM_UNIXTIME($((base - 3 * D - H))), FROM_UNIXTIME($((base - 3 * D))) FROM seq_1_to_2500"
+out=$(ctl --json stats --app bulk/app --env prod --since 7d)
+figures "2500 releases live at the same time, read in three pages: each counted once" "$out" .fleet \
+  "2500 3600 3600 2500 0 2500 0 0 null 0 0"
+out=$(ctl --json stats --since 7d)
+is "$(j .fleet.deployments "$out")" 2505 "... beside the others"
+sql "DELETE FROM pipeline WHERE namespace = 'bulk'"
+
 # The same figures from a server: GET /api/stats (the fleet page's panel) and
 # the gauges of /metrics, computed in a task (202 until the first is made).
 policies="$OOPS_TEST_WORK/stats-policies"; mkdir -p "$policies"

@@ -22,7 +22,7 @@ local function failed(t, ago, from, extra)
   return r
 end
 local function figures(l, f, window, want)
-  return stats.figures({ now = NOW, live = l, failed = f or {}, capped = false }, window or 7 * D, want)
+  return stats.figures(stats.collect(NOW, l, f), window or 7 * D, want)
 end
 
 describe("oops.stats", function()
@@ -155,7 +155,9 @@ describe("oops.stats", function()
     end)
 
     it("says when the rows were capped and from when the figures are whole", function()
-      local f = stats.figures({ now = NOW, live = {}, failed = {}, capped = true, whole_since = NOW - D }, 7 * D)
+      local data = stats.collect(NOW, {})
+      data.capped, data.whole_since = true, NOW - D
+      local f = stats.figures(data, 7 * D)
       assert.is_true(f.capped)
       assert.equal("2026-11-30T10:00:00Z", f.whole_since)
     end)

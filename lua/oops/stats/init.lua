@@ -43,24 +43,28 @@ local json = require("oops.json")
 local M = {}
 
 M.SCAN_MAX = 20000 -- pipelines read at most per status
+M.PAGE = 1000 -- pipelines read a statement (a page's rows are tables until folded)
 M.MAX_DAYS = 90 -- the longest window
 M.WINDOWS = { "7d", "30d", "90d" } -- the page's and the gauges' windows
 M.DAY = 86400
 
-local SINCE = "status_changed_at >= NOW(6) - INTERVAL ? SECOND ORDER BY status_changed_at DESC LIMIT ?) AS t"
-  .. " JOIN pipeline p ON p.id = t.id"
+-- A page: the next PAGE pipelines of a status, newest first, after the
+-- last one read (keyset on ix_pipeline_status_changed: status_changed_at, id).
+local PAGE = " FROM (SELECT id FROM pipeline WHERE status = '%s' AND status_changed_at >= ?"
+  .. " AND (status_changed_at < ? OR (status_changed_at = ? AND id < ?))"
+  .. " ORDER BY status_changed_at DESC, id DESC LIMIT ?) AS t JOIN pipeline p ON p.id = t.id"
 local ROLLED = "(SELECT UNIX_TIMESTAMP(r.created_at) FROM pipeline r WHERE r.rollback_of = p.id) AS rolled_back"
 M.SQL = {
-  now = "SELECT UNIX_TIMESTAMP(NOW(6)) AS now",
-  live = "SELECT p.id, p.namespace, p.application, p.environment, p.trigger_type,"
-    .. " UNIX_TIMESTAMP(p.created_at) AS created, UNIX_TIMESTAMP(p.status_changed_at) AS at,"
+  now = "SELECT UNIX_TIMESTAMP(NOW(6)) AS now, NOW(6) - INTERVAL ? SECOND AS since",
+  live = "SELECT p.id, p.status_changed_at AS changed, p.namespace, p.application, p.environment,"
+    .. " p.trigger_type, UNIX_TIMESTAMP(p.created_at) AS created, UNIX_TIMESTAMP(p.status_changed_at) AS at,"
     .. " LEFT(JSON_VALUE(p.source, '$.committed_at'), 64) AS committed_at, " .. ROLLED
-    .. " FROM (SELECT id FROM pipeline WHERE status = 'SUCCEEDED' AND " .. SINCE,
-  failed = "SELECT p.id, p.namespace, p.application, p.environment, p.trigger_type,"
-    .. " UNIX_TIMESTAMP(p.status_changed_at) AS at,"
+    .. PAGE:format("SUCCEEDED"),
+  failed = "SELECT p.id, p.status_changed_at AS changed, p.namespace, p.application, p.environment,"
+    .. " p.trigger_type, UNIX_TIMESTAMP(p.status_changed_at) AS at,"
     .. " (SELECT e.from_status FROM pipeline_event e WHERE e.pipeline_id = p.id AND e.to_status = 'ERROR'"
     .. " ORDER BY e.id DESC LIMIT 1) AS failed_from, " .. ROLLED
-    .. " FROM (SELECT id FROM pipeline WHERE status = 'ERROR' AND " .. SINCE,
+    .. PAGE:format("ERROR"),
 }
 
 ------------------------------------------------------------------ input
@@ -114,34 +118,69 @@ end
 
 ------------------------------------------------------------------ reading
 
--- The rows of the last `window_s` seconds: { now =, live = {...}, failed = {...},
+-- Rows folded into arrays of numbers and interned strings (a pipeline costs
+-- a few array slots, not a table): { n, t (target), trig, at, created (live)
+-- or deployed (failed: after its deploy began, or rolled back), committed
+-- (live: the parsed commit time, or false), rb (rolled back at, or false) }.
+local function new_kind() return { n = 0, t = {}, trig = {}, at = {}, created = {}, committed = {}, rb = {} } end
+
+-- Add rows (as the statements give them, or as a spec makes them) to a kind.
+function M.add(kind, rows, failed)
+  for _, r in ipairs(rows) do
+    local i = kind.n + 1
+    kind.n = i
+    kind.t[i] = r.namespace .. "/" .. r.application .. "/" .. r.environment
+    kind.trig[i] = r.trigger_type
+    kind.at[i] = tonumber(r.at)
+    kind.rb[i] = tonumber(r.rolled_back) or false
+    if failed then
+      kind.created[i] = r.failed_from == "DEPLOYING" or r.failed_from == "ROLLING_OUT" or kind.rb[i] ~= false
+    else
+      kind.created[i] = tonumber(r.created)
+      kind.committed[i] = M.parse_time(r.committed_at) or false
+    end
+  end
+  return kind
+end
+
+-- What M.figures reads, from rows already at hand (specs): now, live rows,
+-- failed rows.
+function M.collect(now, live, failed)
+  return { now = now, capped = false, live = M.add(new_kind(), live), failed = M.add(new_kind(), failed or {}, true) }
+end
+
+-- The pipelines of the last `window_s` seconds, read PAGE rows a statement
+-- (at most SCAN_MAX per status) and folded: { now =, live =, failed =,
 -- capped = bool, whole_since = time from which nothing was cut }.
 -- exec(sql, ...) -> rows, or nil, err, name.
 function M.read(exec, window_s)
-  local now, err, name = exec(M.SQL.now)
-  if not now then return nil, err, name end
-  local out = { now = tonumber(now[1].now), capped = false }
+  local head, err, name = exec(M.SQL.now, window_s)
+  if not head then return nil, err, name end
+  local out = { now = tonumber(head[1].now), capped = false }
   for _, k in ipairs({ "live", "failed" }) do
-    local rows
-    rows, err, name = exec(M.SQL[k], window_s, M.SCAN_MAX)
-    if not rows then return nil, err, name end
-    for _, r in ipairs(rows) do
-      r.at, r.created, r.rolled_back = tonumber(r.at), tonumber(r.created), tonumber(r.rolled_back)
-    end
-    if #rows >= M.SCAN_MAX then
+    local kind = new_kind()
+    local changed, id = "9999-12-31 23:59:59.999999", "" -- before the first row
+    repeat
+      local rows
+      rows, err, name = exec(M.SQL[k], head[1].since, changed, changed, id, math.min(M.PAGE, M.SCAN_MAX - kind.n))
+      if not rows then return nil, err, name end
+      for _, r in ipairs(rows) do -- the page's last row, in index order
+        if r.changed < changed or (r.changed == changed and r.id < id) then changed, id = r.changed, r.id end
+      end
+      M.add(kind, rows, k == "failed")
+    until #rows < M.PAGE or kind.n >= M.SCAN_MAX
+    if kind.n >= M.SCAN_MAX then
       out.capped = true
       local oldest = math.huge
-      for _, r in ipairs(rows) do oldest = math.min(oldest, r.at) end
+      for i = 1, kind.n do oldest = math.min(oldest, kind.at[i]) end
       out.whole_since = math.max(out.whole_since or 0, oldest)
     end
-    out[k] = rows
+    out[k] = kind
   end
   return out
 end
 
 ------------------------------------------------------------------ figures
-
-local function target(r) return r.namespace .. "/" .. r.application .. "/" .. r.environment end
 
 local function median(xs)
   local n = #xs
@@ -172,45 +211,44 @@ local function summary(a, days)
   }
 end
 
--- The figures of `data` (M.read) over the last `window_s` seconds, for the
--- targets `want(target)` accepts (nil: every one). -> { fleet = summary,
--- series = one entry per day (oldest first), targets = {target = summary} }.
+-- The figures of `data` (M.read, M.collect) over the last `window_s`
+-- seconds, for the targets `want(target)` accepts (nil: every one). ->
+-- { fleet = summary, series = one entry per day (oldest first), targets =
+-- a summary per target, in name order }.
 function M.figures(data, window_s, want)
   local now = data.now
   local since, days = now - window_s, window_s // M.DAY
   local fleet, per, series = new_acc(), {}, {}
   for i = 1, days do series[i] = new_acc() end
-  local function accs(r)
-    local t = target(r)
-    if r.at < since or (want and not want(t)) then return nil end
+  local function accs(t, at)
+    if at < since or (want and not want(t)) then return nil end
     per[t] = per[t] or new_acc()
-    local day = math.min(days, math.floor((r.at - since) / M.DAY) + 1)
-    return { fleet, per[t], series[day] }, t
+    return { fleet, per[t], series[math.min(days, math.floor((at - since) / M.DAY) + 1)] }
   end
-  local lives, failures = {}, {} -- per target: live times (restores), failures (time of each)
-  for _, r in ipairs(data.live) do
-    local t = target(r)
+  local lives, failures = {}, {} -- per target: live times (restores); failures: { t, at, accs }
+  local L, F = data.live, data.failed
+  for i = 1, L.n do
+    local t, at = L.t[i], L.at[i]
     lives[t] = lives[t] or {}
-    lives[t][#lives[t] + 1] = r.at
-    local as = r.trigger_type == "release" and accs(r)
+    lives[t][#lives[t] + 1] = at
+    local as = L.trig[i] == "release" and accs(t, at)
     if as then
-      local committed = M.parse_time(r.committed_at)
-      local from = (committed and committed <= r.at) and committed or r.created
+      local committed = L.committed[i]
+      local from = (committed and committed <= at) and committed or L.created[i]
       for _, a in ipairs(as) do
         a.live, a.deployed = a.live + 1, a.deployed + 1
-        a.leads[#a.leads + 1] = r.at - from
+        a.leads[#a.leads + 1] = at - from
         if from == committed then a.from_source = a.from_source + 1 end
-        if r.rolled_back then a.failures = a.failures + 1 end
+        if L.rb[i] then a.failures = a.failures + 1 end
       end
-      if r.rolled_back then failures[#failures + 1] = { t = t, at = r.rolled_back, as = as } end
+      if L.rb[i] then failures[#failures + 1] = { t = t, at = L.rb[i], as = as } end
     end
   end
-  for _, r in ipairs(data.failed) do
-    local deployed = r.failed_from == "DEPLOYING" or r.failed_from == "ROLLING_OUT" or r.rolled_back
-    local as = deployed and r.trigger_type == "release" and accs(r)
+  for i = 1, F.n do
+    local as = F.created[i] and F.trig[i] == "release" and accs(F.t[i], F.at[i])
     if as then
       for _, a in ipairs(as) do a.deployed, a.failures = a.deployed + 1, a.failures + 1 end
-      failures[#failures + 1] = { t = target(r), at = r.at, as = as }
+      failures[#failures + 1] = { t = F.t[i], at = F.at[i], as = as }
     end
   end
   for _, l in pairs(lives) do table.sort(l) end
