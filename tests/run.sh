@@ -4,7 +4,7 @@
 #   tests/run.sh BUILD_DIR [SUITE...]     SUITE: unit spec integration scenarios
 #                                         (and, not by default: style fuzz), or
 #                                         one file: integration/NAME[.sh],
-#                                         scenarios/NAME[.lua]
+#                                         scenarios/NAME[.lua], spec/NAME[_spec]
 # Prints each suite's results and ends with "N passed, N failed". A test that
 # reports "ok N # SKIP why" is listed as skipped (with why), not counted as passed.
 # Scenarios get a fresh database of that server each (OOPS_DB), except one whose
@@ -90,6 +90,9 @@ run_one() { # name, command...
       grep -E 'runtime error|Sanitizer' "$log" | head -10
       grep -qE '^not ok ' "$log" || grep -E 'ERROR|Error|error|FAIL' "$log" | head -30; }
     echo "----- (full log: $log)"
+    # A failed test's whole log kept past the run (which removes $work).
+    [[ -n ${OOPS_FAILED_LOGS:-} ]] && mkdir -p "$OOPS_FAILED_LOGS" &&
+      cp "$log" "$OOPS_FAILED_LOGS/$(basename "$log").$(date +%s)"
   fi
 }
 
@@ -97,10 +100,11 @@ for suite in "${suites[@]}"; do
   echo "== $suite"
   only="" # one file of the suite, by name
   case $suite in
-    integration/?* | scenarios/?*)
+    integration/?* | scenarios/?* | spec/?*)
       only=${suite#*/} suite=${suite%%/*}
       only=${only%.sh} only=${only%.lua}
       ext=sh; [[ $suite == scenarios ]] && ext=lua
+      [[ $suite == spec ]] && ext=lua only=${only%_spec}_spec
       if [[ ! -e $here/$suite/$only.$ext ]]; then
         echo "no test $suite/$only.$ext" >&2; failed=$((failed + 1)); failures+=("$suite/$only"); continue
       fi ;;
@@ -115,7 +119,7 @@ for suite in "${suites[@]}"; do
       done ;;
     spec)
       shopt -s nullglob
-      specs=("$here"/spec/*_spec.lua)
+      specs=("$here"/spec/${only:-*_spec}.lua)
       shopt -u nullglob
       if ((${#specs[@]})); then
         OOPS_TEST_DB=$(mariadb_new_db spec) run_one "spec" \

@@ -97,8 +97,10 @@ describe("database calls from tasks with a pool (needs OOPS_TEST_DB)", function(
     end
     local before = insert_stmts()
     local answers, fns = {}, {}
-    -- Both connections busy first: the rows queue up behind them.
-    for i = 1, 2 do fns[i] = function() rows("SELECT SLEEP(0.2) AS s") end end
+    -- Both connections busy first: the rows queue up behind them. The
+    -- connections stay busy 20 times as long as the rows take to arrive, so
+    -- a loaded machine still queues them all (0.2 s once let 5 through).
+    for i = 1, 2 do fns[i] = function() rows("SELECT SLEEP(1) AS s") end end
     for i = 1, 10 do
       fns[#fns + 1] = function()
         oops.sleep(50)
@@ -113,7 +115,7 @@ describe("database calls from tasks with a pool (needs OOPS_TEST_DB)", function(
     -- One row of a batch fails (its key exists): the others are written,
     -- and only that one gets the error, with its name.
     answers, fns = {}, {}
-    for i = 1, 2 do fns[i] = function() rows("SELECT SLEEP(0.2) AS s") end end
+    for i = 1, 2 do fns[i] = function() rows("SELECT SLEEP(1) AS s") end end
     for i = 1, 4 do
       fns[#fns + 1] = function()
         oops.sleep(50)

@@ -273,6 +273,44 @@ describe("the exec gateway's methods (needs OOPS_TEST_DB)", function()
     end)
   end)
 
+  describe("a one-command build's end", function()
+    it("is logged once when its exit callback and a status ask meet", function()
+      -- A build that ended here: its exec_job row still 'running', its run
+      -- in memory. The exit callback records it while the build scan asks
+      -- its status (which records it too when an earlier write failed):
+      -- both at once once wrote its log row twice (CI, 2026-12-05).
+      local p = pipeline("web", "prod")
+      assert(oops.db.exec("INSERT INTO exec_job (pipeline_id, kind, mode, server, state, submits, started_at) " ..
+        "VALUES (?, 'build', 'local', ?, 'running', 1, NOW(6))", p.id, oops.server_name()))
+      local ended = { run = { argv = { "true" }, timeout_ms = 1000, duration_ms = 3, output = "",
+        result = { ok = true, status = 0, signal = 0, stdout = "", stderr = "" } } }
+      g.builds[p.id] = ended
+      local answers = {}
+      -- As in oopsd: a statement yields its task while it is out on a pool
+      -- connection. Both connections busy first: the callers' statements
+      -- queue behind them, so each caller is inside when the next comes.
+      local tasks = require("oops.tasks")
+      assert(oops.db.pool(2))
+      finally(function() assert(oops.db.pool(0)) end)
+      oops.wait(function()
+        local busy = function() assert(oops.db.exec("SELECT SLEEP(0.3) AS s")) end
+        assert.are.equal(0, tasks.all({
+          busy, busy,
+          function() answers[1] = g:finish_build(p.id, ended) end,
+          function() answers[2] = g:build_status(p) end,
+          function() answers[3] = g:finish_build(p.id, ended) end,
+        }, "spec"))
+      end)
+      local rows = logs(p.id)
+      assert.are.equal(1, #rows, "log rows: " .. #rows)
+      assert.are.equal("exited 0", rows[1].result)
+      assert.are.equal("succeeded", job(p.id).state)
+      assert.is_nil(g.builds[p.id])
+      assert.are.equal("succeeded", call(g, "build_status", p))
+      assert.is_true(answers[1])
+    end)
+  end)
+
   describe("a policy reload", function()
     it("hands the builds this server runs to the new gateway, which can stop them", function()
       local old = exec.new(policy.gateway, policy)

@@ -47,14 +47,24 @@ end
 -- Record a finished build: its log first (so "see the pipeline log" finds
 -- it), then its state, unless it was stopped or abandoned at shutdown.
 -- The entry stays in memory until the state is written (build_status
--- retries): true when it is written.
+-- retries): true when it is written. Two callers may meet here — the exit
+-- callback waiting on its INSERT while the build scan asks the status — so
+-- one writes and the other sees "not yet" (false): one log row per run.
 function Gateway:finish_build(id, job)
+  if job.finishing then return false end
+  job.finishing = true
+  local done = self:write_build_end(id, job)
+  job.finishing = nil
+  return done
+end
+
+function Gateway:write_build_end(id, job)
   local run = job.run
   if not job.logged then
     if job.shutdown then run.note = "oopsd on " .. oops.server_name() .. " shut down"
     elseif job.stopped then run.note = "the pipeline was stopped" end
-    log_run(id, "build", run)
     job.logged = true
+    log_run(id, "build", run)
   end
   if not (job.shutdown or job.stopped) then
     local st = run.result.ok and "succeeded" or "failed"

@@ -275,7 +275,7 @@ function Gateway:prune()
   self.health:prune(held)
   self.status_seen:prune(held)
   for id, job in pairs(self.builds) do
-    if job.run.result and not held(id) then
+    if job.run.result and not job.finishing and not held(id) then -- (one being written is left to its writer)
       if not self:finish_build(id, job) and self.builds[id] == job then
         log.warn("exec: the build's end could not be recorded; forgotten (its pipeline is no longer held)",
           { pipeline = id })
