@@ -2,10 +2,15 @@
 -- itself alive: its locks are free at once, other servers take its
 -- pipelines; it notices at its next validation, drives nothing while down,
 -- reconnects with a new session and carries on. Nothing happens twice.
+-- One window is the seed's: a pipeline whose DEPLOYING claim the cut
+-- session made just before the cut (its driver may or may not have applied
+-- the artifact) is failed by the deploy timeout, never deployed again;
+-- with builds of 3 s that is rare (the first pipeline, on a loaded machine).
 local names = require("oops").locks.names
 servers { count = 3, policy = [[
 scan    { interval = "300ms" }
 locks   { validate_every = "1s" }
+deploy  { timeout = "5s" }
 gateway "simulated" { build = "3s", deploy = "500ms", rollout = "300ms" }
 ]] }
 
@@ -43,13 +48,31 @@ wait_until("... and reconnects with a new session", function()
 end, 20)
 expect(server(victim):alive(), victim .. " stayed up through the cut")
 
-for _, p in ipairs(ps) do expect(p:wait("SUCCEEDED", 40), p.app .. " succeeds") end
+-- Claimed DEPLOYING by the cut session: nobody can know whether its artifact
+-- was applied, so it waits for the deploy timeout (DESIGN.md, the rollout scan).
+local function caught_deploying(p)
+  return #sql("SELECT id FROM pipeline_event WHERE pipeline_id = ? AND to_status = 'DEPLOYING' " ..
+    "AND lock_session = ?", p.id, old_session) > 0
+end
+local timed_out = 0
+for _, p in ipairs(ps) do
+  local st = p:wait({ "SUCCEEDED", "ERROR" }, 40)
+  if st == "ERROR" and caught_deploying(p) then
+    timed_out = timed_out + 1
+    expect(p:message():find("Deploy timed out", 1, true) ~= nil,
+      p.app .. ": claimed DEPLOYING by the cut session, failed by the deploy timeout", p:message())
+  else
+    expect(st == "SUCCEEDED", p.app .. " succeeds", tostring(st) .. ": " .. tostring(p:message()))
+  end
+end
+note(("%d pipelines were claimed DEPLOYING by the cut session (failed by the deploy timeout)"):format(timed_out))
 local moved = 0
 for _, p in ipairs(mine) do
   local d = p:drivers()
   if d[#d] ~= victim then moved = moved + 1 end
-  expect(p:calls("build_submit") == 1 and p:calls("deploy") == 1,
-    p.app .. ": its build submitted once and deployed once",
+  local deploys = caught_deploying(p) and p:status() == "ERROR" and "at most once" or "once"
+  expect(p:calls("build_submit") == 1 and (p:calls("deploy") == 1 or deploys == "at most once" and
+    p:calls("deploy") == 0), p.app .. ": its build submitted once and deployed " .. deploys,
     ("%d submits, %d deploys"):format(p:calls("build_submit"), p:calls("deploy")))
 end
 note(("%d of the victim's %d pipelines were finished by another server"):format(moved, #mine))

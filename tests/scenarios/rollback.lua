@@ -3,12 +3,13 @@
 -- ROLLING_OUT → SUCCEEDED with no build, driven and fenced like any other;
 -- a kill during its deploy ends in the deploy timeout, never a second
 -- deploy. Then a rollout whose readiness flaps meets rollout.max.
-servers { count = 2, policy = [[
+local POLICY = [[
 scan    { interval = "300ms" }
 deploy  { timeout = "4s" }
 rollout { timeout = "2s", max = "5s" }
-gateway "simulated" { build = "300ms", deploy = "1500ms", rollout = "300ms" }
-]] }
+gateway "simulated" { build = "300ms", deploy = "1500ms", rollout = "%s" }
+]]
+local fleet = servers { count = 2, policy = POLICY:format("300ms") }
 
 local function statuses(p)
   local out = {}
@@ -47,7 +48,12 @@ server(driver):start()
 
 -- 3. A rollout whose readiness keeps flapping: every second it is "not
 -- ready since now" again, so the 2s timeout never counts down; rollout.max
--- (5s) ends it.
+-- (5s) ends it. Its rollout is never ready by itself (rollouts of an hour
+-- from here on): made ready after 300 ms, a loaded machine once saw it
+-- SUCCEEDED before the first flap.
+for _, srv in ipairs(fleet) do
+  expect(srv:reload(POLICY:format("1h")), srv.name .. " reloads: rollouts take an hour")
+end
 local flappy = create { app = "shop/web", env = "staging", artifact = "v1" }
 expect(flappy:wait("ROLLING_OUT", 30), "the flapping one rolls out", flappy:status())
 local st
