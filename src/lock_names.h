@@ -23,6 +23,6 @@
  * in it (so a new leader scan cannot be left out), and `oopsctl locks` shows
  * a lock for each, so a new one appears there with no other edit.
  */
-#define OOPS_LEADER_SCANS "restart", "alert", "notify", "retention"
+#define OOPS_LEADER_SCANS "restart", "alert", "notify", "retention", "promote"
 
 #endif

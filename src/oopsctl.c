@@ -133,6 +133,10 @@ static void usage(FILE *f)
         "  approve ID --reason TEXT             approve a release before its deploy (another\n"
         "                                       person than its creator; approvals = {...})\n"
         "  reject ID --reason TEXT              reject a release before its deploy: stopped\n"
+        "  promote-now ID --reason TEXT [--to ENV] [--policies DIR]\n"
+        "                                       release a live release now in the environment\n"
+        "                                       its policy promotes it to (promote = {...}),\n"
+        "                                       its wait skipped; once, whoever else promotes it\n"
         "  audit [--since DURATION] [--actor NAME@HOST] [--app NS/APP] [--env ENV] [--limit N]\n"
         "                                       operator actions, newest first (default 100):\n"
         "                                       who, what, why, and what came of it\n"
@@ -332,7 +336,7 @@ static const command commands[] = {
     {"history", cmd_history}, {"scenario", run_scenario}, {"chaos", run_chaos},
     {"audit", cmd_audit},     {"outbox", run_outbox},     {"abort", cmd_abort},
     {"promote", cmd_promote}, {"approve", cmd_approve},   {"reject", cmd_reject},
-    {"stats", run_stats},
+    {"stats", run_stats},     {"promote-now", cmd_promote_now},
 };
 
 /* Global flags before the command, the command, then its own words (where

@@ -118,11 +118,14 @@ op_code op_stop(db_conn *c, const char *id, const pipeline_status *expect, const
 static op_code deploy_override(db_conn *c, const char *id, const pipeline *p, const op_who *who,
                                op_result *out)
 {
-    if (p->status == PS_INITIALIZED || p->status == PS_RUNNING)
+    /* A promotion has no build: it waits INITIALIZED. */
+    bool promotion = p->status == PS_INITIALIZED && p->trigger_type &&
+                     strcmp(p->trigger_type, "promotion") == 0;
+    if ((p->status == PS_INITIALIZED && !promotion) || p->status == PS_RUNNING)
         return refuse(c, who, "override", id, NULL, NULL, NULL, out, OP_INPUT,
                       "deploy %s: the build has not succeeded yet (%s); nothing changed", id,
                       pipeline_status_name(p->status));
-    if (p->status != PS_BUILD_SUCCEEDED)
+    if (p->status != PS_BUILD_SUCCEEDED && !promotion)
         return refuse(c, who, "override", id, NULL, NULL, NULL, out, OP_STALE,
                       "deploy %s: state changed concurrently: it is %s, not BUILD_SUCCEEDED; "
                       "nothing changed",
@@ -136,14 +139,14 @@ static op_code deploy_override(db_conn *c, const char *id, const pipeline *p, co
     if (p->override_at)
         return already(c, who, "override", id, out, "overridden");
     char err[512];
-    int rc = pipeline_store_override_by(c, id, who->via, &who->op, err, sizeof err);
+    int rc = pipeline_store_override_by(c, id, p->status, who->via, &who->op, err, sizeof err);
     if (rc < 0)
         return db_error(out, err);
     if (rc == 0)
         return refuse(c, who, "override", id, NULL, NULL, NULL, out, OP_STALE,
-                      "deploy %s: state changed concurrently: it is no longer BUILD_SUCCEEDED "
-                      "(or was overridden meanwhile); nothing changed",
-                      id);
+                      "deploy %s: state changed concurrently: it is no longer %s (or was "
+                      "overridden meanwhile); nothing changed",
+                      id, pipeline_status_name(p->status));
     snprintf(out->note, sizeof out->note,
              "deploy of %s: override recorded; it deploys at the next tick", id);
     return OP_OK;
@@ -334,7 +337,7 @@ op_code op_approve(db_conn *c, const char *id, const op_who *who, op_result *out
     if (rc != OP_OK)
         return rc;
     pipeline_status st = p.status;
-    char person[PIPELINE_ACTOR_MAX + 1], creator[PIPELINE_ACTOR_MAX + 1], err[512];
+    char person[PIPELINE_ACTOR_MAX + 1], err[512];
     person_of(who->op.actor, person, sizeof person);
     bool again = listed(p.approved_by, person);
     int count = p.approvals;
@@ -347,15 +350,13 @@ op_code op_approve(db_conn *c, const char *id, const op_who *who, op_result *out
         record(c, who, "approve", id, NULL, NULL, NULL, "already", out->note, out);
         return OP_OK;
     }
-    int r = pipeline_store_creator(c, id, creator, sizeof creator, err, sizeof err);
+    int r = pipeline_store_made_by(c, id, person, err, sizeof err);
     if (r < 0)
         return db_error(out, err);
-    char made_by[PIPELINE_ACTOR_MAX + 1];
-    person_of(creator, made_by, sizeof made_by);
-    if (r == 1 && strcmp(made_by, person) == 0)
+    if (r == 1)
         return refuse(c, who, "approve", id, NULL, NULL, NULL, out, OP_INPUT,
-                      "approve %s: %s created it, and an approval must come from another person "
-                      "(two-person rule)",
+                      "approve %s: %s created it (or promoted it, or a release it was promoted "
+                      "from), and an approval must come from another person (two-person rule)",
                       id, person);
     if (strlen(person) > 64 || strchr(person, ','))
         return refuse(c, who, "approve", id, NULL, NULL, NULL, out, OP_INPUT,
@@ -481,6 +482,67 @@ op_code op_rollback(db_conn *c, const char *ns, const char *app, const char *env
     return code;
 }
 
+/* Why release p cannot be promoted to `to` by an operator, or NULL. */
+static const char *not_promotable(const pipeline *p, const char *to)
+{
+    if (p->trigger_type && strcmp(p->trigger_type, "rollback") == 0)
+        return "a rollback is never promoted (only a release or a promotion)";
+    if (p->status != PS_SUCCEEDED)
+        return "only a release that went live (SUCCEEDED) is promoted";
+    if (p->environment && strcmp(p->environment, to) == 0)
+        return "it is in that environment already";
+    return NULL;
+}
+
+op_code op_promote_now(db_conn *c, const char *id, const char *to, const op_who *who,
+                       op_result *out)
+{
+    const char *action = "promote-now";
+    memset(out, 0, sizeof *out);
+    if (!who->op.reason)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "promote-now %s: a reason is needed (--reason TEXT: it is kept in the new "
+                      "pipeline's history)",
+                      id);
+    pipeline p;
+    op_code rc = load(c, who, action, id, &p, out);
+    if (rc != OP_OK)
+        return rc;
+    snprintf(out->promoted_from, sizeof out->promoted_from, "%s", id);
+    snprintf(out->environment, sizeof out->environment, "%s", to);
+    char status[32], msg[PIPELINE_ACTOR_MAX + PIPELINE_REASON_MAX + 96], err[1024];
+    snprintf(status, sizeof status, "%s", pipeline_status_name(p.status));
+    const char *why = not_promotable(&p, to);
+    snprintf(msg, sizeof msg, "Promoted from %s (%s) by %s: %s", p.environment, id, who->op.actor,
+             who->op.reason);
+    pipeline_clear(&p);
+    if (why)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT,
+                      "promote-now %s: it is %s: %s", id, status, why);
+    int r = pipeline_store_promote(c, id, to, msg, who->via, &who->op, out->id, err, sizeof err);
+    if (r == 0) {
+        snprintf(out->note, sizeof out->note, "promote-now: %s releases %s in %s", out->id, id, to);
+        return OP_OK;
+    }
+    if (r == PSTORE_PROMOTED) {
+        out->already = true;
+        snprintf(out->note, sizeof out->note, "promote-now: %s was promoted already: %s", id,
+                 out->id);
+        record(c, who, action, id, NULL, NULL, NULL, "already", out->note, out);
+        return OP_OK;
+    }
+    if (r == PSTORE_EXISTS || r == PSTORE_STALE)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_STALE,
+                      "promote-now %s: %s; nothing changed", id,
+                      r == PSTORE_EXISTS ? err
+                                         : "a newer pipeline of its application and environment "
+                                           "exists now, or it is no longer SUCCEEDED");
+    if (r == PSTORE_BAD)
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT, "promote-now %s: %s",
+                      id, err);
+    return db_error(out, err);
+}
+
 void op_result_json(buf *b, const char *action, const op_result *r)
 {
     bool first = true;
@@ -499,6 +561,12 @@ void op_result_json(buf *b, const char *action, const op_result *r)
     } else if (strcmp(action, "approve") == 0) {
         json_kv_int(b, "approvals", r->approvals, &first);
         json_kv_str(b, "approved_by", r->approved_by, &first);
+        if (r->already)
+            json_kv_bool(b, "already", true, &first);
+    } else if (strcmp(action, "promote-now") == 0) {
+        json_kv_str(b, "trigger", "promotion", &first);
+        json_kv_str(b, "promoted_from", r->promoted_from, &first);
+        json_kv_str(b, "environment", r->environment, &first);
         if (r->already)
             json_kv_bool(b, "already", true, &first);
     } else if (strcmp(action, "abort") == 0 || strcmp(action, "promote") == 0) {

@@ -47,6 +47,8 @@ typedef struct op_result {
     char approved_by[704]; /* ... and who, comma-separated */
     char audit_error[256]; /* why the audit row of this answer could not be written ("": it
                               was, or none was due) */
+    char promoted_from[25]; /* promote-now: the release promoted */
+    char environment[64];   /* ... and the environment it was promoted to */
 } op_result;
 
 /* The person and the process (via: "oopsctl@HOST", an oopsd server's name). */
@@ -89,8 +91,19 @@ op_code op_create(db_conn *c, const pipeline_new *n, const op_who *who, op_resul
 op_code op_rollback(db_conn *c, const char *ns, const char *app, const char *env, const char *to,
                     const op_who *who, op_result *out);
 
+/* promote-now ID (issue 39): release ID's artifact and source in
+ * environment `to` now (the policy's promotion of ID's environment, its wait
+ * skipped), a reason required; the new pipeline's id in out->id, its CREATED
+ * event and the audit log naming who and why. Only a SUCCEEDED release or
+ * promotion with no newer pipeline of its target; made once whoever tries
+ * (pipeline_store_promote): promoted before, OP_OK with out->already and
+ * that pipeline's id; an unfinished pipeline in `to`, OP_STALE. */
+op_code op_promote_now(db_conn *c, const char *id, const char *to, const op_who *who,
+                       op_result *out);
+
 /* The answer's JSON object (what `oopsctl --json` prints, and the page's
- * API answers), for action "stop", "deploy", "rollback", "abort" or "promote". */
+ * API answers), for action "stop", "deploy", "rollback", "abort", "promote" or
+ * "promote-now". */
 void op_result_json(buf *b, const char *action, const op_result *r);
 
 #endif

@@ -20,6 +20,7 @@ void pipeline_clear(pipeline *p)
     free(p->source);
     free(p->message);
     free(p->trigger_type);
+    free(p->promoted_from);
     free(p->deploy_requested_at);
     free(p->created_at);
     free(p->status_changed_at);

@@ -20,6 +20,8 @@ enum {
     PSTORE_DB = -3,     /* database error; err says what (db_errno_is_connection tells if lost) */
     PSTORE_BAD = -4, /* bad input: a name that is not a lowercase DNS label, a long artifact, source
                         not JSON */
+    PSTORE_PROMOTED = -5, /* that release was promoted already (promoted_from is unique) */
+    PSTORE_STALE = -6,    /* not (any more) what the call asks for: nothing changed */
 };
 
 typedef struct pipeline {
@@ -40,6 +42,7 @@ typedef struct pipeline {
     char *hold;        /* "window" | "freeze" | "slot" while waiting to deploy, else may be NULL */
     char *override_at; /* set by `oopsctl deploy --override`: windows and freezes hold it no more */
     char *rollback_of; /* an automatic rollback: the release whose failure made it */
+    char *promoted_from; /* a promotion: the release whose artifact it releases */
     /* A canary (issue 38, lua/oops/canary.lua): the step being run (1-based, 0
      * before the first) and since when; the weight last confirmed set and the
      * step it was set for (-1: none yet); why the step waits and an operator's

@@ -15,10 +15,10 @@
     "rollback_of, "                                                                                \
     "step, step_at, TIMESTAMPDIFF(MICROSECOND, step_at, NOW(6)) / 1e6, weight, weight_step, "      \
     "paused, "                                                                                     \
-    "canary_request, approvals, approved_by"
+    "canary_request, approvals, approved_by, promoted_from"
 
 /* The column after PIPELINE_COLUMNS (a list's lock owner). */
-#define PIPELINE_NCOLUMNS 27
+#define PIPELINE_NCOLUMNS 28
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -60,6 +60,7 @@ static void row_to_pipeline(const db_result *r, size_t row, pipeline *p)
     v = db_get(r, row, 25);
     p->approvals = v ? atoi(v) : 0;
     p->approved_by = dup_or_null(db_get(r, row, 26));
+    p->promoted_from = dup_or_null(db_get(r, row, 27));
 }
 
 /* One pipeline by a query selecting PIPELINE_COLUMNS: 1 found (*out filled),

@@ -207,7 +207,8 @@ static unsigned rollback_create_in_tx(db_conn *c, const char *id, const char *ac
         "l.source, 'rollback', ?, f.id, NOW(6), NOW(6) FROM pipeline f JOIN pipeline l ON "
         "l.namespace = f.namespace AND l.application = f.application AND l.environment = "
         "f.environment AND l.status = 'SUCCEEDED' AND l.artifact IS NOT NULL AND l.artifact <> '' "
-        "WHERE f.id = ? AND f.trigger_type = 'release' AND NOT EXISTS (SELECT 1 FROM pipeline n "
+        "WHERE f.id = ? AND f.trigger_type IN ('release', 'promotion') AND NOT EXISTS (SELECT 1 "
+        "FROM pipeline n "
         "WHERE n.namespace = f.namespace AND n.application = f.application AND n.environment = "
         "f.environment AND (n.created_at, n.id) > (f.created_at, f.id)) "
         "ORDER BY l.status_changed_at DESC, l.created_at DESC, l.id DESC LIMIT 1",
@@ -821,20 +822,133 @@ int pipeline_store_approve_by(db_conn *c, const char *id, pipeline_status st, co
                            p, 5, "APPROVED", msg, via, op, "approve", err, errlen);
 }
 
-int pipeline_store_creator(db_conn *c, const char *id, char *out, size_t len, char *err,
+/* The promotion's INSERT: the release `from` (?4) again in environment ?2
+ * of its application, while it is a SUCCEEDED release or promotion with no
+ * newer pipeline of its target. promoted_from is UNIQUE (schema 17). */
+static const char PROMOTE_INSERT[] =
+    "INSERT INTO pipeline (id, namespace, application, environment, status, deploy_mode, "
+    "artifact, source, trigger_type, message, promoted_from, created_at, status_changed_at) "
+    "SELECT ?, f.namespace, f.application, ?, 'INITIALIZED', 'auto', f.artifact, f.source, "
+    "'promotion', ?, f.id, NOW(6), NOW(6) FROM pipeline f WHERE f.id = ? AND f.status = "
+    "'SUCCEEDED' AND f.trigger_type IN ('release', 'promotion') AND f.environment <> ? AND NOT "
+    "EXISTS (SELECT 1 FROM pipeline n WHERE n.namespace = f.namespace AND n.application = "
+    "f.application AND n.environment = f.environment AND (n.created_at, n.id) > (f.created_at, "
+    "f.id))";
+
+/* The promotion's transaction: 0 (*made: a row was inserted), or the error
+ * number; the caller rolls back. */
+static unsigned promote_tx(db_conn *c, const char *from, const char *to, const char *message,
+                           const char *actor, const pipeline_operator *op, const char *id,
+                           bool *made, char *e, size_t elen)
+{
+    *made = false;
+    unsigned rc = db_begin(c, e, elen);
+    if (rc)
+        return rc;
+    db_value p[] = {db_text(id), db_text(to), db_text(message), db_text(from), db_text(to)};
+    db_result *r = NULL;
+    rc = db_exec(c, PROMOTE_INSERT, p, 5, &r, e, elen);
+    if (rc)
+        return rc;
+    *made = r->affected == 1;
+    db_result_free(r);
+    if (!*made)
+        return db_commit(c, e, elen);
+    rc = insert_event_as(c, id, NULL, NULL, PS_INITIALIZED, message, actor, 0, op, e, elen);
+    if (rc == 0 && op) {
+        char detail[64];
+        snprintf(detail, sizeof detail, "promoted from %s", from);
+        rc = audit_log_insert(c, op, "promote-now", id, NULL, NULL, NULL, "done", detail, actor,
+                              e, elen);
+    }
+    if (rc == 0)
+        rc = db_commit(c, e, elen);
+    return rc;
+}
+
+/* The promotion of `from` made already: its id in out_id. */
+static int promoted_already(db_conn *c, const char *from, char out_id[25], char *err,
+                            size_t errlen)
+{
+    db_value p[] = {db_text(from)};
+    db_result *r = NULL;
+    if (db_exec(c, "SELECT id FROM pipeline WHERE promoted_from = ?", p, 1, &r, err, errlen))
+        return PSTORE_DB;
+    const char *id = r->nrows ? db_get(r, 0, 0) : NULL;
+    snprintf(out_id, 25, "%s", id ? id : "");
+    db_result_free(r);
+    return id ? PSTORE_PROMOTED : PSTORE_STALE;
+}
+
+int pipeline_store_promote(db_conn *c, const char *from, const char *to, const char *message,
+                           const char *actor, const pipeline_operator *op, char out_id[25],
+                           char *err, size_t errlen)
+{
+    if (pipeline_label_check("environment", to, err, errlen))
+        return PSTORE_BAD;
+    char id[25], e[512];
+    pipeline_new_id(id, 12);
+    bool made = false;
+    unsigned rc;
+    for (int attempt = 0;; attempt++) { /* a deadlock victim was rolled back whole */
+        rc = promote_tx(c, from, to, message, actor, op, id, &made, e, sizeof e);
+        if (rc == 0)
+            break;
+        db_rollback(c);
+        if (rc != DB_ER_LOCK_DEADLOCK || attempt == 2)
+            break;
+    }
+    if (rc == 0 && made) {
+        snprintf(out_id, 25, "%s", id);
+        return 0;
+    }
+    if (rc == 0 || rc == DB_ER_DUP_ENTRY) {
+        /* Made by someone else first, whichever unique key refused this one
+         * (two promotions at once are also two unfinished pipelines). */
+        int r = promoted_already(c, from, out_id, err, errlen);
+        if (r == PSTORE_STALE && rc == DB_ER_DUP_ENTRY && strstr(e, "uq_pipeline_unfinished")) {
+            snprintf(err, errlen, "an unfinished pipeline already exists in %s", to);
+            return PSTORE_EXISTS;
+        }
+        if (r == PSTORE_PROMOTED)
+            snprintf(err, errlen, "%s was promoted already: %s", from, out_id);
+        else if (r == PSTORE_STALE)
+            snprintf(err, errlen,
+                     "%s is not a release to promote: it is not SUCCEEDED, is a rollback, or a "
+                     "newer pipeline of its target exists",
+                     from);
+        return r;
+    }
+    snprintf(err, errlen, "%s", e);
+    return PSTORE_DB;
+}
+
+int pipeline_store_made_by(db_conn *c, const char *id, const char *person, char *err,
                            size_t errlen)
 {
-    db_value p[] = {db_text(id)};
-    db_result *r = NULL;
-    if (db_exec(c,
-                "SELECT actor FROM pipeline_event WHERE pipeline_id = ? AND event_type = "
-                "'CREATED' ORDER BY id LIMIT 1",
-                p, 1, &r, err, errlen))
-        return PSTORE_DB;
-    const char *a = r->nrows ? db_get(r, 0, 0) : NULL;
-    snprintf(out, len, "%s", a ? a : "");
-    db_result_free(r);
-    return a != NULL;
+    char at[25];
+    snprintf(at, sizeof at, "%s", id);
+    for (int hop = 0; hop <= PROMOTION_CHAIN_MAX && at[0]; hop++) {
+        db_value p[] = {db_text(at)};
+        db_result *r = NULL;
+        if (db_exec(c,
+                    "SELECT (SELECT e.actor FROM pipeline_event e WHERE e.pipeline_id = p.id AND "
+                    "e.event_type = 'CREATED' ORDER BY e.id LIMIT 1), p.promoted_from "
+                    "FROM pipeline p WHERE p.id = ?",
+                    p, 1, &r, err, errlen))
+            return PSTORE_DB;
+        const char *actor = r->nrows ? db_get(r, 0, 0) : NULL;
+        const char *up = r->nrows ? db_get(r, 0, 1) : NULL;
+        /* The person of an actor: its name before the last '@' (operator.c). */
+        const char *host = actor ? strrchr(actor, '@') : NULL;
+        size_t n = actor ? (host ? (size_t)(host - actor) : strlen(actor)) : 0;
+        bool same = actor && n == strlen(person) && strncmp(actor, person, n) == 0;
+        snprintf(at, sizeof at, "%s", up ? up : "");
+        db_result_free(r);
+        if (same)
+            return 1;
+    }
+    return 0;
 }
 
 static const char OVERRIDE_UPDATE[] =
@@ -852,13 +966,22 @@ int pipeline_store_override(db_conn *c, const char *id, const char *actor, const
                                   errlen);
 }
 
-int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
+/* A promotion waits INITIALIZED (it has no build): overridden there. */
+static const char OVERRIDE_PROMOTION[] =
+    "UPDATE pipeline SET override_at = NOW(6) WHERE id = ? AND status = 'INITIALIZED' AND "
+    "trigger_type = 'promotion' AND override_at IS NULL";
+
+int pipeline_store_override_by(db_conn *c, const char *id, pipeline_status st, const char *via,
                                const pipeline_operator *op, char *err, size_t errlen)
 {
     char msg[1024];
     snprintf(msg, sizeof msg, "Deploy override by %s: %s", op->actor, op->reason ? op->reason : "");
-    return build_succeeded_change(c, id, OVERRIDE_UPDATE, "OVERRIDE", msg, via, op, "override", err,
-                                  errlen);
+    if (st != PS_INITIALIZED)
+        return build_succeeded_change(c, id, OVERRIDE_UPDATE, "OVERRIDE", msg, via, op, "override",
+                                      err, errlen);
+    db_value p[] = {db_text(id)};
+    return operator_change(c, id, PS_INITIALIZED, OVERRIDE_PROMOTION, p, 1, "OVERRIDE", msg, via, op,
+                           "override", err, errlen);
 }
 
 int pipeline_store_request_deploy_by(db_conn *c, const char *id, const char *via,

@@ -48,6 +48,31 @@ int pipeline_store_create(db_conn *c, const pipeline_new *n, char out_id[25], ch
                           size_t errlen);
 
 /*
+ * Promotion (issue 39): release the artifact and source of release `from`
+ * to environment `to` of its application, as one INSERT ... SELECT whose
+ * row names `from` in promoted_from (UNIQUE: once, whoever tries), with its
+ * CREATED event (server `actor`; op: an operator's promote-now, who and why,
+ * and the audit log) in one transaction. Only while `from` is a SUCCEEDED
+ * release or promotion (never a rollback) with no newer pipeline of its
+ * target. 0 made (out_id); PSTORE_PROMOTED made already (out_id: that one);
+ * PSTORE_EXISTS an unfinished pipeline in `to` (try later); PSTORE_STALE not
+ * a candidate (any more); PSTORE_BAD a bad `to`; PSTORE_DB.
+ */
+int pipeline_store_promote(db_conn *c, const char *from, const char *to, const char *message,
+                           const char *actor, const pipeline_operator *op, char out_id[25],
+                           char *err, size_t errlen);
+
+/*
+ * Whether `person` (an actor's name before its last '@') created release id
+ * or promoted it, or created or promoted a release it was promoted from (up
+ * to PROMOTION_CHAIN_MAX back):
+ * 1 yes, 0 no, PSTORE_DB. The two-person rule of approvals.
+ */
+#define PROMOTION_CHAIN_MAX 8
+int pipeline_store_made_by(db_conn *c, const char *id, const char *person, char *err,
+                           size_t errlen);
+
+/*
  * The conditional transition. 1 when this call made it, 0 when the pipeline
  * was not in `from` any more (someone else won, or it does not exist).
  * PSTORE_ILLEGAL ("illegal transition A -> B" in err, no SQL sent),
@@ -179,8 +204,10 @@ int pipeline_store_request_deploy_by(db_conn *c, const char *id, const char *via
 int pipeline_store_override(db_conn *c, const char *id, const char *actor, const char *reason,
                             char *err, size_t errlen);
 /* The same with the person (op) apart from the process (via: the event's
- * server), and the audit row; the message names op->actor. */
-int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
+ * server), and the audit row; the message names op->actor. st: the status
+ * it waits in, BUILD_SUCCEEDED, or INITIALIZED for a promotion (issue 39:
+ * it has no build). */
+int pipeline_store_override_by(db_conn *c, const char *id, pipeline_status st, const char *via,
                                const pipeline_operator *op, char *err, size_t errlen);
 
 /* An approval (issue 39) by person (the actor's name before its last '@'),
@@ -192,11 +219,6 @@ int pipeline_store_override_by(db_conn *c, const char *id, const char *via,
 int pipeline_store_approve_by(db_conn *c, const char *id, pipeline_status st, const char *person,
                               const char *via, const pipeline_operator *op, char *err,
                               size_t errlen);
-
-/* The actor of the pipeline's CREATED event into out ("" when none): 1 it
- * has one, 0 not (created by a tool, or no such pipeline), PSTORE_DB. */
-int pipeline_store_creator(db_conn *c, const char *id, char *out, size_t len, char *err,
-                           size_t errlen);
 
 /* An operator's request to a canary (issue 38): canary_request = request
  * ("abort", "promote", "promote_full"), only while it is ROLLING_OUT and its

@@ -660,6 +660,24 @@ static const char *const v16[] = {
     " ADD COLUMN IF NOT EXISTS approved_by VARCHAR(700) NULL",
     NULL,
 };
+/* v17: promotion (issue 39). A promoted release is one row whose
+ * `promoted_from` names the release it came from; UNIQUE, so whoever makes
+ * it (the promote scan's leader, an operator's promote-now, both at once, a
+ * maker killed and its heir) makes it once: the second INSERT is refused by
+ * the database (lua/oops/promote.lua). trigger_type gains 'promotion' (one
+ * character wider than the column was). Additive for servers of schema 16:
+ * they read the new trigger as a release. */
+static const char *const v17[] = {
+    "ALTER TABLE pipeline"
+    " MODIFY trigger_type VARCHAR(12) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+    "   NOT NULL DEFAULT 'release',"
+    " ADD COLUMN IF NOT EXISTS promoted_from VARCHAR(24) CHARACTER SET utf8mb4"
+    "   COLLATE utf8mb4_nopad_bin NULL,"
+    " ADD UNIQUE KEY IF NOT EXISTS uq_pipeline_promoted (promoted_from),"
+    " DROP CONSTRAINT IF EXISTS ck_pipeline_trigger,"
+    " ADD CONSTRAINT ck_pipeline_trigger CHECK (trigger_type IN ('release','rollback','promotion'))",
+    NULL,
+};
 /* clang-format on */
 
 static const migration migrations[] = {
@@ -679,6 +697,7 @@ static const migration migrations[] = {
     {14, "notifications: a queue per route (notify_route, notify_pending, outbox.routed)", v14},
     {15, "canary releases: steps, weights, measurements (canary_measurement, sim_traffic)", v15},
     {16, "approvals: how many persons approved a release, and who (pipeline.approvals)", v16},
+    {17, "promotion: a release made from another (pipeline.promoted_from, unique)", v17},
 };
 
 #define NMIGRATIONS (sizeof migrations / sizeof migrations[0])

@@ -25,7 +25,9 @@ local running = false
 -- the notifier every second (its retries are scheduled in the outbox); the
 -- gauges of shared state (stats) every 15 s; retention (deleting expired
 -- history, one leader) every minute, every ten after a tick that found
--- nothing. All on the database's clock, so that the
+-- nothing; promotion (one leader) when the first candidate is due, at most
+-- every 10 s while the policy has a promotion, else every minute reading
+-- nothing. All but promotion on the database's clock, so that the
 -- server's own connection is free for them when the watcher's wait ends
 -- (lua/oops/watch.lua): an idle server needs no second work connection.
 local leader = require("oops.leader")
@@ -44,6 +46,7 @@ M.scans = {
     interval = function() return leader.until_next(require("oops.scans.stats").INTERVAL_MS) end },
   { mod = "oops.scans.retention",
     interval = function() return leader.until_next(require("oops.scans.retention").interval_ms()) end },
+  { mod = "oops.scans.promote", interval = function() return require("oops.scans.promote").interval_ms() end },
 }
 
 function M.policy() return current and current.policy end

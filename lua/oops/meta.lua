@@ -330,7 +330,7 @@ oops.store = {}
 ---@field artifact? string
 ---@field source? string JSON text
 ---@field message? string
----@field trigger string
+---@field trigger string "release", "rollback" or "promotion"
 ---@field deploy_requested_at? string UTC, set once a manual deploy was requested
 ---@field created_at string "YYYY-MM-DD HH:MM:SS.ffffff" UTC
 ---@field status_changed_at string UTC
@@ -340,6 +340,7 @@ oops.store = {}
 ---@field hold? "approval"|"window"|"freeze"|"slot" why it waits to deploy (while INITIALIZED or BUILD_SUCCEEDED)
 ---@field override_at? string UTC, set by `oopsctl deploy --override`: windows and freezes hold it no more
 ---@field rollback_of? string an automatic rollback: the release whose failure made it
+---@field promoted_from? string a promotion: the release whose artifact and source it releases
 ---@field step integer a canary's step being run (1-based; 0 before the first, and for any other rollout)
 ---@field step_at? string when that step began (UTC, the database's clock)
 ---@field step_age? number seconds since step_at, on the database's clock
@@ -435,6 +436,20 @@ function oops.store.transition(id, from, to, message, extra) end
 ---@return oops.ErrorName? name
 function oops.store.act(action, args) end
 
+--- Promotion (issue 39): release the artifact and source of release `from`
+--- to environment `to` of its application, as one INSERT whose row names
+--- `from` in promoted_from (unique: once, whoever tries, at once or later),
+--- with its CREATED event. Only while `from` is a SUCCEEDED release or
+--- promotion (never a rollback) with no newer pipeline of its target.
+--- id, "made" (this call made it) | id, "promoted" (made before) | false,
+--- why, "stale" (not a release to promote now) | false, why, "exists" (an
+--- unfinished pipeline in `to`: try later) | nil, msg, name.
+---@param opts { from: string, to: string, message?: string }
+---@return string|false|nil id
+---@return string? outcome "made" | "promoted", or why
+---@return string? name "stale" | "exists" | an oops.ErrorName
+function oops.store.promote(opts) end
+
 --- One pipeline, or false when there is no such id.
 ---@param id string
 ---@return oops.Pipeline|false|nil pipeline
@@ -489,7 +504,7 @@ oops.locks.names = {
   pipeline_prefix = "oops:pipeline:", server_prefix = "oops:server:", leader_prefix = "oops:leader:",
   migrate = "oops:migrate",
   leaders = { restart = "oops:leader:restart", alert = "oops:leader:alert", notify = "oops:leader:notify",
-    retention = "oops:leader:retention" },
+    retention = "oops:leader:retention", promote = "oops:leader:promote" },
 }
 
 --- Take the named lock on this server's lock session (GET_LOCK(name, 0), no

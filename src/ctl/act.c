@@ -30,7 +30,7 @@
  * command of it would take a field of the new pipeline for an option
  * (exec/argv.lua's refusal, as pipelines.refusal runs it before every step). */
 static const char POLICY_CHECK[] =
-    "local dir, app, env, artifact, source = ...\n"
+    "local dir, app, env, artifact, source, promote = ...\n"
     "local p, errs = require('oops.policy').load_dir(dir, { cron_parse = "
     "require('oops').cron.parse })\n"
     "if not p then return 'broken', table.concat(errs, '\\n') end\n"
@@ -45,14 +45,22 @@ static const char POLICY_CHECK[] =
     "local known = false\n"
     "for _, e in ipairs(a.environments) do known = known or e == env end\n"
     "if not known then return 'env', table.concat(a.environments, ', ') end\n"
+    "if promote then\n"
+    "  local r = a.promote[env]\n"
+    "  if not r then return 'nopromote', '' end\n"
+    "  return 'ok', r.to\n"
+    "end\n"
     "if p.gateway.kind ~= 'exec' then return 'ok' end\n"
     "local why = require('oops.gateways.exec').refusal(a, { id = 'new', namespace = a.namespace,\n"
     "  application = a.application, environment = env, artifact = artifact, source = source })\n"
     "if why then return 'refused', why end\n"
     "return 'ok'\n";
 
-static int check_policy(const char *cmd, const char *dir, const char *app, const char *env,
-                        const char *artifact, const char *source)
+/* With promote_to (promote-now): not the command checks but the
+ * application's promotion of env: its destination into promote_to. */
+static int check_policy_as(const char *cmd, const char *dir, const char *app, const char *env,
+                           const char *artifact, const char *source, char *promote_to,
+                           size_t promote_len)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -77,13 +85,21 @@ static int check_policy(const char *cmd, const char *dir, const char *app, const
     lua_pushstring(L, env);
     lua_pushstring(L, artifact); /* NULL: nil */
     lua_pushstring(L, source);
-    if (runtime_call(L, 5, 2, "checking the policy", err, sizeof err) != 0) {
+    lua_pushboolean(L, promote_to != NULL);
+    if (runtime_call(L, 6, 2, "checking the policy", err, sizeof err) != 0) {
         fail(EXIT_INPUT, "%s: checking against the policies in %s: %s", cmd, dir, err);
         goto out;
     }
     const char *verdict = lua_tostring(L, -2), *detail = lua_tostring(L, -1);
-    if (verdict && strcmp(verdict, "ok") == 0)
+    if (verdict && strcmp(verdict, "ok") == 0) {
         rc = EXIT_OK;
+        if (promote_to)
+            snprintf(promote_to, promote_len, "%s", detail ? detail : "");
+    } else if (verdict && strcmp(verdict, "nopromote") == 0)
+        fail(EXIT_INPUT,
+             "%s: %s does not promote from %s in the policies in %s (its promote = { %s = { to = "
+             "ENV } })",
+             cmd, app, env, dir, env);
     else if (verdict && strcmp(verdict, "app") == 0)
         fail(EXIT_INPUT, "%s: --app \"%s\" is not declared in the policies in %s (declared: %s)",
              cmd, app, dir, detail ? detail : "?");
@@ -106,6 +122,12 @@ out:
     uv_loop_close(&loop);
     metrics_free(ctx.metrics);
     return rc;
+}
+
+static int check_policy(const char *cmd, const char *dir, const char *app, const char *env,
+                        const char *artifact, const char *source)
+{
+    return check_policy_as(cmd, dir, app, env, artifact, source, NULL, 0);
 }
 
 /* An artifact reference: at most 255 bytes, no control characters. */
@@ -426,3 +448,76 @@ static int approval(ctl *c, const char *cmd, int argc, char **argv)
 
 int cmd_approve(ctl *c, int argc, char **argv) { return approval(c, "approve", argc, argv); }
 int cmd_reject(ctl *c, int argc, char **argv) { return approval(c, "reject", argc, argv); }
+
+/*
+ * promote-now ID --reason TEXT [--to ENV] [--policies DIR] (issue 39):
+ * release ID's artifact and source in the environment its application's
+ * policy promotes ID's environment to, now, the wait skipped
+ * (operator.c, op_promote_now: once, whoever else tries). The destination
+ * comes from the policy (--policies or $OOPS_POLICIES; --to, if given too,
+ * must be it); without a policy --to names it.
+ */
+int cmd_promote_now(ctl *c, int argc, char **argv)
+{
+    enum { F_TO, F_POLICIES, F_REASON };
+    ctl_flag f[] = {
+        [F_TO] = {"--to", true, false, NULL},
+        [F_POLICIES] = {"--policies", true, false, NULL},
+        [F_REASON] = {"--reason", true, false, NULL},
+    };
+    const char *pos[1], *id = NULL;
+    size_t npos = 0;
+    PARSE(c, argc, argv, f, pos, 1, &npos);
+    int rc = need_id("promote-now", pos, npos, &id);
+    if (rc != EXIT_OK)
+        return rc;
+    char err[1024], to[PIPELINE_LABEL_MAX + 1] = "";
+    if (f[F_TO].given && pipeline_label_check("--to", f[F_TO].value, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "promote-now: %s", err);
+    if ((rc = check_reason("promote-now", &f[F_REASON])) != EXIT_OK)
+        return rc;
+    const char *dir = f[F_POLICIES].given ? f[F_POLICIES].value : getenv("OOPS_POLICIES");
+    bool checked = dir && *dir;
+    if (!checked && !f[F_TO].given)
+        return fail(EXIT_INPUT, "promote-now: without a policy (--policies DIR or OOPS_POLICIES) "
+                                "--to ENV must name where it goes");
+    if ((rc = open_db(c)) != EXIT_OK)
+        return rc;
+    op_who who = who_of(c, &f[F_REASON]);
+    op_result r = {0};
+    pipeline p;
+    int got = pipeline_store_get(c->db, id, &p, err, sizeof err);
+    if (got < 0)
+        return fail(EXIT_DB, "promote-now: %s", err);
+    if (got == 0) /* op_promote_now says so, and records it */
+        return op_promote_now(c->db, id, f[F_TO].given ? f[F_TO].value : "none", &who, &r) != OP_OK
+                   ? op_exit(c, "promote-now", &r)
+                   : EXIT_OK;
+    char app[2 * PIPELINE_LABEL_MAX + 2];
+    snprintf(app, sizeof app, "%s/%s", p.namespace, p.application);
+    if (checked)
+        rc = check_policy_as("promote-now", dir, app, p.environment, NULL, NULL, to, sizeof to);
+    pipeline_clear(&p);
+    if (rc != EXIT_OK)
+        return rc;
+    if (checked && f[F_TO].given && strcmp(to, f[F_TO].value) != 0)
+        return fail(EXIT_INPUT, "promote-now %s: --to %s, but the policies in %s promote it to %s",
+                    id, f[F_TO].value, dir, to);
+    if (!checked)
+        snprintf(to, sizeof to, "%s", f[F_TO].value);
+    if (op_promote_now(c->db, id, to, &who, &r) != OP_OK)
+        return op_exit(c, "promote-now", &r);
+    if (c->json) {
+        buf b = {0};
+        op_result_json(&b, "promote-now", &r);
+        printf("%s\n", b.p);
+        buf_free(&b);
+    } else {
+        printf("%s\n", r.id);
+    }
+    fail(EXIT_OK, "%s", r.note);
+    if (!checked)
+        fail(EXIT_OK,
+             "promote-now: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
+    return EXIT_OK;
+}

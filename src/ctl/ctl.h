@@ -87,6 +87,7 @@ int cmd_locks(ctl *c, int argc, char **argv);
 /* src/ctl/act.c: the operator's actions. */
 int cmd_create(ctl *c, int argc, char **argv);
 int cmd_rollback(ctl *c, int argc, char **argv);
+int cmd_promote_now(ctl *c, int argc, char **argv);
 int cmd_stop(ctl *c, int argc, char **argv);
 int cmd_deploy(ctl *c, int argc, char **argv);
 int cmd_abort(ctl *c, int argc, char **argv);

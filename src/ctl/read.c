@@ -37,6 +37,7 @@ static void json_pipeline(buf *b, const pipeline *p)
     json_kv_str(b, "hold", pipeline_held(p) ? p->hold : NULL, &first);
     json_kv_str(b, "override_at", p->override_at, &first);
     json_kv_str(b, "rollback_of", p->rollback_of, &first);
+    json_kv_str(b, "promoted_from", p->promoted_from, &first);
     if (p->step > 0 || p->canary_request) {
         json_key(b, "canary", &first);
         buf_printf(b, "{\"step\":%d,\"weight\":", p->step);
@@ -303,6 +304,8 @@ int cmd_show(ctl *c, int argc, char **argv)
                    tty(secs(p.override_at, t1, sizeof t1)));
         if (p.rollback_of)
             printf("rollback of %s (automatic, after it failed)\n", tty(p.rollback_of));
+        if (p.promoted_from)
+            printf("promoted    from release %s\n", tty(p.promoted_from));
         if (p.step > 0 || p.canary_request) {
             printf("canary      step %d", p.step);
             if (p.weight >= 0)

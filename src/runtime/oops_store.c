@@ -49,6 +49,7 @@ static void push_pipeline(lua_State *L, const pipeline *p)
     set_str(L, "hold", p->hold);
     set_str(L, "override_at", p->override_at);
     set_str(L, "rollback_of", p->rollback_of);
+    set_str(L, "promoted_from", p->promoted_from);
     lua_pushinteger(L, p->step);
     lua_setfield(L, -2, "step");
     if (p->step_at) {
@@ -225,6 +226,51 @@ static int l_create(lua_State *L)
         .manual = manual,
     };
     return dbcall(L, &s->base, create_push, store_free);
+}
+
+static void promote_run(db_call *b)
+{
+    store_call *s = (store_call *)b;
+    const char *from = s->strs[0], *to = s->strs[1], *msg = s->strs[2], *actor = s->strs[3];
+    store_ran(b, pipeline_store_promote(b->conn, from, to, msg, actor, NULL, s->id, s->err,
+                                        sizeof s->err));
+    if (s->rc == PSTORE_PROMOTED || s->rc == PSTORE_STALE || s->rc == PSTORE_EXISTS)
+        b->rc = 0; /* answers, not failures */
+}
+
+static int promote_push(lua_State *L, db_call *b)
+{
+    store_call *s = (store_call *)b;
+    if (s->rc == 0 || s->rc == PSTORE_PROMOTED) {
+        lua_pushstring(L, s->id);
+        lua_pushstring(L, s->rc == 0 ? "made" : "promoted");
+        return 2;
+    }
+    if (s->rc == PSTORE_STALE || s->rc == PSTORE_EXISTS) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, s->err);
+        lua_pushstring(L, s->rc == PSTORE_STALE ? "stale" : OOPS_E_EXISTS);
+        return 3;
+    }
+    return store_fail(L, s);
+}
+
+/* oops.store.promote{from=ID, to=ENV, message=TEXT} -> id, "made" | id,
+ * "promoted" (made before, by anyone) | false, why, "stale" (not a release
+ * to promote now) | false, why, "exists" (an unfinished pipeline in ENV) |
+ * nil, err, name. pipeline_store_promote: once per release, whoever tries. */
+static int l_promote(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    const char *from = opt_field(L, 1, "from"), *to = opt_field(L, 1, "to"),
+               *msg = opt_field(L, 1, "message");
+    luaL_argcheck(L, from && to, 1, "from and to are required");
+    store_call *s = store_new(promote_run);
+    keep(s, from);
+    keep(s, to);
+    keep(s, msg ? msg : "Promoted.");
+    keep(s, runtime_ctx(L)->server_name);
+    return dbcall(L, &s->base, promote_push, store_free);
 }
 
 /* Fenced by our lock session when we have one (a server; not oopsctl).
@@ -737,7 +783,8 @@ void oops_open_store(lua_State *L)
         {"create", l_create}, {"transition", l_transition},
         {"get", l_get},       {"list", l_list},
         {"events", l_events}, {"free", l_free},
-        {"act", l_act},       {NULL, NULL},
+        {"act", l_act},       {"promote", l_promote},
+        {NULL, NULL},
     };
     oops_setfuncs_in(L, "store", store);
 }

@@ -411,7 +411,7 @@ xid=$(SUDO_USER=carol ctl create --app shop/approve --env prod --artifact a1)
 out=$(SUDO_USER=alice ctl approve "$xid" 2>&1); is "$?" 1 "approve without a reason exits 1"
 like "$out" "approve: --reason TEXT is needed" "... saying the reason is needed"
 out=$(SUDO_USER=carol ctl approve "$xid" --reason "mine" 2>&1); is "$?" 1 "its creator's approval exits 1"
-like "$out" "approve $xid: carol created it, and an approval must come from another person \(two-person rule\)" \
+like "$out" "approve $xid: carol created it \(or promoted it, or a release it was promoted from\), and an approval must come from another person \(two-person rule\)" \
   "... saying why"
 out=$(SUDO_USER=alice ctl --json approve "$xid" --reason "ok"); is "$?" 0 "another person's approval exits 0"
 is "$out" "{\"id\":\"$xid\",\"approvals\":1,\"approved_by\":\"alice\"}" "... --json: the count and who"

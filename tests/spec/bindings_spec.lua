@@ -894,7 +894,7 @@ describe("lock names (src/lock_names.h through oops.locks.names)", function()
       assert.are.equal(lock, require("oops.leader").lock(scan))
     end
     table.sort(scans)
-    assert.are.same({ "alert", "notify", "restart", "retention" }, scans)
+    assert.are.same({ "alert", "notify", "promote", "restart", "retention" }, scans)
     raises("no leader lock for scan \"build\"", require("oops.leader").lock, "build")
   end)
 

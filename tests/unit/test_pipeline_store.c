@@ -1617,6 +1617,107 @@ static void an_override_is_recorded_once_with_its_actor_and_reason(void **state)
     db_close(c);
 }
 
+/* Issue 39: a release promoted once, whoever tries (the unique
+ * promoted_from); only the newest SUCCEEDED release or promotion of its
+ * target; an unfinished pipeline in the destination: try later. */
+static void a_release_is_promoted_once_and_only_while_it_is_the_newest(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char src[25], id[25], again[25], err[512];
+    finished(c, "prm", "staging", "img:7", "SUCCEEDED", 5, src);
+    assert_int_equal(pipeline_store_promote(c, src, "prod", "Promoted.", "s1", NULL, id, err,
+                                            sizeof err),
+                     0);
+    pipeline p;
+    assert_int_equal(pipeline_store_get(c, id, &p, err, sizeof err), 1);
+    assert_string_equal(p.trigger_type, "promotion");
+    assert_string_equal(p.promoted_from, src);
+    assert_string_equal(p.environment, "prod");
+    assert_string_equal(p.artifact, "img:7");
+    assert_int_equal(p.status, PS_INITIALIZED);
+    pipeline_clear(&p);
+    assert_int_equal(events_of(c, id, "INITIALIZED"), 1);
+    /* Again (by anyone): refused by the database, told which one was made. */
+    assert_int_equal(pipeline_store_promote(c, src, "prod", "Promoted.", "s2", NULL, again, err,
+                                            sizeof err),
+                     PSTORE_PROMOTED);
+    assert_string_equal(again, id);
+    db_value q[] = {db_text(src)};
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE promoted_from = ?", q, 1), 1);
+    /* A newer pipeline of the source target: not a candidate any more. */
+    char old[25], newer[25];
+    finished(c, "prm2", "staging", "img:1", "SUCCEEDED", 10, old);
+    finished(c, "prm2", "staging", "img:2", "ERROR", 1, newer);
+    assert_int_equal(pipeline_store_promote(c, old, "prod", "P.", "s1", NULL, id, err, sizeof err),
+                     PSTORE_STALE);
+    /* Neither a rollback nor a release that did not go live. */
+    char rb[25];
+    finished(c, "prm3", "staging", "img:3", "SUCCEEDED", 1, rb);
+    db_value r[] = {db_text(rb)};
+    db_result_free(testdb_q(c, "UPDATE pipeline SET trigger_type = 'rollback' WHERE id = ?", r, 1));
+    assert_int_equal(pipeline_store_promote(c, rb, "prod", "P.", "s1", NULL, id, err, sizeof err),
+                     PSTORE_STALE);
+    assert_int_equal(pipeline_store_promote(c, newer, "prod", "P.", "s1", NULL, id, err, sizeof err),
+                     PSTORE_STALE);
+    /* An unfinished pipeline in the destination: later. */
+    char busy[25], src4[25];
+    finished(c, "prm4", "staging", "img:4", "SUCCEEDED", 1, src4);
+    finished(c, "prm4", "prod", "img:0", "RUNNING", 1, busy);
+    assert_int_equal(pipeline_store_promote(c, src4, "prod", "P.", "s1", NULL, id, err, sizeof err),
+                     PSTORE_EXISTS);
+    assert_int_equal(pipeline_store_promote(c, src4, "Prod", "P.", "s1", NULL, id, err, sizeof err),
+                     PSTORE_BAD);
+    db_close(c);
+}
+
+/* The two-person rule follows a promotion back to whoever created the
+ * release it came from, and to whoever promoted it. */
+static void who_made_a_release_follows_its_promotions(void **state)
+{
+    (void)state;
+    db_conn *c = testdb_open();
+    char src[25], mid[25], top[25], err[512];
+    pipeline_operator carol = {.actor = "carol@host", .reason = "ship"};
+    pipeline_new n = {.namespace = "shop",
+                      .application = "mdb",
+                      .environment = "dev",
+                      .artifact = "m1",
+                      .actor = "oopsctl@host",
+                      .op = &carol};
+    assert_int_equal(pipeline_store_create(c, &n, src, err, sizeof err), 0);
+    db_value p[] = {db_text(src)};
+    db_result_free(testdb_q(c, "UPDATE pipeline SET status = 'SUCCEEDED' WHERE id = ?", p, 1));
+    assert_int_equal(pipeline_store_promote(c, src, "staging", "P.", "s1", NULL, mid, err,
+                                            sizeof err),
+                     0);
+    db_value m[] = {db_text(mid)};
+    db_result_free(testdb_q(c, "UPDATE pipeline SET status = 'SUCCEEDED' WHERE id = ?", m, 1));
+    pipeline_operator dave = {.actor = "dave@page", .reason = "now"};
+    assert_int_equal(pipeline_store_promote(c, mid, "prod", "P.", "oopsctl@host", &dave, top, err,
+                                            sizeof err),
+                     0);
+    assert_int_equal(pipeline_store_made_by(c, top, "carol", err, sizeof err), 1);
+    assert_int_equal(pipeline_store_made_by(c, top, "dave", err, sizeof err), 1);
+    assert_int_equal(pipeline_store_made_by(c, top, "bob", err, sizeof err), 0);
+    assert_int_equal(pipeline_store_made_by(c, mid, "dave", err, sizeof err), 0);
+    /* promote-now is in the audit log, naming the new pipeline. */
+    db_value t[] = {db_text(top)};
+    assert_int_equal(testdb_int(c,
+                                "SELECT COUNT(*) FROM operator_action WHERE action = 'promote-now' "
+                                "AND pipeline_id = ? AND actor = 'dave@page'",
+                                t, 1),
+                     1);
+    /* Held INITIALIZED (no build), a promotion is overridden there. */
+    assert_int_equal(pipeline_store_override_by(c, top, PS_INITIALIZED, "oopsctl@host", &dave, err,
+                                                sizeof err),
+                     1);
+    assert_int_equal(pipeline_store_override_by(c, top, PS_INITIALIZED, "oopsctl@host", &dave, err,
+                                                sizeof err),
+                     0);
+    db_close(c);
+}
+
 static void a_reason_is_bounded_utf8_without_control_characters(void **state)
 {
     (void)state;
@@ -1773,6 +1874,8 @@ int main(void)
         cmocka_unit_test(a_slot_goes_to_the_rollback_then_the_oldest_waiting),
         cmocka_unit_test(a_failed_release_makes_one_rollback_to_the_live_release),
         cmocka_unit_test(an_override_is_recorded_once_with_its_actor_and_reason),
+        cmocka_unit_test(a_release_is_promoted_once_and_only_while_it_is_the_newest),
+        cmocka_unit_test(who_made_a_release_follows_its_promotions),
         cmocka_unit_test(a_reason_is_bounded_utf8_without_control_characters),
         cmocka_unit_test(an_operators_action_is_on_its_event_and_in_the_audit_log),
         cmocka_unit_test(an_audit_detail_is_cut_at_a_character_boundary),

@@ -220,7 +220,7 @@ function rules.rollbacks(h, out, ev)
       made[p.rollback_of] = (made[p.rollback_of] or 0) + 1
       local f, r = failed_at[p.rollback_of], (ev[id] or {})[1]
       local fp = h.pipelines[p.rollback_of]
-      if not f or not fp or fp.trigger ~= "release" or (r and r.id < f.id) then
+      if not f or not fp or fp.trigger == "rollback" or (r and r.id < f.id) then
         add(out, "rollback_unexpected", id, "an automatic rollback of " .. p.rollback_of ..
           ", which did not fail at or after its deploy before it", r and r.at)
       end
@@ -236,7 +236,7 @@ function rules.rollbacks(h, out, ev)
   end
   for id, f in pairs(failed_at) do
     local p = h.pipelines[id]
-    if p and p.trigger == "release" and h.rolls_back[p.target] and not made[id] then
+    if p and p.trigger ~= "rollback" and h.rolls_back[p.target] and not made[id] then
       -- A live release to return to, and no newer pipeline of the target
       -- when it failed (one created while it waited in BUILD_SUCCEEDED,
       -- which is not unfinished: the engine returns to nothing then).
@@ -555,7 +555,7 @@ function rules.approvals(h, out, ev)
   end
   for id, p in pairs(h.pipelines or {}) do
     local need = (h.approvals_needed or {})[p.target]
-    if need and p.trigger == "release" then
+    if need and p.trigger ~= "rollback" then
       for _, e in ipairs(ev[id] or {}) do
         if e.to == "DEPLOYING" then
           local n, counted = 0, {}

@@ -1,7 +1,8 @@
 -- oops.policy.application: the application block: an application's name and
 -- environments, its commands (build, one command or external; deploy,
 -- health, restart) and their environment, restart schedules, limits and
--- command timeouts (its deploy windows and rollout choice: release.lua);
+-- command timeouts (its deploy windows and rollout choice: release.lua; its
+-- promotions: promote.lua);
 -- and what the whole policy asks of every application once all files are
 -- loaded (the exec gateway's commands, deploy timeouts within deploy.timeout).
 local duration = require("oops.duration")
@@ -20,6 +21,7 @@ local sorted_keys, set_of, is_list, a_type = values.sorted_keys, values.set_of, 
 local dur, positive, argv, is_label, environments = values.dur, values.positive, values.argv, values.is_label,
   values.environments
 local app_windows, app_rollout, app_approvals = release.app_windows, release.app_rollout, release.app_approvals
+local app_promote = require("oops.policy.promote").app_promote
 
 local M = { build = {} }
 local build = M.build
@@ -138,6 +140,7 @@ function build.application(d, t, name, st)
   a.restart = app_restart(d, t.restart, envs_ok and a.environments or nil, st.cron_parse)
   a.windows = app_windows(d, t.windows, envs_ok and a.environments or nil)
   a.approvals = app_approvals(d, t.approvals, envs_ok and a.environments or nil)
+  a.promote = app_promote(d, t.promote, envs_ok and a.environments or nil)
   a.rollout = app_rollout(d, t, st)
   a.limits = app_limits(d, t)
   a.timeout_ms, a.deploy_timeout_set, a.build_timeout_set = app_timeouts(d, t)

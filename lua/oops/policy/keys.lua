@@ -27,7 +27,7 @@ local WEIGHT_PLACEHOLDERS = { "application", "artifact", "environment", "id", "n
 -- The keys each declaration's table accepts (Decl:only refuses any other), by
 -- where they are written: "alert.cpu" is the table under alert's `cpu`. The
 -- block files' builders read them from here; M.keys() lists them.
-local APP_KEYS = { "approvals", "build", "deploy", "env", "environments", "health", "limits", "restart",
+local APP_KEYS = { "approvals", "build", "deploy", "env", "environments", "health", "limits", "promote", "restart",
   "restart_command", "rollout", "timeouts", "weight", "windows" }
 local GATEWAY_KEYS = { simulated = { "build", "deploy", "rollout" }, exec = { "workdir" } }
 local ALERT_METRIC_KEYS = { "percent", "sustained" }

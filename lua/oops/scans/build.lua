@@ -50,9 +50,10 @@ function M.deploy(p, from, gw, pol)
 end
 
 local function initialized(p, gw, pol)
-  if p.trigger == "rollback" then
+  if p.trigger == "rollback" or p.trigger == "promotion" then
     -- A rollback redeploys an artifact an earlier pipeline built and shipped
-    -- (REFERENCE 9): INITIALIZED → DEPLOYING → ROLLING_OUT, no build.
+    -- (REFERENCE 9), a promotion one that went live in the environment before
+    -- (issue 39): INITIALIZED → DEPLOYING → ROLLING_OUT, no build.
     M.deploy(p, "INITIALIZED", gw, pol)
     return
   end

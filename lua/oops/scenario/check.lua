@@ -90,7 +90,7 @@ local function release_checks(ctx, check)
            AND l.created_at < f.created_at) AS live
       FROM pipeline r LEFT JOIN pipeline f ON f.id = r.rollback_of
       WHERE r.rollback_of IS NOT NULL HAVING f.status IS NULL OR f.status <> 'ERROR'
-        OR f.trigger_type <> 'release' OR made <> 1 OR failed_after_deploy <> 1 OR live = 0]]),
+        OR f.trigger_type NOT IN ('release', 'promotion') OR made <> 1 OR failed_after_deploy <> 1 OR live = 0]]),
     function(bad) return list(bad, function(r)
       return ("%s rolls back %s (%s, %s; %d made, %d failures after deploy, %d live)"):format(r.id,
         tostring(r.rollback_of), tostring(r.status), tostring(r.trigger_type), n(r.made),
@@ -275,7 +275,7 @@ function M.frozen_deploys(sql, freezes)
   for _, e in ipairs(sql([[
       SELECT e.pipeline_id, p.environment, UNIX_TIMESTAMP(e.created_at) AS at, p.override_at
       FROM pipeline_event e JOIN pipeline p ON p.id = e.pipeline_id
-      WHERE e.to_status = 'DEPLOYING' AND p.trigger_type = 'release']])) do
+      WHERE e.to_status = 'DEPLOYING' AND p.trigger_type <> 'rollback']])) do
     local at = tonumber(e.at)
     for _, f in ipairs(freezes) do
       if at and at >= f.from and at < f.to and (not f.environments or f.environments[e.environment])

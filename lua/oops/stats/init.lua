@@ -5,9 +5,10 @@
 -- application/environment) and for the fleet (or the targets asked for):
 --
 --   deployment frequency  releases that went live (SUCCEEDED, trigger
---                         release) in the window, per day. Rollbacks and
---                         promotions of nothing new are not changes: a
---                         rollback counts only as a restore (below).
+--                         release or promotion: a promoted release is a
+--                         change to its environment) in the window, per
+--                         day. A rollback is not a change: it counts only
+--                         as a restore (below).
 --   lead time             from the source's commit time (`--source` with a
 --                         "committed_at" key: RFC 3339, e.g.
 --                         2026-12-01T10:00:00Z, or Unix seconds) when it
@@ -231,7 +232,7 @@ function M.figures(data, window_s, want)
     local t, at = L.t[i], L.at[i]
     lives[t] = lives[t] or {}
     lives[t][#lives[t] + 1] = at
-    local as = L.trig[i] == "release" and accs(t, at)
+    local as = L.trig[i] ~= "rollback" and accs(t, at) -- a release or a promotion
     if as then
       local committed = L.committed[i]
       local from = (committed and committed <= at) and committed or L.created[i]
@@ -245,7 +246,7 @@ function M.figures(data, window_s, want)
     end
   end
   for i = 1, F.n do
-    local as = F.created[i] and F.trig[i] == "release" and accs(F.t[i], F.at[i])
+    local as = F.created[i] and F.trig[i] ~= "rollback" and accs(F.t[i], F.at[i])
     if as then
       for _, a in ipairs(as) do a.deployed, a.failures = a.deployed + 1, a.failures + 1 end
       failures[#failures + 1] = { t = F.t[i], at = F.at[i], as = as }
