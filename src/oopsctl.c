@@ -330,13 +330,16 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"migrate", cmd_migrate}, {"create", cmd_create},     {"rollback", cmd_rollback},
-    {"list", cmd_list},       {"show", cmd_show},         {"stop", cmd_stop},
-    {"deploy", cmd_deploy},   {"locks", cmd_locks},       {"logs", cmd_logs},
-    {"history", cmd_history}, {"scenario", run_scenario}, {"chaos", run_chaos},
-    {"audit", cmd_audit},     {"outbox", run_outbox},     {"abort", cmd_abort},
-    {"promote", cmd_promote}, {"approve", cmd_approve},   {"reject", cmd_reject},
-    {"stats", run_stats},     {"promote-now", cmd_promote_now},
+    {"migrate", cmd_migrate},   {"create", cmd_create},
+    {"rollback", cmd_rollback}, {"list", cmd_list},
+    {"show", cmd_show},         {"stop", cmd_stop},
+    {"deploy", cmd_deploy},     {"locks", cmd_locks},
+    {"logs", cmd_logs},         {"history", cmd_history},
+    {"scenario", run_scenario}, {"chaos", run_chaos},
+    {"audit", cmd_audit},       {"outbox", run_outbox},
+    {"abort", cmd_abort},       {"promote", cmd_promote},
+    {"approve", cmd_approve},   {"reject", cmd_reject},
+    {"stats", run_stats},       {"promote-now", cmd_promote_now},
 };
 
 /* Global flags before the command, the command, then its own words (where

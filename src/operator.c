@@ -119,8 +119,8 @@ static op_code deploy_override(db_conn *c, const char *id, const pipeline *p, co
                                op_result *out)
 {
     /* A promotion has no build: it waits INITIALIZED. */
-    bool promotion = p->status == PS_INITIALIZED && p->trigger_type &&
-                     strcmp(p->trigger_type, "promotion") == 0;
+    bool promotion =
+        p->status == PS_INITIALIZED && p->trigger_type && strcmp(p->trigger_type, "promotion") == 0;
     if ((p->status == PS_INITIALIZED && !promotion) || p->status == PS_RUNNING)
         return refuse(c, who, "override", id, NULL, NULL, NULL, out, OP_INPUT,
                       "deploy %s: the build has not succeeded yet (%s); nothing changed", id,
@@ -538,8 +538,8 @@ op_code op_promote_now(db_conn *c, const char *id, const char *to, const op_who 
                                          : "a newer pipeline of its application and environment "
                                            "exists now, or it is no longer SUCCEEDED");
     if (r == PSTORE_BAD)
-        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT, "promote-now %s: %s",
-                      id, err);
+        return refuse(c, who, action, id, NULL, NULL, NULL, out, OP_INPUT, "promote-now %s: %s", id,
+                      err);
     return db_error(out, err);
 }
 

@@ -32,20 +32,20 @@ typedef enum op_code {
 
 typedef struct op_result {
     op_code code;
-    char error[1024];      /* a one-line message when code != OP_OK ("stop ID: ...") */
-    char id[25];           /* the pipeline acted on; for a rollback the new one */
-    pipeline_status from;  /* stop: the status it was stopped from */
-    bool override;         /* deploy: an override (else a manual deploy's request) */
-    bool already;          /* deploy: requested (overridden) already, nothing changed */
-    char rollback_to[25];  /* rollback: the release it redeploys */
-    char artifact[256];    /* ... and its artifact */
-    char note[512];        /* rollback: which release was chosen; deploy: what was done
+    char error[1024];       /* a one-line message when code != OP_OK ("stop ID: ...") */
+    char id[25];            /* the pipeline acted on; for a rollback the new one */
+    pipeline_status from;   /* stop: the status it was stopped from */
+    bool override;          /* deploy: an override (else a manual deploy's request) */
+    bool already;           /* deploy: requested (overridden) already, nothing changed */
+    char rollback_to[25];   /* rollback: the release it redeploys */
+    char artifact[256];     /* ... and its artifact */
+    char note[512];         /* rollback: which release was chosen; deploy: what was done
                              ("deploy of ID requested", "... already requested") */
-    char request[16];      /* abort, promote: the canary request made ("abort", "promote",
+    char request[16];       /* abort, promote: the canary request made ("abort", "promote",
                               "promote_full") */
-    int approvals;         /* approve: how many persons approved it now */
-    char approved_by[704]; /* ... and who, comma-separated */
-    char audit_error[256]; /* why the audit row of this answer could not be written ("": it
+    int approvals;          /* approve: how many persons approved it now */
+    char approved_by[704];  /* ... and who, comma-separated */
+    char audit_error[256];  /* why the audit row of this answer could not be written ("": it
                               was, or none was due) */
     char promoted_from[25]; /* promote-now: the release promoted */
     char environment[64];   /* ... and the environment it was promoted to */

@@ -858,8 +858,8 @@ static unsigned promote_tx(db_conn *c, const char *from, const char *to, const c
     if (rc == 0 && op) {
         char detail[64];
         snprintf(detail, sizeof detail, "promoted from %s", from);
-        rc = audit_log_insert(c, op, "promote-now", id, NULL, NULL, NULL, "done", detail, actor,
-                              e, elen);
+        rc = audit_log_insert(c, op, "promote-now", id, NULL, NULL, NULL, "done", detail, actor, e,
+                              elen);
     }
     if (rc == 0)
         rc = db_commit(c, e, elen);
@@ -867,8 +867,7 @@ static unsigned promote_tx(db_conn *c, const char *from, const char *to, const c
 }
 
 /* The promotion of `from` made already: its id in out_id. */
-static int promoted_already(db_conn *c, const char *from, char out_id[25], char *err,
-                            size_t errlen)
+static int promoted_already(db_conn *c, const char *from, char out_id[25], char *err, size_t errlen)
 {
     db_value p[] = {db_text(from)};
     db_result *r = NULL;
@@ -923,8 +922,7 @@ int pipeline_store_promote(db_conn *c, const char *from, const char *to, const c
     return PSTORE_DB;
 }
 
-int pipeline_store_made_by(db_conn *c, const char *id, const char *person, char *err,
-                           size_t errlen)
+int pipeline_store_made_by(db_conn *c, const char *id, const char *person, char *err, size_t errlen)
 {
     char at[25];
     snprintf(at, sizeof at, "%s", id);
@@ -980,8 +978,8 @@ int pipeline_store_override_by(db_conn *c, const char *id, pipeline_status st, c
         return build_succeeded_change(c, id, OVERRIDE_UPDATE, "OVERRIDE", msg, via, op, "override",
                                       err, errlen);
     db_value p[] = {db_text(id)};
-    return operator_change(c, id, PS_INITIALIZED, OVERRIDE_PROMOTION, p, 1, "OVERRIDE", msg, via, op,
-                           "override", err, errlen);
+    return operator_change(c, id, PS_INITIALIZED, OVERRIDE_PROMOTION, p, 1, "OVERRIDE", msg, via,
+                           op, "override", err, errlen);
 }
 
 int pipeline_store_request_deploy_by(db_conn *c, const char *id, const char *via,

@@ -780,11 +780,9 @@ static int l_act(lua_State *L)
 void oops_open_store(lua_State *L)
 {
     static const luaL_Reg store[] = {
-        {"create", l_create}, {"transition", l_transition},
-        {"get", l_get},       {"list", l_list},
-        {"events", l_events}, {"free", l_free},
-        {"act", l_act},       {"promote", l_promote},
-        {NULL, NULL},
+        {"create", l_create}, {"transition", l_transition}, {"get", l_get},
+        {"list", l_list},     {"events", l_events},         {"free", l_free},
+        {"act", l_act},       {"promote", l_promote},       {NULL, NULL},
     };
     oops_setfuncs_in(L, "store", store);
 }

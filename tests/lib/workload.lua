@@ -6,7 +6,9 @@
 -- webhook notifications; release safety (issue 26): prod's one deploy slot,
 -- a failed release rolled back automatically, a release a freeze holds until
 -- an operator overrides it; canaries (issue 38): one promoted by an operator,
--- one aborted by its analysis. Run from a scenario with the scenario's functions
+-- one aborted by its analysis; promotion (issue 39): one by the promote scan,
+-- one by `oopsctl promote-now` that waits for an approval. Run from a
+-- scenario with the scenario's functions
 -- in scope:
 --   local all = assert(loadfile(ROOT .. "/tests/lib/workload.lua", "t", _ENV))(run_db)
 -- Returns the servers, still running.
@@ -38,6 +40,11 @@ application "shop/blind" { environments = { "prod" }, rollout = { strategy = "ca
   { weight = 10 }, { analysis = "nowhere" }, { weight = 100 } } } }
 analysis "nowhere" { prometheus = "http://127.0.0.1:9", query = 'up{job="{application}"}',
   success = function(v) return v == 1 end, interval = "1s", count = 1, inconclusive = "fail" }
+-- promotion (issue 39): one by the promote scan at once, one by an operator
+-- before its hour is up, which waits for an approval
+application "shop/promo" { environments = { "staging", "live" }, promote = { staging = { to = "live" } } }
+application "shop/gate" { environments = { "staging", "live" }, promote = { staging = { to = "live", after = "1h" } },
+  approvals = { live = 1 } }
 ]]):format(hook.url, minute(now - 3600), minute(now + 7 * 86400)) }
 
 local ps = {
@@ -81,6 +88,27 @@ expect(prc == 0, "oopsctl promote", perr)
 expect(canary:wait("SUCCEEDED", 30), "... and the canary finishes")
 local blind = create { app = "shop/blind", env = "prod", artifact = "registry/blind:1" }
 expect(blind:wait("ERROR", 40), "a canary whose analysis cannot measure is aborted", blind:message())
+
+local promo = create { app = "shop/promo", env = "staging", artifact = "registry/promo:1" }
+expect(promo:wait("SUCCEEDED", 30), "a staging release goes live")
+wait_until("... and is promoted to live, where it goes live", function()
+  local r = sql("SELECT status FROM pipeline WHERE promoted_from = ?", promo.id)[1]
+  return r and r.status == "SUCCEEDED"
+end, 40)
+local gate = create { app = "shop/gate", env = "staging", artifact = "registry/gate:1" }
+expect(gate:wait("SUCCEEDED", 30), "another staging release goes live")
+local grc, gout, gerr = oopsctl("promote-now", gate.id, "--to", "live", "--reason", "workload promote-now")
+expect(grc == 0, "oopsctl promote-now", gerr)
+local promoted = (gout or ""):match("%S+")
+wait_until("... its promotion waits for an approval", function()
+  local r = promoted and sql("SELECT hold FROM pipeline WHERE id = ?", promoted)[1]
+  return r and r.hold == "approval"
+end, 30)
+grc, _, gerr = oopsctl_as("approver", "approve", promoted or "?", "--reason", "workload approval")
+expect(grc == 0, "... approved by another person", gerr)
+wait_until("... it goes live", function()
+  return sql("SELECT status FROM pipeline WHERE id = ?", promoted or "?")[1].status == "SUCCEEDED"
+end, 30)
 
 local function usage(value)
   sql("INSERT INTO sim_metric (namespace, application, environment, metric, pod, value) " ..

@@ -68,8 +68,8 @@ local FAILS = {
   bad_unknown_key = {
     'bad_unknown_key/apps.lua:1: scan: unknown key "intervall" (known: interval, max_new, parallel)',
     'bad_unknown_key/apps.lua:2: application "shop/api": unknown key "biuld" ' ..
-      '(known: approvals, build, deploy, env, environments, health, limits, restart, restart_command, rollout, ' ..
-      'timeouts, weight, windows)',
+      '(known: approvals, build, deploy, env, environments, health, limits, promote, restart, restart_command, ' ..
+      'rollout, timeouts, weight, windows)',
     'bad_unknown_key/apps.lua:2: application "shop/api": limits: unknown key "gpu" (known: cpu, memory)',
     'bad_unknown_key/apps.lua:2: application "shop/api": timeouts: unknown key "rollout" ' ..
       '(known: build, cancel, deploy, health, restart, status, submit, weight)',
@@ -488,11 +488,11 @@ notify { log = true, page = "https://b.example/" }
       timeout_ms = { build = 1200000, deploy = 600000, health = 10000, restart = 120000,
         submit = 60000, status = 30000, cancel = 60000, weight = 300000 },
       env = {},
-      windows = {}, approvals = {},
+      windows = {}, approvals = {}, promote = {},
     }, p.applications["shop/api"])
     assert.are.same({
       namespace = "shop", application = "worker", environments = { "prod" }, restart = {},
-      limits = { cpu_millicores = 500 }, env = {}, windows = {}, approvals = {},
+      limits = { cpu_millicores = 500 }, env = {}, windows = {}, approvals = {}, promote = {},
       -- a one-command build's default: the policy's build.timeout
       timeout_ms = { build = p.build.timeout_ms, deploy = 300000, health = 30000, restart = 60000,
         submit = 60000, status = 30000, cancel = 60000, weight = 300000 },
@@ -1155,5 +1155,67 @@ describe("the keys of issue 26 (windows, freezes, timezone, concurrency, on_fail
       "freeze environments" }) do
       assert.is_true(found[k], k)
     end
+  end)
+end)
+
+describe("an application's promotions (issue 39)", function()
+  local function app(promote, envs)
+    return '\napplication "shop/api" { environments = ' .. (envs or '{ "dev", "staging", "prod" }') ..
+      ", promote = " .. promote .. " }\n"
+  end
+
+  it("are {} when absent, else each environment's destination and wait (default 0)", function()
+    assert.are.same({}, assert(load_text(app("nil"))).applications["shop/api"].promote)
+    assert.are.same({ dev = { to = "staging", after_ms = 0 }, staging = { to = "prod", after_ms = 1800000 } },
+      assert(load_text(app('{ dev = { to = "staging" }, staging = { to = "prod", after = "30m" } }')))
+        .applications["shop/api"].promote)
+  end)
+
+  it("refuses each bad form at the application's line, naming what is wrong", function()
+    local CASES = {
+      { '"prod"', 'promote: must be a table like { staging = { to = "prod", after = "30m" } }, not a string' },
+      { '{ { to = "prod" } }', "promote: must be a table like { staging = { to = \"prod\", after = \"30m\" } } " ..
+        "(keyed by environment)" },
+      { '{ qa = { to = "prod" } }', 'promote.qa: "qa" is not one of its environments (dev, staging, prod)' },
+      { '{ staging = "prod" }', 'promote.staging: must be a table like { to = "prod", after = "30m" }, not a string' },
+      { '{ staging = { after = "1m" } }', "promote.staging.to: required: the environment it promotes to" },
+      { '{ staging = { to = "live" } }', 'promote.staging.to: "live" is not one of its environments (dev, staging, ' ..
+        "prod)" },
+      { '{ staging = { to = "staging" } }', 'promote.staging.to: must be another environment than "staging"' },
+      { '{ staging = { to = "prod", after = "soon" } }',
+        'promote.staging.after: "soon": not a duration (use e.g. 500ms, 5s, 10m, 2h)' },
+      { '{ staging = { to = "prod", after = "100d" } }', 'promote.staging.after: "100d": must be at most 90d' },
+      { '{ staging = { to = "prod", wait = "1m" } }', "promote.staging.wait: is not a key of a promotion (to, after)" },
+      { '{ staging = { to = "prod" }, prod = { to = "dev" }, dev = { to = "staging" } }',
+        "promote: a cycle: dev → staging → prod → dev would promote for ever" },
+    }
+    for _, case in ipairs(CASES) do
+      local p, errs = load_text(app(case[1]))
+      assert.is_nil(p, case[1])
+      assert.are.same({ path .. ':2: application "shop/api": ' .. case[2] }, errs, case[1])
+    end
+  end)
+
+  it("become the promote scan's rules, and a candidate is due once live for its wait", function()
+    local scan = require("oops.scans.promote")
+    local pol = assert(load_text(app('{ dev = { to = "staging" }, staging = { to = "prod", after = "30m" } }')))
+    assert.are.same({
+      { key = "shop/api/dev", ns = "shop", app = "api", from = "dev", to = "staging", after_ms = 0 },
+      { key = "shop/api/staging", ns = "shop", app = "api", from = "staging", to = "prod", after_ms = 1800000 },
+    }, scan.rules(pol))
+    local r = scan.rules(pol)[2]
+    local row = { id = "s1", status = "SUCCEEDED", trigger_type = "release", live_ms = 600000, firing = 0 }
+    assert.are.equal(1200000, scan.due(r, row))
+    row.live_ms = 1800000
+    assert.are.equal(0, scan.due(r, row))
+    row.trigger_type = "promotion"
+    assert.are.equal(0, scan.due(r, row), "a promotion is promoted on (a chain)")
+    assert.is_nil(scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "rollback", live_ms = 1e9, firing = 0 }))
+    assert.is_nil(scan.due(r, { id = "s1", status = "ROLLING_OUT", trigger_type = "release", live_ms = 1e9, firing = 0 }))
+    assert.is_nil(scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "release", live_ms = 1e9, firing = 0,
+      promoted = "p2" }))
+    assert.are.same({ nil, "firing" }, { scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "release",
+      live_ms = 1e9, firing = 1 }) })
+    assert.are.same({}, scan.rules(assert(load_text(app("nil")))))
   end)
 end)

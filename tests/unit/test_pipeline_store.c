@@ -1626,9 +1626,8 @@ static void a_release_is_promoted_once_and_only_while_it_is_the_newest(void **st
     db_conn *c = testdb_open();
     char src[25], id[25], again[25], err[512];
     finished(c, "prm", "staging", "img:7", "SUCCEEDED", 5, src);
-    assert_int_equal(pipeline_store_promote(c, src, "prod", "Promoted.", "s1", NULL, id, err,
-                                            sizeof err),
-                     0);
+    assert_int_equal(
+        pipeline_store_promote(c, src, "prod", "Promoted.", "s1", NULL, id, err, sizeof err), 0);
     pipeline p;
     assert_int_equal(pipeline_store_get(c, id, &p, err, sizeof err), 1);
     assert_string_equal(p.trigger_type, "promotion");
@@ -1639,12 +1638,13 @@ static void a_release_is_promoted_once_and_only_while_it_is_the_newest(void **st
     pipeline_clear(&p);
     assert_int_equal(events_of(c, id, "INITIALIZED"), 1);
     /* Again (by anyone): refused by the database, told which one was made. */
-    assert_int_equal(pipeline_store_promote(c, src, "prod", "Promoted.", "s2", NULL, again, err,
-                                            sizeof err),
-                     PSTORE_PROMOTED);
+    assert_int_equal(
+        pipeline_store_promote(c, src, "prod", "Promoted.", "s2", NULL, again, err, sizeof err),
+        PSTORE_PROMOTED);
     assert_string_equal(again, id);
     db_value q[] = {db_text(src)};
-    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE promoted_from = ?", q, 1), 1);
+    assert_int_equal(testdb_int(c, "SELECT COUNT(*) FROM pipeline WHERE promoted_from = ?", q, 1),
+                     1);
     /* A newer pipeline of the source target: not a candidate any more. */
     char old[25], newer[25];
     finished(c, "prm2", "staging", "img:1", "SUCCEEDED", 10, old);
@@ -1658,8 +1658,9 @@ static void a_release_is_promoted_once_and_only_while_it_is_the_newest(void **st
     db_result_free(testdb_q(c, "UPDATE pipeline SET trigger_type = 'rollback' WHERE id = ?", r, 1));
     assert_int_equal(pipeline_store_promote(c, rb, "prod", "P.", "s1", NULL, id, err, sizeof err),
                      PSTORE_STALE);
-    assert_int_equal(pipeline_store_promote(c, newer, "prod", "P.", "s1", NULL, id, err, sizeof err),
-                     PSTORE_STALE);
+    assert_int_equal(
+        pipeline_store_promote(c, newer, "prod", "P.", "s1", NULL, id, err, sizeof err),
+        PSTORE_STALE);
     /* An unfinished pipeline in the destination: later. */
     char busy[25], src4[25];
     finished(c, "prm4", "staging", "img:4", "SUCCEEDED", 1, src4);
@@ -1688,15 +1689,14 @@ static void who_made_a_release_follows_its_promotions(void **state)
     assert_int_equal(pipeline_store_create(c, &n, src, err, sizeof err), 0);
     db_value p[] = {db_text(src)};
     db_result_free(testdb_q(c, "UPDATE pipeline SET status = 'SUCCEEDED' WHERE id = ?", p, 1));
-    assert_int_equal(pipeline_store_promote(c, src, "staging", "P.", "s1", NULL, mid, err,
-                                            sizeof err),
-                     0);
+    assert_int_equal(
+        pipeline_store_promote(c, src, "staging", "P.", "s1", NULL, mid, err, sizeof err), 0);
     db_value m[] = {db_text(mid)};
     db_result_free(testdb_q(c, "UPDATE pipeline SET status = 'SUCCEEDED' WHERE id = ?", m, 1));
     pipeline_operator dave = {.actor = "dave@page", .reason = "now"};
-    assert_int_equal(pipeline_store_promote(c, mid, "prod", "P.", "oopsctl@host", &dave, top, err,
-                                            sizeof err),
-                     0);
+    assert_int_equal(
+        pipeline_store_promote(c, mid, "prod", "P.", "oopsctl@host", &dave, top, err, sizeof err),
+        0);
     assert_int_equal(pipeline_store_made_by(c, top, "carol", err, sizeof err), 1);
     assert_int_equal(pipeline_store_made_by(c, top, "dave", err, sizeof err), 1);
     assert_int_equal(pipeline_store_made_by(c, top, "bob", err, sizeof err), 0);
@@ -1709,12 +1709,12 @@ static void who_made_a_release_follows_its_promotions(void **state)
                                 t, 1),
                      1);
     /* Held INITIALIZED (no build), a promotion is overridden there. */
-    assert_int_equal(pipeline_store_override_by(c, top, PS_INITIALIZED, "oopsctl@host", &dave, err,
-                                                sizeof err),
-                     1);
-    assert_int_equal(pipeline_store_override_by(c, top, PS_INITIALIZED, "oopsctl@host", &dave, err,
-                                                sizeof err),
-                     0);
+    assert_int_equal(
+        pipeline_store_override_by(c, top, PS_INITIALIZED, "oopsctl@host", &dave, err, sizeof err),
+        1);
+    assert_int_equal(
+        pipeline_store_override_by(c, top, PS_INITIALIZED, "oopsctl@host", &dave, err, sizeof err),
+        0);
     db_close(c);
 }
 
