@@ -1210,8 +1210,10 @@ describe("an application's promotions (issue 39)", function()
     assert.are.equal(0, scan.due(r, row))
     row.trigger_type = "promotion"
     assert.are.equal(0, scan.due(r, row), "a promotion is promoted on (a chain)")
-    assert.is_nil(scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "rollback", live_ms = 1e9, firing = 0 }))
-    assert.is_nil(scan.due(r, { id = "s1", status = "ROLLING_OUT", trigger_type = "release", live_ms = 1e9, firing = 0 }))
+    local function live(status, trigger) return { id = "s1", status = status, trigger_type = trigger, live_ms = 1e9,
+      firing = 0 } end
+    assert.is_nil(scan.due(r, live("SUCCEEDED", "rollback")))
+    assert.is_nil(scan.due(r, live("ROLLING_OUT", "release")))
     assert.is_nil(scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "release", live_ms = 1e9, firing = 0,
       promoted = "p2" }))
     assert.are.same({ nil, "firing" }, { scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "release",
