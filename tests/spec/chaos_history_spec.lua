@@ -982,3 +982,67 @@ describe("chaos history: approvals (issue 39)", function()
     assert.are.same({}, history.check(h))
   end)
 end)
+
+describe("chaos history: promotions (issue 39)", function()
+  local LIVE = "chaos/a2/live"
+  -- p3 (T2) went live at 34; q1 promotes it to live at 34.5 (before p4, newer
+  -- in T2, was created at 35), deploys and goes live.
+  local function promoted(at)
+    local h = clean()
+    life(h, "q1", LIVE, { { "INITIALIZED", "s2", 4, at or 34.5 }, { "DEPLOYING", "s2", 4, 36 },
+      { "ROLLING_OUT", "s2", 4, 37 }, { "SUCCEEDED", "s2", 4, 38 } })
+    pipeline(h, "q1", LIVE, "SUCCEEDED", true)
+    h.pipelines.q1.trigger, h.pipelines.q1.promoted_from = "promotion", "p3"
+    h.pipelines.p3.trigger = "release"
+    call(h, "q1", LIVE, "deploy", "s2")
+    notice(h, "e-q1-SUCCEEDED", "pipeline", nil, 200)
+    return h
+  end
+
+  it("a release promoted once, after it went live and before anything newer: no violation", function()
+    assert.are.same({}, history.check(promoted()))
+  end)
+
+  it("promoted_twice: two promotions of one release", function()
+    local h = promoted()
+    life(h, "q2", "chaos/a2/next", { { "INITIALIZED", "s3", 7, 34.6 } })
+    pipeline(h, "q2", "chaos/a2/next", "INITIALIZED", true)
+    h.pipelines.q2.trigger, h.pipelines.q2.promoted_from = "promotion", "p3"
+    h.final = false
+    assert.are.same({ "promoted_twice p3" }, reported(h))
+  end)
+
+  it("promotion_unexpected: of a release not live yet, after a newer one, of a rollback, another artifact",
+    function()
+      assert.are.same({ "promotion_unexpected q1" }, reported(promoted(33)))   -- p3 not live before 34
+      assert.are.same({ "promotion_unexpected q1" }, reported(promoted(35.5))) -- p4 created at 35
+      local h = promoted()
+      h.pipelines.p3.trigger = "rollback"
+      assert.are.same({ "promotion_unexpected q1" }, reported(h))
+      h = promoted()
+      h.pipelines.q1.artifact = "other"
+      assert.are.same({ "promotion_unexpected q1" }, reported(h))
+    end)
+
+  it("promotion_unexpected: made by the engine before the policy's wait; an operator's may skip it", function()
+    local h = promoted()
+    h.promote_rules = { [T2] = { to = "live", after_s = 10 } }
+    assert.are.same({ "promotion_unexpected q1" }, reported(h))
+    h.creators = { q1 = "dave" } -- promote-now
+    assert.are.same({}, history.check(h))
+    h.promote_rules = { [T2] = { to = "live", after_s = 0.4 } }
+    h.creators = nil
+    assert.are.same({}, history.check(h))
+  end)
+
+  it("approvals: whoever created the release a promotion came from does not count", function()
+    local h = promoted()
+    h.approvals_needed = { [LIVE] = 1 }
+    h.creators = { p3 = "carol" }
+    local dep = find(h, "q1", "DEPLOYING")
+    h.approvals = { { id = dep.id - 0.5, pipeline = "q1", person = "carol", at = 35 } }
+    assert.are.same({ "deployed_unapproved q1" }, reported(h))
+    h.approvals[1].person = "ann"
+    assert.are.same({}, history.check(h))
+  end)
+end)

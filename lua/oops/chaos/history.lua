@@ -9,7 +9,8 @@
 --              settled: the rules about reaching an end apply too
 --   events     { { id, pipeline, target, from, to, server, session, at } } by id
 --              (from nil: the pipeline's creation)
---   pipelines  { [id] = { id, target, status, auto, requested, trigger, artifact, rollback_of } }
+--   pipelines  { [id] = { id, target, status, auto, requested, trigger, artifact, rollback_of,
+--              promoted_from } }
 --   slots      { [environment] = N }  the policy's deploy slots (deploy.concurrency)
 --   rolls_back { [target] = true }  targets whose policy rolls a failed release back
 --   calls      { { pipeline, target, action, server } }  (sim_call)
@@ -34,10 +35,13 @@
 --   weight_steps { [target] = N }  the weight steps of its canary plan
 -- (pipelines also carry `message`; a weight the gateway applied is a call
 -- "weight:N" in calls)
--- Approvals (issue 39), optional:
+-- Approvals and promotions (issue 39), optional:
 --   approvals_needed { [target] = N }  the policy's approvals = { ENV = N }
 --   approvals  { { id, pipeline, person, at } }  APPROVED events by id
---   creators   { [pipeline] = person }  who created it (none: a tool)
+--   creators   { [pipeline] = person }  who created it (none: a tool), or
+--              promoted it by promote-now
+--   promote_rules { [target] = { to, after_s } }  the policy's promote = {...}
+--   (pipelines also carry `promoted_from`)
 --
 -- M.check(h) → violations { { rule, pipeline, what, at } } (at: when, for the
 -- faults around it); M.explain(h, v) → lines.
@@ -539,9 +543,24 @@ function rules.bad_canary(h, out, ev)
   end
 end
 
+-- Who made pipeline id, for the two-person rule: its creator (who promoted
+-- it, for a promotion), and those of the releases it was promoted from.
+function M.makers(h, id)
+  local out = {}
+  for _ = 1, 8 do
+    local p = h.pipelines and h.pipelines[id]
+    local c = (h.creators or {})[id]
+    if c then out[c] = true end
+    if not (p and p.promoted_from) then break end
+    id = p.promoted_from
+  end
+  return out
+end
+
 -- Approvals (issue 39): a person approves a pipeline once; a release of a
 -- target whose policy asks for N approvals is deployed only after N persons
--- other than its creator approved it.
+-- other than its creator (and whoever made the releases it was promoted
+-- from) approved it.
 function rules.approvals(h, out, ev)
   local seen, persons = {}, {}
   for _, a in ipairs(h.approvals or {}) do
@@ -559,8 +578,9 @@ function rules.approvals(h, out, ev)
       for _, e in ipairs(ev[id] or {}) do
         if e.to == "DEPLOYING" then
           local n, counted = 0, {}
+          local makers = M.makers(h, id)
           for _, a in ipairs(persons[id] or {}) do
-            if a.id < e.id and a.person ~= (h.creators or {})[id] and not counted[a.person] then
+            if a.id < e.id and not makers[a.person] and not counted[a.person] then
               counted[a.person] = true
               n = n + 1
             end
@@ -576,9 +596,57 @@ function rules.approvals(h, out, ev)
   end
 end
 
+-- Promotions (issue 39): a release is promoted at most once; a promotion is
+-- made only of a release that went live (a release or a promotion, never a
+-- rollback), with its artifact, while nothing newer of its target had been
+-- created, and (unless an operator made it: promote-now) not before the
+-- policy's wait.
+function rules.promotions(h, out, ev)
+  local made, created = {}, {}
+  for _, e in ipairs(h.events or {}) do
+    if e.from == nil and e.to == "INITIALIZED" and not created[e.pipeline] then created[e.pipeline] = e end
+  end
+  for id, p in pairs(h.pipelines or {}) do
+    local from = p.promoted_from and h.pipelines[p.promoted_from]
+    if p.promoted_from then
+      made[p.promoted_from] = (made[p.promoted_from] or 0) + 1
+      local mine = created[id]
+      local live
+      for _, e in ipairs(from and ev[from.id] or {}) do
+        if e.to == "SUCCEEDED" and mine and e.id < mine.id then live = e end
+      end
+      local why
+      if not from or not live or from.trigger == "rollback" then
+        why = "made of " .. p.promoted_from .. ", which was not a release live before it"
+      elseif from.artifact ~= p.artifact or p.trigger ~= "promotion" then
+        why = ("made of %s with another artifact or trigger (%s, %s)"):format(from.id, tostring(p.artifact),
+          tostring(p.trigger))
+      elseif mine and created[from.id] then
+        local since = created[from.id].id
+        for oid, o in pairs(h.pipelines) do
+          local c = created[oid]
+          if o.target == from.target and oid ~= from.id and c and c.id > since and c.id < mine.id then
+            why = ("made of %s after %s, newer in %s, was created"):format(from.id, oid, from.target)
+            break
+          end
+        end
+        local rule = (h.promote_rules or {})[from.target]
+        if not why and rule and not (h.creators or {})[id] and mine.at < live.at + rule.after_s - 0.5 then
+          why = ("made %.1f s after %s went live, before its %g s wait"):format(mine.at - live.at, from.id,
+            rule.after_s)
+        end
+      end
+      if why then add(out, "promotion_unexpected", id, why, mine and mine.at) end
+    end
+  end
+  for id, n in pairs(made) do
+    if n > 1 then add(out, "promoted_twice", id, n .. " promotions of one release", h.now) end
+  end
+end
+
 M.RULES = { "statuses", "side_effects", "lost_locks", "one_unfinished", "restarts", "alerts",
   "notifications", "stops", "ends", "slots", "rollbacks", "weight_twice", "weight_order",
-  "step_past_failed_analysis", "measurements", "canary_not_stable", "bad_canary", "approvals" }
+  "step_past_failed_analysis", "measurements", "canary_not_stable", "bad_canary", "approvals", "promotions" }
 
 function M.check(h)
   local out, ev = {}, by_pipeline(h.events)
@@ -645,10 +713,10 @@ function M.load(sql, o)
   h.analyses, h.weight_steps = o.analyses, o.weight_steps
   for _, r in ipairs(sql("SELECT id, CONCAT(namespace, '/', application, '/', environment) AS target, status, " ..
       "deploy_mode, deploy_requested_at IS NOT NULL AS requested, trigger_type, artifact, rollback_of, " ..
-      "LEFT(message, 200) AS message FROM pipeline")) do
+      "promoted_from, LEFT(message, 200) AS message FROM pipeline")) do
     h.pipelines[r.id] = { id = r.id, target = r.target, status = r.status, auto = r.deploy_mode == "auto",
       requested = tonumber(r.requested) == 1, trigger = r.trigger_type, artifact = r.artifact,
-      rollback_of = r.rollback_of, message = r.message }
+      rollback_of = r.rollback_of, promoted_from = r.promoted_from, message = r.message }
   end
   h.events = {}
   for _, r in ipairs(sql("SELECT e.id, e.pipeline_id, e.from_status, e.to_status, e.server, e.lock_session, " ..
@@ -666,6 +734,7 @@ function M.load(sql, o)
       message = r.message, at = tonumber(r.at) }
   end
   h.approvals_needed, h.approvals, h.creators = o.approvals_needed, {}, {}
+  h.promote_rules = o.promote_rules
   local function person(actor) return actor and (actor:match("^(.*)@[^@]*$") or actor) end
   for _, r in ipairs(sql("SELECT id, pipeline_id, event_type, actor, UNIX_TIMESTAMP(created_at) AS at " ..
       "FROM pipeline_event WHERE event_type IN ('APPROVED', 'CREATED') AND actor IS NOT NULL ORDER BY id")) do

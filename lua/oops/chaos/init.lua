@@ -77,6 +77,8 @@ function M.policy(n, receiver, prom)
     if i == 2 and n >= 4 then extra[#extra + 1] = 'restart = { staging = "* * * * *" }' end
     if i % 3 == 1 and envs:find("staging", 1, true) then
       extra[#extra + 1] = "approvals = { prod = 2 }" -- (issue 39) approved by the workload's persons
+      -- (issue 39) what goes live in staging is promoted to prod 2 s later
+      extra[#extra + 1] = 'promote = { staging = { to = "prod", after = "2s" } }'
     end
     if i % 2 == 0 then
       extra[#extra + 1] = ('rollout = { strategy = "canary", steps = %s }'):format(prom and M.CANARY_STEPS
@@ -301,15 +303,15 @@ end
 -- its target still before its deploy; refused for a target that asks none?
 -- No: oopsctl cannot know the policy, so it is recorded either way.
 function work.approve(a)
-  local p = nth(a.target, { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }, a.arg.nth, " AND trigger_type = 'release'")
+  local p = nth(a.target, { "INITIALIZED", "RUNNING", "BUILD_SUCCEEDED" }, a.arg.nth, " AND trigger_type <> 'rollback'")
   if p then C.env.oopsctl_as(a.arg.person, "approve", p.id, "--reason", "chaos") end
 end
 
 -- Every release still waiting for approvals gets them (the end: nothing
 -- else would release it).
 local function approve_waiting()
-  for _, r in ipairs(scenario.sql("SELECT id FROM pipeline WHERE hold = 'approval' AND status = 'BUILD_SUCCEEDED' " ..
-      "LIMIT 200")) do
+  for _, r in ipairs(scenario.sql("SELECT id FROM pipeline WHERE hold = 'approval' AND status IN " ..
+      "('BUILD_SUCCEEDED', 'INITIALIZED') LIMIT 200")) do -- (a promotion waits INITIALIZED)
     for _, person in ipairs(plan_mod.APPROVERS) do C.env.oopsctl_as(person, "approve", r.id, "--reason", "the end") end
   end
 end
@@ -431,21 +433,24 @@ local function canary_rules()
   return analyses, steps
 end
 
--- What the policy asks of approvals (issue 39): { [target] = N }.
+-- What the policy asks of approvals (issue 39): { [target] = N }; and of
+-- promotions: { [source target] = { to, after_s } }.
 local function approval_rules()
-  local need = {}
+  local need, promote = {}, {}
   for name, a in pairs(C.policy.applications or {}) do
     for env, n in pairs(a.approvals or {}) do need[name .. "/" .. env] = n end
+    for env, r in pairs(a.promote or {}) do promote[name .. "/" .. env] = { to = r.to, after_s = r.after_ms / 1000 } end
   end
-  return need
+  return need, promote
 end
 
 local function load(final)
   local slots, rolls = release_rules()
   local analyses, weight_steps = canary_rules()
+  local need, promote = approval_rules()
   return history.load(scenario.sql, { final = final, faults = scenario.faults(), stops = C.stops,
     deliveries = deliveries(), slots = slots, rolls_back = rolls, analyses = analyses, weight_steps = weight_steps,
-    approvals_needed = approval_rules() })
+    approvals_needed = need, promote_rules = promote })
 end
 
 -- Check now; print the violations not printed before. Returns the history
@@ -561,8 +566,10 @@ local function approval_line()
       (SELECT COUNT(DISTINCT pipeline_id) FROM pipeline_event WHERE event_type = 'APPROVED') AS releases]])
   if not fine or not r[1] then return "approvals: not counted: " .. tostring(r) end
   r = r[1]
-  return ("approvals: %d given to %d releases, %d refused or given again"):format(tonumber(r.given),
-    tonumber(r.releases), tonumber(r.not_counted))
+  local promoted = scenario.sql("SELECT COUNT(*) AS n, COALESCE(SUM(status = 'SUCCEEDED'), 0) AS live FROM pipeline " ..
+    "WHERE trigger_type = 'promotion'")[1]
+  return ("approvals: %d given to %d releases, %d refused or given again; promotions: %d made, %d live"):format(
+    tonumber(r.given), tonumber(r.releases), tonumber(r.not_counted), tonumber(promoted.n), tonumber(promoted.live))
 end
 
 local function kinds(list)
