@@ -3,6 +3,7 @@
 # else to find (issue 16). Included from CMakeLists.txt; also run as a script
 # (cmake -P) by the build to write BUILD/generated/web_assets.inc: one
 # { "/path", "content type", bytes, length } entry per asset, read by src/web.c.
+# A script is served without its whole-line comments.
 
 if(CMAKE_SCRIPT_MODE_FILE)
   # cmake -DOOPS_WEB_FILES="a;b" -DOOPS_WEB_OUT=... -P web.cmake
@@ -23,7 +24,17 @@ if(CMAKE_SCRIPT_MODE_FILE)
     else()
       message(FATAL_ERROR "web/${name}: no content type for ${ext}")
     endif()
-    file(READ ${f} hex HEX)
+    if(ext STREQUAL ".js")
+      # The script's whole-line comments are for its readers, not its users:
+      # served without them (the page's weight: tests/integration/fleet_token.sh).
+      file(READ ${f} text)
+      string(REGEX REPLACE "\n[ \t]*//[^\n]*" "" text "${text}")
+      file(WRITE "${OOPS_WEB_OUT}.js.tmp" "${text}")
+      file(READ "${OOPS_WEB_OUT}.js.tmp" hex HEX)
+      file(REMOVE "${OOPS_WEB_OUT}.js.tmp")
+    else()
+      file(READ ${f} hex HEX)
+    endif()
     string(LENGTH "${hex}" n2)
     math(EXPR n "${n2} / 2")
     string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")

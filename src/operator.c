@@ -563,7 +563,7 @@ void op_result_json(buf *b, const char *action, const op_result *r)
         json_kv_str(b, "approved_by", r->approved_by, &first);
         if (r->already)
             json_kv_bool(b, "already", true, &first);
-    } else if (strcmp(action, "promote-now") == 0) {
+    } else if (strcmp(action, "promote-now") == 0 || strcmp(action, "promote_now") == 0) {
         json_kv_str(b, "trigger", "promotion", &first);
         json_kv_str(b, "promoted_from", r->promoted_from, &first);
         json_kv_str(b, "environment", r->environment, &first);

@@ -250,8 +250,11 @@
     const list = [];
     if (p.status in STEP_OF && p.status !== "ROLLING_OUT") list.push(["stop", "Stop"]);
     if (p.status === "BUILD_SUCCEEDED" && p.mode === "manual" && !p.deploy_requested) list.push(["release", "Release"]);
-    if (p.status === "BUILD_SUCCEEDED" && (p.hold === "window" || p.hold === "freeze") &&
+    if ((p.status === "BUILD_SUCCEEDED" || p.status === "INITIALIZED" && p.trigger === "promotion") &&
+      (p.hold === "window" || p.hold === "freeze") &&
       (p.mode !== "manual" || p.deploy_requested)) list.push(["override", "Override hold"]);
+    // a live release its policy promotes (issue 39; in the detail only): now, its wait skipped
+    if (p.promotion && p.status === "SUCCEEDED") list.push(["promote_now", "Promote to " + p.promotion.to]);
     // approvals (issue 39; in the detail only): before the deploy of a release whose policy asks for them
     if (p.approval && p.approval.needed > 0 && (p.status === "INITIALIZED" || p.status === "RUNNING" ||
       p.status === "BUILD_SUCCEEDED")) list.push(["approve", "Approve"], ["reject", "Reject"]);
@@ -769,6 +772,16 @@
       url: "/api/pipeline/" + enc(p.id) + "/promote",
       body: (reason) => ({ reason, full: true }),
       done: (r) => "Full promotion of " + (r.id || p.id) + " requested" + (r.already ? " already" : "") + ".",
+    }),
+    promote_now: (p) => ({
+      needReason: true,
+      title: "Promote release " + p.id + " to " + p.promotion.to + " now?",
+      what: "Release " + p.id + " of " + where(p) + (p.artifact ? " (artifact " + p.artifact + ")" : "") +
+        " is released to " + p.promotion.to + " now, its wait skipped; once, whoever else promotes it. " +
+        "Your name and the reason are kept in the new pipeline's history.",
+      url: "/api/pipeline/" + enc(p.id) + "/promote_now",
+      body: (reason) => ({ reason, to: p.promotion.to }),
+      done: (r) => (r.already ? "Promoted already: " : "Promoted to " + r.environment + ": ") + r.id + ".",
     }),
     approve: (p) => ({
       needReason: true,

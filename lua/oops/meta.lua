@@ -422,14 +422,15 @@ function oops.store.transition(id, from, to, message, extra) end
 ---@field namespace? string rollback: the application's namespace
 ---@field application? string rollback
 ---@field environment? string rollback
----@field to? string rollback: the release to redeploy (default the one before the live one)
+---@field to? string rollback: the release to redeploy (default the one before the live one); promote_now: the
+--- environment it goes to
 
 --- An operator's action (src/operator.c: oopsctl's rules and messages), this
 --- server as the event's server, recorded with actor and reason on its event
 --- and in the audit log (refusals too). code "ok" with the answer's JSON
 --- (what oopsctl --json prints), else "input", "notfound", "stale" or "db"
 --- with the one-line message.
----@param action "stop"|"deploy"|"rollback"|"abort"|"promote"|"approve"|"reject"
+---@param action "stop"|"deploy"|"rollback"|"abort"|"promote"|"approve"|"reject"|"promote_now"
 ---@param args oops.ActArgs
 ---@return string|nil code
 ---@return string text JSON or message

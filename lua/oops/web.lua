@@ -383,6 +383,20 @@ function M.approval_of(pol, row, p)
   return { needed = needed, count = count, by = json.array(by) }
 end
 
+-- The promotion of p's environment in this server's policy (issue 39: its
+-- application's promote = {...}), or nil.
+local function promote_rule(pol, p)
+  local a = pol and pol.applications and pol.applications[p.namespace .. "/" .. p.application]
+  return a and a.promote and a.promote[p.environment]
+end
+
+-- Where a live release goes next: { to, after_ms }, or nil.
+function M.promotion_of(pol, p)
+  if p.status ~= "SUCCEEDED" or p.trigger == "rollback" then return nil end
+  local r = promote_rule(pol, p)
+  return r and { to = r.to, after_ms = r.after_ms } or nil
+end
+
 function M.read_pipeline(id)
   local c = { n = 0 }
   local names = oops.locks.names
@@ -395,6 +409,7 @@ function M.read_pipeline(id)
   p.source = rows[1].source
   p.canary = canary_of(c, pol, rows[1], p, id)
   p.approval = M.approval_of(pol, rows[1], p)
+  p.promotion = M.promotion_of(pol, p)
   local events = {}
   for _, r in ipairs(exec(c, SQL.events, id, M.EVENTS)) do
     events[#events + 1] = { id = num(r.id), type = r.event_type, from = r.from_status, to = r.to_status,
@@ -679,7 +694,7 @@ local STATUSES = { INITIALIZED = true, RUNNING = true, BUILD_SUCCEEDED = true, D
 
 -- The action a POST asks for: kind, args; or nil, status, why.
 local function action_of(path, body)
-  local id, verb = path:match("^/api/pipeline/([a-z0-9]+)/([a-z]+)$")
+  local id, verb = path:match("^/api/pipeline/([a-z0-9]+)/([a-z_]+)$")
   if id then
     if #id > 24 then return nil, 404, "no pipeline " .. id end
     if verb == "stop" then
@@ -699,6 +714,12 @@ local function action_of(path, body)
       if not t then return nil, 400, why end
       if not t.reason then return nil, 422, verb .. " needs a reason (it is kept in the pipeline's history)" end
       return verb, { id = id, reason = t.reason }
+    elseif verb == "promote_now" then -- a live release's promotion, its wait skipped (issue 39)
+      local t, why = read_body(body, { reason = "string", to = "string" })
+      if not t then return nil, 400, why end
+      if not t.reason then return nil, 422, "promote_now needs a reason (it is kept in the new pipeline's history)" end
+      if not label(t.to) then return nil, 422, "to must be an environment (a lowercase DNS label)" end
+      return verb, { id = id, reason = t.reason, to = t.to }
     elseif verb == "abort" or verb == "promote" then -- a canary's (issue 38)
       local t, why = read_body(body, verb == "promote" and { reason = "string", full = "boolean" } or
         { reason = "string" })
@@ -730,7 +751,23 @@ local function forget(id)
   state.snapshot_at = state.snapshot_at and state.snapshot_at - M.REFRESH_MS -- shown as older: refreshed soon
 end
 
+-- promote_now: this server's policy must promote the release's environment
+-- to args.to (what the page showed): nil, or the refusal.
+local function promotion_refused(args)
+  local p = oops.store.get(args.id)
+  if not p then return nil end -- op_promote_now says what is wrong
+  local r = promote_rule(state.policy and state.policy(), p)
+  if r and r.to == args.to then return nil end
+  return ("promote_now %s: %s/%s %s promotes %s, not to %s (policy promote = {...})"):format(args.id, p.namespace,
+    p.application, p.environment, r and ("to " .. r.to) or "nowhere", args.to)
+end
+
 local function act(ticket, kind, args, answer_fn)
+  local refused = kind == "promote_now" and promotion_refused(args)
+  if refused then
+    acting = acting - 1
+    return answer_fn(ticket, 422, json.encode({ error = refused }))
+  end
   local ok, code, text = pcall(oops.store.act, kind, args)
   acting = acting - 1
   if not ok then

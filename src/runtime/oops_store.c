@@ -647,7 +647,7 @@ static int l_events(lua_State *L)
 
 typedef struct act_call {
     db_call base;
-    char action[16]; /* stop, deploy, rollback, abort, promote, approve, reject */
+    char action[16]; /* stop, deploy, rollback, abort, promote, approve, reject, promote_now */
     char *id, *actor, *reason, *via, *ns, *app, *env, *to;
     bool override, has_expect, full;
     pipeline_status expect;
@@ -680,6 +680,8 @@ static void act_run(db_call *b)
         op_approve(b->conn, a->id, &who, &a->r);
     else if (strcmp(a->action, "reject") == 0)
         op_reject(b->conn, a->id, &who, &a->r);
+    else if (strcmp(a->action, "promote_now") == 0)
+        op_promote_now(b->conn, a->id, a->to ? a->to : "", &who, &a->r);
     else
         op_rollback(b->conn, a->ns, a->app, a->env, a->to, &who, &a->r);
     b->rc = a->r.code == OP_DB ? (db_last_error(b->conn) ? db_last_error(b->conn) : 1) : 0;
@@ -718,7 +720,8 @@ static char *opt_dup(lua_State *L, int t, const char *key)
  * oops.store.act(action, {id =, expect =, override =, full =, app = "ns/app",
  * env =, to =, actor =, reason =}) -> code, text: an operator's action
  * (operator.c: the rules and answers of oopsctl stop, deploy, rollback,
- * abort, promote [--full], approve, reject), the event's
+ * abort, promote [--full], approve, reject, promote-now: promote_now with
+ * `to`), the event's
  * server this server's name. code "ok" with the answer's JSON text, else
  * "input", "notfound", "stale" or "db" with the one-line message. The caller
  * checked the fields (names, the reason's bounds); a nil connection
@@ -730,7 +733,7 @@ static int l_act(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
     if (strcmp(action, "stop") && strcmp(action, "deploy") && strcmp(action, "rollback") &&
         strcmp(action, "abort") && strcmp(action, "promote") && strcmp(action, "approve") &&
-        strcmp(action, "reject"))
+        strcmp(action, "reject") && strcmp(action, "promote_now"))
         return luaL_error(L, "oops.store.act: unknown action %s", action);
     act_call *a = calloc(1, sizeof *a);
     if (!a)

@@ -7,7 +7,8 @@
 // viewer's tokens), CP_PHASE ("promote": the paused canary CP_ID is checked,
 // bob's view too, then promoted by alice; "abort": CP_ID aborted by alice;
 // "approve": the release CP_ID waiting for one approval, bob's view, then
-// approved by alice), CP_PROMOTE / CP_ABORT / CP_APPROVE (the reasons typed), CP_SHOTS (screenshots), CHROMIUM.
+// approved by alice; "promote_now": the live staging release CP_ID promoted to prod by alice, issue 39),
+// CP_PROMOTE / CP_ABORT / CP_APPROVE / CP_PROMOTE_NOW (the reasons typed), CP_SHOTS (screenshots), CHROMIUM.
 "use strict";
 const puppeteer = require("puppeteer-core");
 const http = require("http");
@@ -159,6 +160,28 @@ async function act(page, action, reason) {
         r.querySelector("td.reason").textContent === reason), env.CP_APPROVE);
       check(ev, "its history shows the approval by alice@page with the reason");
       await a.screenshot({ path: env.CP_SHOTS + "/approved.png", fullPage: true });
+    } else if (env.CP_PHASE === "promote_now") {
+      // A live staging release its policy promotes to prod in an hour (issue 39): bob sees no button;
+      // alice promotes it now.
+      const b = await open(browser, env.CP_BOB, errors, "detail-status");
+      await until(b, 20, () => /SUCCEEDED/.test(document.getElementById("detail-status").textContent));
+      check((await b.$$("#detail-actions button[data-action]")).length === 0, "a viewer has no Promote button",
+        await text(b, "#detail-actions"));
+      const [code] = await post("/api/pipeline/" + ID + "/promote_now", env.CP_BOB,
+        JSON.stringify({ reason: "forged", to: "prod" }));
+      check(code === 403, "a promotion POSTed with the viewer's token is 403", String(code));
+      await b.browserContext().close();
+      const a = await open(browser, env.CP_ALICE, errors, "detail-status");
+      const shown = await until(a, 20, () => !!document.querySelector('#detail-actions button[data-action="promote_now"]'));
+      check(shown && /Promote to prod/.test(await text(a, "#detail-actions")), "an operator has Promote to prod",
+        await text(a, "#detail-actions"));
+      const [wrong] = await post("/api/pipeline/" + ID + "/promote_now", env.CP_ALICE,
+        JSON.stringify({ reason: "elsewhere", to: "qa" }));
+      check(wrong === 422, "a promotion to an environment its policy does not name is 422", String(wrong));
+      const [state, said] = await act(a, "promote_now", env.CP_PROMOTE_NOW);
+      check(state === "ok" && /^Promoted to prod: [a-z0-9]+\.$/.test(said), "Promote with a reason is accepted, " +
+        "naming the new pipeline", said);
+      await a.screenshot({ path: env.CP_SHOTS + "/promoted.png", fullPage: true });
     } else {
       const a = await open(browser, env.CP_ALICE, errors);
       await until(a, 20, () => !!document.querySelector('#detail-actions button[data-action="abort"]'));

@@ -39,6 +39,7 @@ gateway "simulated" { build = "300ms", deploy = "0s", rollout = "300ms" }
 application "shop/web" { environments = { "prod" }, rollout = { strategy = "canary", steps = {
   { weight = 10 }, { pause = true }, { weight = 100 } } } }
 application "shop/pay" { environments = { "prod" }, approvals = { prod = 1 } }
+application "shop/rel" { environments = { "staging", "prod", "qa" }, promote = { staging = { to = "prod", after = "1h" } } }
 P
 umask 077
 alice=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -62,10 +63,12 @@ sql "INSERT INTO canary_measurement (pipeline_id, step, n, analysis, value, verd
 r_promote='page test: the canary looks healthy <b>ship it</b>'
 r_abort='page test: wrong config in web:2'
 r_approve='page test: reviewed pay:1 <i>with care</i>'
+r_promote_now='page test: staging looks good, ship rel:1 now'
 shots=$OOPS_TEST_WORK/shots
 mkdir -p "$shots"
 run_browser() { # phase, pipeline
   CP_URL=$(url cp1 /) CP_ALICE=$alice CP_BOB=$bob CP_PHASE=$1 CP_ID=$2 CP_PROMOTE=$r_promote CP_ABORT=$r_abort CP_APPROVE=$r_approve \
+    CP_PROMOTE_NOW=$r_promote_now \
     CP_SHOTS=$shots CHROMIUM=$chromium timeout 180 node "$browser_dir/canary_page.js" 2>&1
 }
 relay() { # the driver's TAP, renumbered into this script's
@@ -111,4 +114,20 @@ is "$(sql "SELECT CONCAT(approvals, ' ', approved_by) FROM pipeline WHERE id = '
   "the approval is counted once, for alice"
 is "$(sql "SELECT CONCAT(action, ' ', outcome, ' ', actor) FROM operator_action WHERE pipeline_id = '$p3' AND action = 'approve'")" \
   "approve done alice@page" "... and in the audit log"
+
+# Promotion (issue 39): a live staging release its policy promotes to prod in
+# an hour; alice promotes it now from the page.
+p4=$(ctl create --app shop/rel --env staging --artifact rel:1)
+wait_for 40 "a staging release goes live" status_is "$p4" SUCCEEDED
+out=$(run_browser promote_now "$p4"); rc=$?
+relay "$out"
+is "$rc" 0 "the browser run (promote_now) ended cleanly"
+p5=$(sql "SELECT id FROM pipeline WHERE promoted_from = '$p4'")
+is "$(sql "SELECT CONCAT(environment, ' ', trigger_type, ' ', artifact) FROM pipeline WHERE promoted_from = '$p4'")" \
+  "prod promotion rel:1" "one pipeline releases its artifact to prod as a promotion"
+is "$(sql "SELECT CONCAT(actor, ' | ', reason) FROM pipeline_event WHERE pipeline_id = '$p5' AND event_type = 'CREATED'")" \
+  "alice@page | $r_promote_now" "its creation is by alice@page with her reason"
+is "$(sql "SELECT CONCAT(action, ' ', outcome, ' ', actor) FROM operator_action WHERE pipeline_id = '$p5'")" \
+  "promote-now done alice@page" "... and in the audit log"
+wait_for 40 "the promotion goes live in prod" status_is "$p5" SUCCEEDED
 done_testing
