@@ -430,6 +430,41 @@ is "$(sql "SELECT GROUP_CONCAT(CONCAT(event_type, '/', actor, '/', reason) ORDER
 is "$(sql "SELECT GROUP_CONCAT(CONCAT(action, '/', outcome) ORDER BY id) FROM operator_action WHERE pipeline_id = '$xid' AND action IN ('approve', 'reject')")" \
   "approve/refused,approve/done,approve/already,approve/done,reject/done,approve/refused" "... and every answer is in the audit log"
 
+# promote-now (issue 39): a live release to the environment its policy names,
+# once; every refusal one line with its exit code, nothing changed.
+ppol="$OOPS_TEST_WORK/ctl-promote"; mkdir -p "$ppol"
+printf 'application "shop/prom" { environments = { "staging", "prod", "qa" }, promote = { staging = { to = "prod", after = "1h" } } }\n' >"$ppol/apps.lua"
+sid=$(ctl create --app shop/prom --env staging --artifact p1)
+out=$(SUDO_USER=erin ctl promote-now "$sid" --to prod --reason "early" 2>&1); is "$?" 1 "promote-now of a release not live exits 1"
+like "$out" "promote-now $sid: it is INITIALIZED: only a release that went live \(SUCCEEDED\) is promoted" "... saying why"
+sql "UPDATE pipeline SET status = 'SUCCEEDED' WHERE id = '$sid'"
+out=$(ctl promote-now "$sid" --reason "x" 2>&1); is "$?" 1 "without a policy and without --to: exit 1"
+like "$out" "--to ENV must name where it goes" "... saying what is missing"
+out=$(ctl promote-now "$sid" --to prod 2>&1); is "$?" 1 "without a reason: exit 1"
+like "$out" "a reason is needed" "... saying so"
+out=$(ctl promote-now "$sid" --policies "$ppol" --to qa --reason "x" 2>&1); is "$?" 1 "--to other than the policy's: exit 1"
+is "$out" "oopsctl: promote-now $sid: --to qa, but the policies in $ppol promote it to prod" "... in one line"
+out=$(ctl promote-now nosuchpipeline1 --policies "$ppol" --reason "x" 2>&1); is "$?" 1 "an unknown id: exit 1"
+like "$out" 'no pipeline with id "nosuchpipeline1"' "... saying so"
+is "$(sql "SELECT COUNT(*) FROM pipeline WHERE promoted_from = '$sid'")" 0 "nothing was promoted by a refusal"
+out=$(SUDO_USER=erin ctl --json promote-now "$sid" --policies "$ppol" --reason "ship it"); is "$?" 0 "promote-now exits 0"
+pid=$(sql "SELECT id FROM pipeline WHERE promoted_from = '$sid'")
+is "$out" "{\"id\":\"$pid\",\"trigger\":\"promotion\",\"promoted_from\":\"$sid\",\"environment\":\"prod\"}" \
+  "... --json: the new pipeline, its trigger, where it came from and went"
+is "$(sql "SELECT CONCAT(environment, ' ', status, ' ', trigger_type, ' ', artifact) FROM pipeline WHERE id = '$pid'")" \
+  "prod INITIALIZED promotion p1" "... a promotion of its artifact to prod"
+out=$(SUDO_USER=fred ctl promote-now "$sid" --to prod --reason "again" 2>"$OOPS_TEST_WORK/promote.err")
+is "$?" 0 "promoting it again exits 0"
+is "$out" "$pid" "... printing the promotion made before"
+like "$(cat "$OOPS_TEST_WORK/promote.err")" "promote-now: $sid was promoted already: $pid" "... and saying so"
+out=$(SUDO_USER=erin ctl approve "$pid" --reason "mine" 2>&1); is "$?" 1 "its promoter's approval exits 1 (two-person rule)"
+out=$(ctl show "$pid"); like "$out" "promoted    from release $sid" "show names the release it came from"
+is "$(sql "SELECT CONCAT(actor, '/', reason) FROM pipeline_event WHERE pipeline_id = '$pid' AND event_type = 'CREATED'")" \
+  "erin@$host/ship it" "its creation names who promoted it and why"
+is "$(sql "SELECT GROUP_CONCAT(CONCAT(action, '/', outcome) ORDER BY id) FROM operator_action WHERE action = 'promote-now'")" \
+  "promote-now/refused,promote-now/refused,promote-now/refused,promote-now/done,promote-now/already" \
+  "... and the audit log every answer that reached the database (not live, no reason, unknown id, made, already)"
+
 out=$(OOPS_DB="$OOPS_TEST_DB" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB is read when --db is absent"
 out=$(env -u OOPS_DB_PASSWORD_FILE OOPS_DB="$OOPS_TEST_DB" OOPS_DB_PASSWORD="$pw" "$OOPS_BUILD/oopsctl" list); is "$?" 0 "OOPS_DB_PASSWORD supplies the password"
 

@@ -1,3 +1,4 @@
+-- ci: normal pass (scripts/test.sh runs each scenario in one pass; these even out the two)
 -- Promotion (issue 39): a release live in one environment is released to the
 -- next once it has been live there for `after` (promote = { FROM = { to =,
 -- after = } }), as trigger `promotion` naming the release it came from,
