@@ -7,7 +7,9 @@
 --     per rule, the newest pipeline of the source target (ix_pipeline_app),
 --     whether it was promoted (uq_pipeline_promoted) and whether an alert
 --     fires on that target (alert_state's key), in one statement for up to
---     PER_STATEMENT rules. Without a rule in the policy nothing is read.
+--     PER_STATEMENT rules. Without a rule in the policy nothing is read (the
+--     lock is held all the same: a free one would wake the scan at every
+--     round of the watcher).
 --   * A candidate is SUCCEEDED, a release or a promotion (never a rollback),
 --     the newest pipeline of its target (a newer one, even unfinished, means
 --     the promotion waits for it: a promotion not yet made is cancelled by a
@@ -111,13 +113,18 @@ local function promote(r, row)
 end
 
 function M.run(pol)
+  -- The lock is taken even without a rule, as every leader scan's: a free
+  -- leader lock makes the watcher wake this scan at each of its rounds.
+  if not leader.hold(LOCK, SCAN) then
+    next_ms = M.IDLE_INTERVAL_MS -- (the watcher wakes this scan when the lock comes free)
+    return
+  end
   local rules = M.rules(pol)
   if #rules == 0 then
     next_ms = M.IDLE_INTERVAL_MS
     return
   end
   next_ms = M.INTERVAL_MS
-  if not leader.hold(LOCK, SCAN) then return end
   for i = 1, #rules, M.PER_STATEMENT do
     local rows, err = M.read(rules, i, math.min(i + M.PER_STATEMENT - 1, #rules))
     if not rows then error("reading promotion candidates: " .. tostring(err)) end
