@@ -29,6 +29,12 @@ expect((by.ok or 0) >= 1, "occurrences within grace fired late", tostring(by.ok)
 local holes = sql([[SELECT COUNT(*) AS n FROM restart_run a WHERE UNIX_TIMESTAMP(a.occurrence) < ?
   AND NOT EXISTS (SELECT 1 FROM restart_run b WHERE b.occurrence = a.occurrence + INTERVAL 2 SECOND)]], started)[1].n
 expect(holes == 0, "every occurrence of the outage is accounted for (fired or missed)", holes .. " hole(s)")
-local f = sql("SELECT COUNT(*) AS n FROM restart_run WHERE outcome <> 'missed'")[1].n
-local c = sql("SELECT COUNT(*) AS n FROM sim_call WHERE action = 'restart'")[1].n
-expect(f == c, "missed occurrences never fire; the others fired once", ("%d fired, %d calls"):format(f, c))
+-- One snapshot (one statement): the server goes on firing every 2 s, and a
+-- claim in flight (no outcome yet) may or may not have made its call. Two
+-- statements once counted a call made between them (CI, under ASan).
+local r = sql([[SELECT (SELECT COUNT(*) FROM restart_run WHERE outcome IS NULL OR outcome <> 'missed') AS f,
+  (SELECT COUNT(*) FROM restart_run WHERE outcome IS NULL) AS open,
+  (SELECT COUNT(*) FROM sim_call WHERE action = 'restart') AS c]])[1]
+local f, open, c = tonumber(r.f), tonumber(r.open), tonumber(r.c)
+expect(c <= f and c >= f - open, "missed occurrences never fire; the others fired once",
+  ("%d fired (%d in flight), %d calls"):format(f, open, c))
