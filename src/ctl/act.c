@@ -165,6 +165,32 @@ static op_who who_of(const ctl *c, const ctl_flag *reason)
                     .via = c->actor};
 }
 
+/* The line a command that made a pipeline ends with when no policy was
+ * read: it went in unchecked (exit 0 all the same). */
+static void warn_unchecked(const char *action)
+{
+    fail(EXIT_OK, "%s: not checked against a policy: pass --policies DIR or set OOPS_POLICIES",
+         action);
+}
+
+/* What rollback and promote-now print for the pipeline they made: its id
+ * (or --json's object) on stdout, what was chosen on stderr. */
+static int print_made(ctl *c, const char *action, const op_result *r, bool checked)
+{
+    if (c->json) {
+        buf b = {0};
+        op_result_json(&b, action, r);
+        printf("%s\n", b.p);
+        buf_free(&b);
+    } else {
+        printf("%s\n", r->id);
+    }
+    fail(EXIT_OK, "%s", r->note);
+    if (!checked)
+        warn_unchecked(action);
+    return EXIT_OK;
+}
+
 /* An op_* answer: EXIT_OK, or its message with oopsctl's exit code. */
 static int op_exit(ctl *c, const char *cmd, const op_result *r)
 {
@@ -236,8 +262,7 @@ int cmd_create(ctl *c, int argc, char **argv)
     else
         printf("%s\n", r.id);
     if (!checked)
-        fail(EXIT_OK,
-             "create: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
+        warn_unchecked("create");
     return EXIT_OK;
 }
 
@@ -290,20 +315,7 @@ int cmd_rollback(ctl *c, int argc, char **argv)
     op_result r;
     if (op_rollback(c->db, ns, name, env, to, &who, &r) != OP_OK)
         return op_exit(c, "rollback", &r);
-    if (c->json) {
-        buf b = {0};
-        op_result_json(&b, "rollback", &r);
-        printf("%s\n", b.p);
-        buf_free(&b);
-    } else {
-        printf("%s\n", r.id);
-    }
-    /* Which release was chosen, for the operator (stdout stays the id alone). */
-    fail(EXIT_OK, "%s", r.note);
-    if (!checked)
-        fail(EXIT_OK,
-             "rollback: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
-    return EXIT_OK;
+    return print_made(c, "rollback", &r, checked); /* the note: which release was chosen */
 }
 
 int cmd_stop(ctl *c, int argc, char **argv)
@@ -507,17 +519,5 @@ int cmd_promote_now(ctl *c, int argc, char **argv)
         snprintf(to, sizeof to, "%s", f[F_TO].value);
     if (op_promote_now(c->db, id, to, &who, &r) != OP_OK)
         return op_exit(c, "promote-now", &r);
-    if (c->json) {
-        buf b = {0};
-        op_result_json(&b, "promote-now", &r);
-        printf("%s\n", b.p);
-        buf_free(&b);
-    } else {
-        printf("%s\n", r.id);
-    }
-    fail(EXIT_OK, "%s", r.note);
-    if (!checked)
-        fail(EXIT_OK,
-             "promote-now: not checked against a policy: pass --policies DIR or set OOPS_POLICIES");
-    return EXIT_OK;
+    return print_made(c, "promote-now", &r, checked);
 }
