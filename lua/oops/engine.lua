@@ -132,19 +132,17 @@ local ticking = 0
 
 -- Sleep ms, or less when the watcher wakes this scan (something to do for it);
 -- not at all when it woke the scan during its tick. false once the daemon stops.
+-- The watcher's wake interrupts the scan's own sleep (its timer stopped with
+-- it): a nap once slept in a task of its own and a wake left that task and
+-- its timer behind until the full pause ended (hundreds at a time while the
+-- watcher woke a leader scan each round).
 local function nap(name, ms)
   if watch.woken(name) then return not oops.stopping() end
   local me = oops.current()
-  local done = false
-  local function wake(v)
-    if done then return end
-    done = true
-    watch.on_wake(name, nil)
-    oops.wake(me, v)
-  end
-  watch.on_wake(name, function() wake(true) end)
-  oops.task("nap " .. name, function() wake(oops.sleep(ms)) end)
-  return oops.suspend()
+  watch.on_wake(name, function() oops.interrupt(me) end)
+  local slept = oops.sleep(ms)
+  watch.on_wake(name, nil)
+  return slept
 end
 
 -- One scan's life: tick, sleep until the next, tick again. Never overlaps

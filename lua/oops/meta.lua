@@ -99,6 +99,12 @@ function oops.time() end
 ---@return any ... the values given to oops.wake
 function oops.suspend() end
 
+--- End a task's oops.sleep now: its sleep returns true, as if it had slept
+--- (a scan's nap cut short by the watcher). Raises when thread is not a thread.
+---@param thread thread
+---@return boolean interrupted true when the task was sleeping, false otherwise (nothing happens)
+function oops.interrupt(thread) end
+
 --- Resume a task suspended in oops.suspend with the values `...`. It resumes
 --- at once, or as soon as the running task waits or ends. Raises when thread
 --- is not a thread.

@@ -115,7 +115,8 @@ void oops_open_timer(lua_State *L)
     static const luaL_Reg fns[] = {
         {"task", l_task}, {"sleep", runtime_l_sleep}, {"now_ms", l_now_ms},
         {"time", l_time}, {"run_once", l_run_once},   {"suspend", l_suspend},
-        {"wake", l_wake}, {"current", l_current},     {NULL, NULL},
+        {"wake", l_wake}, {"current", l_current},     {"interrupt", runtime_l_interrupt},
+        {NULL, NULL},
     };
     luaL_setfuncs(L, fns, 0);
     lua_newtable(L);

@@ -265,6 +265,20 @@ int runtime_l_sleep(lua_State *L)
     return lua_yield(L, 0);
 }
 
+int runtime_l_interrupt(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTHREAD);
+    lua_State *co = lua_tothread(L, 1);
+    runtime *rt = runtime_of(L);
+    sleeper *s = rt->sleepers;
+    while (s && s->co != co) /* the sleeping tasks: a few per scan, its requests' waits */
+        s = s->next;
+    if (s)
+        sleeper_done(s, true);
+    lua_pushboolean(L, s != NULL);
+    return 1;
+}
+
 void runtime_wake_sleepers(runtime *rt)
 {
     while (rt->sleepers)

@@ -79,6 +79,9 @@ void runtime_resume(lua_State *co, int nargs);
 size_t runtime_task_count(const runtime *rt);
 /* oops.sleep(ms): yields the task; true after ms, false when woken for shutdown. */
 int runtime_l_sleep(lua_State *L);
+/* oops.interrupt(thread): ends that task's oops.sleep now (it returns true, as if it had slept);
+ * true when the task was sleeping, false otherwise (nothing happens). */
+int runtime_l_interrupt(lua_State *L);
 /* Wake every task blocked in oops.sleep (shutdown): its sleep returns false. */
 void runtime_wake_sleepers(runtime *rt);
 

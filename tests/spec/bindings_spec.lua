@@ -188,6 +188,31 @@ describe("oops.task, oops.sleep, oops.wait", function()
     assert.is_string(oops.server_name())
   end)
 
+  it("oops.interrupt ends a task's sleep at once, as if it had slept; false for a task not sleeping", function()
+    local t0 = oops.now_ms()
+    local slept, again, late = oops.wait(function()
+      local me, sleeper = oops.current(), nil
+      local got
+      oops.task("spec sleeper", function()
+        sleeper = oops.current()
+        got = oops.sleep(60000)
+      end)
+      local interrupted = false
+      oops.task("spec waker", function()
+        oops.sleep(20)
+        interrupted = oops.interrupt(sleeper)
+      end)
+      while got == nil do oops.sleep(5) end
+      assert.is_true(interrupted)
+      return got, oops.interrupt(sleeper), oops.interrupt(me) -- its sleep is over; the caller runs
+    end)
+    assert.is_true(slept)
+    assert.is_false(again)
+    assert.is_false(late)
+    assert.is_true(oops.now_ms() - t0 < 30000, "the sleep ended early")
+    raises("thread expected", oops.interrupt, "not a task")
+  end)
+
   it("oops.sleep outside a task raises", function()
     raises("must be called from a task", oops.sleep, 10)
   end)
