@@ -728,7 +728,12 @@ local function table_rows(res)
           mb(x.file_kb), mb(x.pss_kb)),
           ("<= %d MB"):format(IDLE_RSS_MAX_MB), x.rss_kb <= IDLE_RSS_MAX_MB * 1024)
         row("footprint", k[2], "CPU, % of a core", ("%.2f %%"):format(x.cpu_percent), "<= 1 %", x.cpu_percent <= 1)
-        row("footprint", k[2], "database statements per second", ("%.2f"):format(x.statements_per_s))
+        -- the budget is the shipped cadence's (what an idle server sends, the
+        -- window's own two /metrics reads included)
+        local shipped = k[1] == "idle_shipped"
+        row("footprint", k[2], "database statements per second", ("%.2f"):format(x.statements_per_s),
+          shipped and ("<= %.1f"):format(FLEET_IDLE_STATEMENTS) or nil,
+          shipped and x.statements_per_s <= FLEET_IDLE_STATEMENTS or nil)
       end
     end
     local x = fp.driving
