@@ -202,6 +202,31 @@ static int op_exit(ctl *c, const char *cmd, const op_result *r)
     }
 }
 
+/* --app NS/APP and --env ENV, both required: EXIT_OK with ns and name
+ * filled, or the exit code of the one line that says what was wrong. */
+static int required_target(const char *cmd, const ctl_flag *app, const ctl_flag *env,
+                           char ns[PIPELINE_LABEL_MAX + 1], char name[PIPELINE_LABEL_MAX + 1])
+{
+    char err[1024];
+    if (!app->given)
+        return fail(EXIT_INPUT, "%s: --app NS/APP is required", cmd);
+    if (ctl_parse_app("--app", app->value, ns, name, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "%s: %s", cmd, err);
+    if (!env->given)
+        return fail(EXIT_INPUT, "%s: --env ENV is required", cmd);
+    if (pipeline_label_check("--env", env->value, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "%s: %s", cmd, err);
+    return EXIT_OK;
+}
+
+/* The policies to check against: --policies DIR, else $OOPS_POLICIES; NULL
+ * when neither says (the command goes on unchecked, and says so). */
+static const char *policies_dir(const ctl_flag *policies)
+{
+    const char *dir = policies->given ? policies->value : getenv("OOPS_POLICIES");
+    return dir && *dir ? dir : NULL;
+}
+
 int cmd_create(ctl *c, int argc, char **argv)
 {
     enum { F_APP, F_ENV, F_MANUAL, F_ARTIFACT, F_SOURCE, F_ROLLBACK, F_POLICIES, F_REASON };
@@ -218,23 +243,17 @@ int cmd_create(ctl *c, int argc, char **argv)
     size_t npos = 0;
     PARSE(c, argc, argv, f, NULL, 0, &npos);
     char ns[PIPELINE_LABEL_MAX + 1], name[PIPELINE_LABEL_MAX + 1], err[1024];
-    if (!f[F_APP].given)
-        return fail(EXIT_INPUT, "create: --app NS/APP is required");
-    if (ctl_parse_app("--app", f[F_APP].value, ns, name, err, sizeof err) != 0)
-        return fail(EXIT_INPUT, "create: %s", err);
-    if (!f[F_ENV].given)
-        return fail(EXIT_INPUT, "create: --env ENV is required");
-    if (pipeline_label_check("--env", f[F_ENV].value, err, sizeof err) != 0)
-        return fail(EXIT_INPUT, "create: %s", err);
+    int rc = required_target("create", &f[F_APP], &f[F_ENV], ns, name);
+    if (rc != EXIT_OK)
+        return rc;
     if (f[F_ARTIFACT].given && check_artifact(f[F_ARTIFACT].value, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "create: %s", err);
-    int rc = check_reason("create", &f[F_REASON]);
-    if (rc != EXIT_OK)
+    if ((rc = check_reason("create", &f[F_REASON])) != EXIT_OK)
         return rc;
     /* The policy, when we are told where it is: the application must be
      * declared and the environment one of its environments. */
-    const char *dir = f[F_POLICIES].given ? f[F_POLICIES].value : getenv("OOPS_POLICIES");
-    bool checked = dir && *dir;
+    const char *dir = policies_dir(&f[F_POLICIES]);
+    bool checked = dir != NULL;
     char app[2 * PIPELINE_LABEL_MAX + 2];
     snprintf(app, sizeof app, "%s/%s", ns, name);
     if (checked && (rc = check_policy("create", dir, app, f[F_ENV].value, f[F_ARTIFACT].value,
@@ -290,21 +309,15 @@ int cmd_rollback(ctl *c, int argc, char **argv)
     PARSE(c, argc, argv, f, NULL, 0, &npos);
     char ns[PIPELINE_LABEL_MAX + 1], name[PIPELINE_LABEL_MAX + 1], err[1024];
     const char *env = f[F_ENV].value, *to = f[F_TO].value;
-    if (!f[F_APP].given)
-        return fail(EXIT_INPUT, "rollback: --app NS/APP is required");
-    if (ctl_parse_app("--app", f[F_APP].value, ns, name, err, sizeof err) != 0)
-        return fail(EXIT_INPUT, "rollback: %s", err);
-    if (!f[F_ENV].given)
-        return fail(EXIT_INPUT, "rollback: --env ENV is required");
-    if (pipeline_label_check("--env", env, err, sizeof err) != 0)
-        return fail(EXIT_INPUT, "rollback: %s", err);
-    if (f[F_TO].given && ctl_check_id(to, err, sizeof err) != 0)
-        return fail(EXIT_INPUT, "rollback: --to: %s", err);
-    int rc = check_reason("rollback", &f[F_REASON]);
+    int rc = required_target("rollback", &f[F_APP], &f[F_ENV], ns, name);
     if (rc != EXIT_OK)
         return rc;
-    const char *dir = f[F_POLICIES].given ? f[F_POLICIES].value : getenv("OOPS_POLICIES");
-    bool checked = dir && *dir;
+    if (f[F_TO].given && ctl_check_id(to, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "rollback: --to: %s", err);
+    if ((rc = check_reason("rollback", &f[F_REASON])) != EXIT_OK)
+        return rc;
+    const char *dir = policies_dir(&f[F_POLICIES]);
+    bool checked = dir != NULL;
     char app[2 * PIPELINE_LABEL_MAX + 2];
     snprintf(app, sizeof app, "%s/%s", ns, name);
     if (checked && (rc = check_policy("rollback", dir, app, env, NULL, NULL)) != EXIT_OK)
@@ -488,8 +501,8 @@ int cmd_promote_now(ctl *c, int argc, char **argv)
         return fail(EXIT_INPUT, "promote-now: %s", err);
     if ((rc = check_reason("promote-now", &f[F_REASON])) != EXIT_OK)
         return rc;
-    const char *dir = f[F_POLICIES].given ? f[F_POLICIES].value : getenv("OOPS_POLICIES");
-    bool checked = dir && *dir;
+    const char *dir = policies_dir(&f[F_POLICIES]);
+    bool checked = dir != NULL;
     if (!checked && !f[F_TO].given)
         return fail(EXIT_INPUT, "promote-now: without a policy (--policies DIR or OOPS_POLICIES) "
                                 "--to ENV must name where it goes");

@@ -17,29 +17,11 @@ local function bad(msg)
   os.exit(2)
 end
 
-local MAX_ARG = 4096
 local function parse(argv)
-  local o, i = { servers = 4 }, 1
-  local known = { ["--seed"] = true, ["--duration"] = true, ["--servers"] = true, ["--targets"] = true,
-    ["--policies"] = true,
-    ["--keep"] = true }
-  while i <= #argv do
-    if argv[i] == "--help" then io.write(USAGE, "\n") os.exit(0) end
-    if argv[i] == "--dry-run" then
-      o.dry_run = true
-      i = i + 1
-      goto next
-    end
-    local flag, value = argv[i]:match("^(%-%-[%w-]+)=(.*)$")
-    if not flag then flag, value = argv[i], argv[i + 1]; i = i + 1 end
-    i = i + 1
-    if not known[flag] then bad(("unknown flag %q"):format(flag:sub(1, 64))) end
-    if value == nil then bad(flag .. ": expects a value") end
-    if #value > MAX_ARG then bad(flag .. ": longer than " .. MAX_ARG .. " characters") end
-    if o[flag:sub(3)] ~= nil and flag ~= "--servers" then bad(flag .. ": given twice") end
-    o[flag:sub(3)] = value
-    ::next::
-  end
+  local o = require("oops.cli").parse(argv, { values = { ["--seed"] = "seed", ["--duration"] = "duration",
+    ["--servers"] = "servers", ["--targets"] = "targets", ["--policies"] = "policies", ["--keep"] = "keep" },
+    switches = { ["--dry-run"] = "dry_run" }, usage = USAGE, bad = bad })
+  o.servers = o.servers or "4"
   if not o.seed then bad("--seed is required (a whole number: the same seed replays the same campaign)") end
   local seed = math.tointeger(tonumber(o.seed))
   if not seed or seed < 0 or not o.seed:match("^%d+$") then

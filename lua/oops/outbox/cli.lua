@@ -11,7 +11,6 @@ local oops = require("oops")
 local outbox = require("oops.outbox")
 
 local USAGE = "usage: oopsctl [--db URL] outbox [--route NAME] [--json] [--policies DIR]"
-local MAX_ARG = 4096
 
 local function say(msg) io.stderr:write("oopsctl: outbox: ", outbox.escape(msg), "\n") end
 local function bad(msg, usage)
@@ -21,28 +20,8 @@ local function bad(msg, usage)
 end
 
 local function parse(argv)
-  local o, i = {}, 1
-  local takes = { ["--route"] = "route", ["--policies"] = "policies" }
-  while i <= #argv do
-    local word = argv[i]
-    i = i + 1
-    if word == "--help" or word == "-h" then
-      io.write(USAGE, "\n")
-      os.exit(0)
-    elseif word == "--json" then
-      if o.json then bad("--json: given twice", true) end
-      o.json = true
-    else
-      local flag, value = word:match("^(%-%-[%w-]+)=(.*)$")
-      if not flag then flag, value, i = word, argv[i], i + 1 end
-      local key = takes[flag]
-      if not key then bad(("unknown flag %q"):format(flag:sub(1, 64)), true) end
-      if value == nil or value == "" then bad(flag .. ": expects a value", true) end
-      if #value > MAX_ARG then bad(flag .. ": longer than " .. MAX_ARG .. " bytes") end
-      if o[key] then bad(flag .. ": given twice", true) end
-      o[key] = value
-    end
-  end
+  local o = require("oops.cli").parse(argv, { values = { ["--route"] = "route", ["--policies"] = "policies" },
+    switches = { ["--json"] = "json" }, usage = USAGE, bad = bad })
   if not o.policies then
     local env = os.getenv("OOPS_POLICIES")
     if env and env ~= "" then o.policies = env end

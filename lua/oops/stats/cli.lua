@@ -23,32 +23,8 @@ end
 
 local function label(s) return #s <= 63 and s:match(LABEL) and s:sub(-1) ~= "-" end
 
-local function parse(argv)
-  local o, i = {}, 1
-  local takes = { ["--app"] = "app", ["--env"] = "env", ["--since"] = "since" }
-  while i <= #argv do
-    local word = argv[i]
-    i = i + 1
-    if word == "--help" or word == "-h" then
-      io.write(USAGE, "\n")
-      os.exit(0)
-    elseif word == "--json" then
-      if o.json then bad("--json: given twice", true) end
-      o.json = true
-    else
-      local flag, value = word:match("^(%-%-[%w-]+)=(.*)$")
-      if not flag then flag, value, i = word, argv[i], i + 1 end
-      local key = takes[flag]
-      if not key then bad(("unknown flag %q"):format(flag:sub(1, 64)), true) end
-      if value == nil or value == "" then bad(flag .. ": expects a value", true) end
-      if o[key] then bad(flag .. ": given twice", true) end
-      o[key] = value
-    end
-  end
-  return o
-end
-
-local o = parse(arg)
+local o = require("oops.cli").parse(arg, { values = { ["--app"] = "app", ["--env"] = "env", ["--since"] = "since" },
+  switches = { ["--json"] = "json" }, usage = USAGE, bad = bad })
 local window_s, err = stats.parse_window(o.since or "30d")
 if not window_s then bad("--since " .. err) end
 local ns, app
