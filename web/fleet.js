@@ -317,7 +317,7 @@
     h("td", null, h("strong", null, historyButton(p, "ph:" + p.id, p.application)), " ", p.environment,
       h("div", { class: "muted" }, p.namespace + (p.mode === "manual" ? " · manual" : "") +
         (p.mode === "manual" && p.deploy_requested && p.status === "BUILD_SUCCEEDED" ? " · released" : "") +
-        (p.trigger === "rollback" ? " · rollback" : ""))),
+        (p.trigger === "rollback" ? " · rollback" : "") + (p.trigger === "promotion" ? " · promotion" : ""))),
     h("td", null, stepBar(p), h("div", { class: "status" }, p.status,
       p.hold ? h("span", { class: "badge warn", "data-hold": p.hold, title: p.message || "" }, " held: " + p.hold) : null)),
     h("td", { class: "wide" }, p.driver || muted("—")),
@@ -549,6 +549,10 @@
       h("dt", null, "mode"), h("dd", null, (p.mode || "auto") +
         (p.mode === "manual" ? (p.deploy_requested ? " · released" : " · waits for a release") : "") +
         (p.trigger === "rollback" ? " · rollback" : "")),
+      // a promotion (issue 39): the release it came from, one click away
+      p.promoted_from ? h("dt", null, "promoted from") : null,
+      p.promoted_from ? h("dd", { id: "detail-promoted-from" },
+        h("a", { href: "#pipeline=" + p.promoted_from }, p.promoted_from)) : null,
       h("dt", null, "artifact"), h("dd", null, p.artifact || "—"),
       h("dt", null, "driven by"), h("dd", null, p.driver || "—"),
       h("dt", null, "in status"), h("dd", null, dur(p.age_s) + (p.timeout_s ? " of " + dur(p.timeout_s) : "")),

@@ -128,6 +128,8 @@ local SQL = {
     .. " step, weight, paused, canary_request, TIMESTAMPDIFF(MICROSECOND, step_at, NOW(6)) AS step_age_us,"
     -- its approvals (issue 39)
     .. " approvals, approved_by,"
+    -- the release it was promoted from (issue 39)
+    .. " promoted_from,"
     .. " (SELECT s.name FROM server s WHERE s.lock_connection_id = IS_USED_LOCK(CONCAT(?, pipeline.id))"
     .. " AND IS_USED_LOCK(CONCAT(?, s.name)) = s.lock_connection_id LIMIT 1) AS owner_name"
     .. " FROM pipeline WHERE id = ?",
@@ -407,6 +409,7 @@ function M.read_pipeline(id)
   local p = pipeline_row(rows[1], owner and rows[1].owner_name and { [owner] = rows[1].owner_name } or {},
     timeouts(pol))
   p.source = rows[1].source
+  p.promoted_from = rows[1].promoted_from
   p.canary = canary_of(c, pol, rows[1], p, id)
   p.approval = M.approval_of(pol, rows[1], p)
   p.promotion = M.promotion_of(pol, p)

@@ -182,6 +182,17 @@ async function act(page, action, reason) {
       check(state === "ok" && /^Promoted to prod: [a-z0-9]+\.$/.test(said), "Promote with a reason is accepted, " +
         "naming the new pipeline", said);
       await a.screenshot({ path: env.CP_SHOTS + "/promoted.png", fullPage: true });
+      // the new prod release's detail names the release it came from, as a link
+      const made = (said.match(/: ([a-z0-9]+)\.$/) || [])[1];
+      await a.keyboard.press("Escape");
+      await a.evaluate((id) => { location.hash = "#pipeline=" + id; }, made);
+      const from = await until(a, 20, (id, was) => {
+        const dd = document.getElementById("detail-promoted-from");
+        return !!dd && document.getElementById("detail-title").textContent.endsWith(id) &&
+          dd.textContent === was && dd.querySelector("a").getAttribute("href") === "#pipeline=" + was;
+      }, made, ID);
+      check(from, "the promoted release's detail says promoted from " + ID + ", a link to it",
+        await text(a, "#detail-summary"));
     } else {
       const a = await open(browser, env.CP_ALICE, errors);
       await until(a, 20, () => !!document.querySelector('#detail-actions button[data-action="abort"]'));
