@@ -1208,6 +1208,9 @@ describe("an application's promotions (issue 39)", function()
     assert.are.equal(1200000, scan.due(r, row))
     row.live_ms = 1800000
     assert.are.equal(0, scan.due(r, row))
+    row.quiet_ms = 600000 -- an alert resolved 10 minutes ago: the wait counts from then
+    assert.are.equal(1200000, scan.due(r, row))
+    row.quiet_ms = 1800000
     row.trigger_type = "promotion"
     assert.are.equal(0, scan.due(r, row), "a promotion is promoted on (a chain)")
     local function live(status, trigger) return { id = "s1", status = status, trigger_type = trigger, live_ms = 1e9,

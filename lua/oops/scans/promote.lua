@@ -5,16 +5,18 @@
 --
 --   * One leader (the sticky lock oops:leader:promote) reads the candidates:
 --     per rule, the newest pipeline of the source target (ix_pipeline_app),
---     whether it was promoted (uq_pipeline_promoted) and whether an alert
---     fires on that target (alert_state's key), in one statement for up to
---     PER_STATEMENT rules. Without a rule in the policy nothing is read (the
---     lock is held all the same: a free one would wake the scan at every
---     round of the watcher).
+--     whether it was promoted (uq_pipeline_promoted), whether an alert fires
+--     on that target and when one last resolved (alert_state's key), in one
+--     statement for up to PER_STATEMENT rules. Without a rule in the policy
+--     nothing is read (the lock is held all the same: a free one would wake
+--     the scan at every round of the watcher).
 --   * A candidate is SUCCEEDED, a release or a promotion (never a rollback),
 --     the newest pipeline of its target (a newer one, even unfinished, means
 --     the promotion waits for it: a promotion not yet made is cancelled by a
---     newer release), live for `after` on the database's clock, with no
---     alert firing on its target now, and not promoted yet.
+--     newer release), live for `after` on the database's clock with no
+--     alert firing on its target: none fires now, and none resolved within
+--     `after` (the wait counts from the later of going live and the last
+--     resolve), and not promoted yet.
 --   * Made once by the database, not by this check: oops.store.promote is one
 --     INSERT whose promoted_from is UNIQUE. Two leaders (one frozen past its
 --     session, its heir), an operator's promote-now at the same moment, a
@@ -63,8 +65,15 @@ function M.rules(pol)
   return out
 end
 
+-- quiet_ms: since the later of its going live and the last time an alert on
+-- its target resolved (a row not firing was last written by its RESOLVED
+-- edge, at the database's time: last_notified_at), so an alert that fired
+-- and resolved during the wait starts the wait again.
 local PART = "(SELECT ? AS k, p.id, p.status, p.trigger_type, " ..
   "TIMESTAMPDIFF(MICROSECOND, p.status_changed_at, NOW(6)) DIV 1000 AS live_ms, " ..
+  "TIMESTAMPDIFF(MICROSECOND, GREATEST(p.status_changed_at, COALESCE((SELECT MAX(a.last_notified_at) " ..
+  "FROM alert_state a WHERE a.namespace = p.namespace AND a.application = p.application " ..
+  "AND a.environment = p.environment AND a.firing = 0), p.status_changed_at)), NOW(6)) DIV 1000 AS quiet_ms, " ..
   "(SELECT q.id FROM pipeline q WHERE q.promoted_from = p.id) AS promoted, " ..
   "(SELECT COUNT(*) FROM alert_state a WHERE a.namespace = p.namespace AND a.application = p.application " ..
   "AND a.environment = p.environment AND a.firing = 1) AS firing " ..
@@ -92,13 +101,14 @@ end
 function M.due(r, row)
   if row.status ~= "SUCCEEDED" or row.trigger_type == "rollback" or row.promoted then return nil end
   if tonumber(row.firing) > 0 then return nil, "firing" end
-  return math.max(0, r.after_ms - tonumber(row.live_ms))
+  return math.max(0, r.after_ms - tonumber(row.quiet_ms or row.live_ms))
 end
 
 local function promote(r, row)
-  local live = duration.format(math.floor(tonumber(row.live_ms)))
+  local live, quiet = math.floor(tonumber(row.live_ms)), math.floor(tonumber(row.quiet_ms or row.live_ms))
   local id, what, why = oops.store.promote { from = row.id, to = r.to,
-    message = ("Promoted from %s: %s was live there for %s."):format(r.from, row.id, live) }
+    message = ("Promoted from %s: %s was live there for %s%s."):format(r.from, row.id, duration.format(live),
+      quiet < live and (", the last " .. duration.format(quiet) .. " with no alert") or "") }
   local fields = { scan = SCAN, pipeline = row.id, app = r.ns .. "/" .. r.app, env = r.to }
   if id and what == "made" then
     oops.metrics.inc("oops_promotions_total")
