@@ -11,57 +11,15 @@
 // CP_PROMOTE / CP_ABORT / CP_APPROVE / CP_PROMOTE_NOW (the reasons typed), CP_SHOTS (screenshots), CHROMIUM.
 "use strict";
 const puppeteer = require("puppeteer-core");
-const http = require("http");
+const { check, end, until, click, post: postJSON } = require("./tap");
 
 const env = process.env;
 const origin = new URL(env.CP_URL).origin;
 const ID = env.CP_ID;
-let n = 0, failures = 0;
-function check(ok, desc, diag) {
-  n++;
-  if (ok) console.log("ok " + n + " - " + desc);
-  else {
-    failures++;
-    console.log("not ok " + n + " - " + desc);
-    if (diag !== undefined) for (const l of String(diag).slice(0, 1500).split("\n")) console.log("#   " + l);
-  }
-}
-async function until(page, seconds, fn, ...args) {
-  try {
-    await page.waitForFunction(fn, { timeout: seconds * 1000, polling: 200 }, ...args);
-    return true;
-  } catch (e) {
-    return false;
-  }
-}
 const text = (page, sel) => page.$eval(sel, (e) => e.innerText).catch(() => "(" + sel + " not found)");
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-function post(path, token, body) {
-  return new Promise((resolve) => {
-    const u = new URL(origin + path);
-    const req = http.request({ hostname: u.hostname, port: u.port, path: u.pathname, method: "POST",
-      headers: { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body),
-        Authorization: "Bearer " + token, Origin: origin, "Sec-Fetch-Site": "same-origin" },
-    }, (r) => {
-      let d = "";
-      r.on("data", (c) => { d += c; });
-      r.on("end", () => resolve([r.statusCode, d]));
-    });
-    req.on("error", (e) => resolve([0, String(e)]));
-    req.end(body);
-  });
-}
-async function click(page, sel) {
-  for (let i = 0; ; i++) {
-    try {
-      await page.waitForSelector(sel, { visible: true, timeout: 10000 });
-      return await page.click(sel);
-    } catch (e) {
-      if (i >= 4 || !/not clickable|detached|not an Element|Node is/i.test(String(e))) throw e;
-      await sleep(200);
-    }
-  }
-}
+// A POST as the page would send it, from outside any browser.
+const post = (path, token, body) => postJSON(origin + path,
+  { Authorization: "Bearer " + token, Origin: origin, "Sec-Fetch-Site": "same-origin" }, body);
 // A page signed in with token, the pipeline's detail open (#pipeline=ID).
 async function open(browser, token, errors, section) {
   const ctx = await browser.createBrowserContext();
@@ -209,7 +167,6 @@ async function act(page, action, reason) {
     check(false, "the browser run", String(e && e.stack || e));
   } finally {
     await browser.close();
-    console.log("1.." + n);
-    process.exit(failures ? 1 : 0);
+    end();
   }
 })();

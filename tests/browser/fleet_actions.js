@@ -17,7 +17,7 @@
 // Stop is being confirmed), FA_SHOTS (the screenshots' directory), CHROMIUM.
 "use strict";
 const puppeteer = require("puppeteer-core");
-const http = require("http");
+const { check, end, until, sleep, click, post } = require("./tap");
 const { execFileSync } = require("child_process");
 const path = require("path");
 
@@ -25,43 +25,8 @@ const env = process.env;
 const URL_ = env.FA_URL;
 const origin = new URL(URL_).origin;
 const [NS, APP, ENV] = env.FA_APP.split("/");
-let n = 0, failures = 0;
-function check(ok, desc, diag) {
-  n++;
-  if (ok) console.log("ok " + n + " - " + desc);
-  else {
-    failures++;
-    console.log("not ok " + n + " - " + desc);
-    if (diag !== undefined) for (const l of String(diag).slice(0, 1500).split("\n")) console.log("#   " + l);
-  }
-}
-// Polls fn in the page until it returns true (a bound that only stops a hung test).
-async function until(page, seconds, fn, ...args) {
-  try {
-    await page.waitForFunction(fn, { timeout: seconds * 1000, polling: 200 }, ...args);
-    return true;
-  } catch (e) {
-    return false;
-  }
-}
 const text = (page, sel) => page.$eval(sel, (e) => e.innerText).catch(() => "(" + sel + " not found)");
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// A POST from outside any browser (node's http module), headers as given.
-function post(url, headers, body) {
-  return new Promise((resolve) => {
-    const u = new URL(url);
-    const req = http.request({ hostname: u.hostname, port: u.port, path: u.pathname, method: "POST",
-      headers: Object.assign({ "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) }, headers),
-    }, (r) => {
-      let d = "";
-      r.on("data", (c) => { d += c; });
-      r.on("end", () => resolve([r.statusCode, d]));
-    });
-    req.on("error", (e) => resolve([0, String(e)]));
-    req.end(body);
-  });
-}
 
 // Console errors, page errors, foreign requests and every /api request of a
 // page, each with the phase it happened in: a 401 is expected while signing
@@ -85,18 +50,6 @@ function unexpected(errors) {
     (e.phase === "forge" && /status of 403/.test(e.text)) || (e.phase === "refused" && /status of (409|422)/.test(e.text))));
 }
 
-// A click, tried again when the element was redrawn between finding and clicking it.
-async function click(page, sel) {
-  for (let i = 0; ; i++) {
-    try {
-      await page.waitForSelector(sel, { visible: true, timeout: 10000 });
-      return await page.click(sel);
-    } catch (e) {
-      if (i >= 4 || !/not clickable|detached|not an Element|Node is/i.test(String(e))) throw e;
-      await sleep(200);
-    }
-  }
-}
 async function signIn(page, token) {
   await page.click("#signin-token", { clickCount: 3 });
   await page.type("#signin-token", token);
@@ -418,6 +371,5 @@ const eventBy = (actor, reason, status) => {
   } finally {
     await browser.close();
   }
-  console.log("1.." + n);
-  process.exit(failures ? 1 : 0);
+  end();
 })();

@@ -13,6 +13,7 @@
 // (the MariaDB the servers use: frozen with SIGSTOP at the end, and thawed).
 "use strict";
 const puppeteer = require("puppeteer-core");
+const { until } = require("./tap");
 const { execFileSync } = require("child_process");
 const path = require("path");
 
@@ -25,15 +26,6 @@ function check(ok, desc, diag) {
   else {
     failures++;
     console.log("FAIL " + desc + "\t" + String(diag || "").replace(/\s+/g, " ").slice(0, 400));
-  }
-}
-// Polls fn in the page until it returns true (a bound that only stops a hung test).
-async function until(page, seconds, fn, ...args) {
-  try {
-    await page.waitForFunction(fn, { timeout: seconds * 1000, polling: 200 }, ...args);
-    return true;
-  } catch (e) {
-    return false;
   }
 }
 

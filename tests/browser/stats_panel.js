@@ -10,32 +10,13 @@
 // SP_SHOTS (the directory for the screenshots), CHROMIUM.
 "use strict";
 const puppeteer = require("puppeteer-core");
+const { check, end, until, sleep } = require("./tap");
 const path = require("path");
 
 const env = process.env;
 const origin = new URL(env.SP_URL).origin;
-let n = 0, failures = 0;
-function check(ok, desc, diag) {
-  n++;
-  if (ok) console.log("ok " + n + " - " + desc);
-  else {
-    failures++;
-    console.log("not ok " + n + " - " + desc);
-    if (diag !== undefined) for (const l of String(diag).slice(0, 1500).split("\n")) console.log("#   " + l);
-  }
-}
-// Polls fn in the page until it returns true (a bound that only stops a hung test).
-async function until(page, seconds, fn, ...args) {
-  try {
-    await page.waitForFunction(fn, { timeout: seconds * 1000, polling: 200 }, ...args);
-    return true;
-  } catch (e) {
-    return false;
-  }
-}
 const text = (page, sel) => page.$eval(sel, (e) => e.innerText.replace(/\s+/g, " ").trim())
   .catch(() => "(" + sel + " not found)");
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // What a card shows: its big number, the line below, and its chart as data.
 function card(page, id) {
@@ -188,7 +169,6 @@ const pressed = (page) => page.$$eval("#delivery-window button[data-window]", (b
     check(false, "the browser run", String((e && e.stack) || e));
   } finally {
     await browser.close();
-    console.log("1.." + n);
-    process.exit(failures ? 1 : 0);
+    end();
   }
 })();
