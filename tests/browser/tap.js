@@ -1,5 +1,6 @@
 // What the browser tests share (canary_page.js, fleet_actions.js,
-// stats_panel.js, fleet_page.js): TAP lines (check, end), polling a page
+// stats_panel.js; fleet_page.js, which prints its own PASS/FAIL lines, takes
+// until alone): TAP lines (check, end), polling a page
 // (until), a click that tries again while the page redraws (click), and a
 // POST from outside any browser (post, node's http module).
 "use strict";
@@ -21,10 +22,6 @@ function end() {
   console.log("1.." + n);
   process.exit(failures ? 1 : 0);
 }
-// Whether a check failed so far (fleet_page.js prints its own lines).
-const failed = () => failures > 0;
-function fail() { failures++; }
-
 // Polls fn in the page until it returns true (a bound that only stops a hung test).
 async function until(page, seconds, fn, ...args) {
   try {
@@ -65,4 +62,4 @@ function post(url, headers, body) {
   });
 }
 
-module.exports = { check, end, failed, fail, until, sleep, click, post };
+module.exports = { check, end, until, sleep, click, post };

@@ -1204,9 +1204,11 @@ describe("an application's promotions (issue 39)", function()
       { key = "shop/api/staging", ns = "shop", app = "api", from = "staging", to = "prod", after_ms = 1800000 },
     }, scan.rules(pol))
     local r = scan.rules(pol)[2]
-    local row = { id = "s1", status = "SUCCEEDED", trigger_type = "release", live_ms = 600000, firing = 0 }
+    -- quiet_ms: live with no alert resolved since (the read's quiet_ms <= live_ms)
+    local row = { id = "s1", status = "SUCCEEDED", trigger_type = "release", live_ms = 600000, quiet_ms = 600000,
+      firing = 0 }
     assert.are.equal(1200000, scan.due(r, row))
-    row.live_ms = 1800000
+    row.live_ms, row.quiet_ms = 1800000, 1800000
     assert.are.equal(0, scan.due(r, row))
     row.quiet_ms = 600000 -- an alert resolved 10 minutes ago: the wait counts from then
     assert.are.equal(1200000, scan.due(r, row))
@@ -1214,11 +1216,11 @@ describe("an application's promotions (issue 39)", function()
     row.trigger_type = "promotion"
     assert.are.equal(0, scan.due(r, row), "a promotion is promoted on (a chain)")
     local function live(status, trigger) return { id = "s1", status = status, trigger_type = trigger, live_ms = 1e9,
-      firing = 0 } end
+      quiet_ms = 1e9, firing = 0 } end
     assert.is_nil(scan.due(r, live("SUCCEEDED", "rollback")))
     assert.is_nil(scan.due(r, live("ROLLING_OUT", "release")))
-    assert.is_nil(scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "release", live_ms = 1e9, firing = 0,
-      promoted = "p2" }))
+    assert.is_nil(scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "release", live_ms = 1e9,
+      quiet_ms = 1e9, firing = 0, promoted = "p2" }))
     assert.are.same({ nil, "firing" }, { scan.due(r, { id = "s1", status = "SUCCEEDED", trigger_type = "release",
       live_ms = 1e9, firing = 1 }) })
     assert.are.same({}, scan.rules(assert(load_text(app("nil")))))

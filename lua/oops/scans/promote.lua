@@ -101,11 +101,11 @@ end
 function M.due(r, row)
   if row.status ~= "SUCCEEDED" or row.trigger_type == "rollback" or row.promoted then return nil end
   if tonumber(row.firing) > 0 then return nil, "firing" end
-  return math.max(0, r.after_ms - tonumber(row.quiet_ms or row.live_ms))
+  return math.max(0, r.after_ms - tonumber(row.quiet_ms))
 end
 
 local function promote(r, row)
-  local live, quiet = math.floor(tonumber(row.live_ms)), math.floor(tonumber(row.quiet_ms or row.live_ms))
+  local live, quiet = math.floor(tonumber(row.live_ms)), math.floor(tonumber(row.quiet_ms))
   local id, what, why = oops.store.promote { from = row.id, to = r.to,
     message = ("Promoted from %s: %s was live there for %s%s."):format(r.from, row.id, duration.format(live),
       quiet < live and (", the last " .. duration.format(quiet) .. " with no alert") or "") }
